@@ -1,0 +1,2 @@
+#include <cstdio>
+int main() { std::puts("perf-launch: under construction"); return 0; }

@@ -1,0 +1,73 @@
+// One process-group interface for every engine: a thin layer over c10d Backends (gloo on CPU,
+// NCCL on GPU) that fixes the options shardbench cares about (timeouts, loopback devices,
+// separate all-gather and reduce-scatter communicators) in one place.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace shardbench {
+
+enum class CommBackend { kGloo, kNccl };
+
+const char* to_string(CommBackend backend);
+
+// Reduction requested by an engine. kAvg maps to ReduceOp::AVG (average_in_collective);
+// kSum to SUM (the caller pre-scaled by 1/DP, Megatron's default).
+enum class Reduction { kSum, kAvg };
+
+struct ProcessGroupOptions {
+  CommBackend backend = CommBackend::kGloo;
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+  // Address the gloo transport binds to: loopback for single-host runs.
+  std::string gloo_hostname = "127.0.0.1";
+  // CUDA device index for NCCL (LOCAL_RANK).
+  int device_index = 0;
+  bool high_priority_stream = false;
+};
+
+// A communicator: one c10d Backend plus its rank and size. Collectives are asynchronous
+// (asyncOp=true): NCCL runs them on the backend's own stream after it waits on the caller's
+// current stream, gloo on its worker threads. Callers keep inputs alive until wait().
+class ProcessGroup {
+ public:
+  // Creates the backend under `prefix` in `store` (each group needs its own key space).
+  static std::shared_ptr<ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
+                                              const std::string& prefix, int rank, int world,
+                                              const ProcessGroupOptions& options);
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  CommBackend backend_kind() const { return options_.backend; }
+  c10d::Backend& backend() { return *backend_; }
+
+  c10::intrusive_ptr<c10d::Work> all_reduce(at::Tensor& tensor, Reduction op);
+  // out.numel() * world == in.numel(); this rank receives chunk `rank` of the reduced input.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(at::Tensor& out, at::Tensor& in, Reduction op);
+  // out.numel() == world * in.numel(), filled in rank order.
+  c10::intrusive_ptr<c10d::Work> all_gather(at::Tensor& out, at::Tensor& in);
+  c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& tensor, int root);
+  // Blocks the host until every rank arrived (used around timed regions and at shutdown).
+  void barrier();
+
+ private:
+  ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, int rank, int world,
+               ProcessGroupOptions options)
+      : backend_(std::move(backend)), rank_(rank), world_(world), options_(std::move(options)) {}
+
+  c10d::ReduceOp to_reduce_op(Reduction op) const;
+
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  int rank_;
+  int world_;
+  ProcessGroupOptions options_;
+};
+
+// Waits for `work` (null-safe) and rethrows its error with the collective's name.
+void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
+
+}  // namespace shardbench

@@ -1,0 +1,73 @@
+// What one measured run produced: the boundary between the engine (which fills it) and the
+// report writer (which turns it into versioned JSON, summaries and comparisons). Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace shardbench {
+
+struct StepRecord {
+  int iteration = 0;             // 1-based, as Megatron prints "iteration i/N"
+  double elapsed_ms = 0;         // barrier-aligned step time (max over ranks)
+  double loss = 0;               // lm loss, averaged over the global batch
+  double grad_norm = 0;          // global L2 norm of the reduced gradients
+  double learning_rate = 0;
+  std::vector<double> per_rank_elapsed_ms;  // index = rank
+  // Per-phase times on rank 0 (GPU: CUDA events; CPU: host clock). Absent when not measured.
+  std::optional<double> forward_ms;
+  std::optional<double> backward_ms;
+  std::optional<double> optimizer_ms;
+  std::optional<double> exposed_comm_ms;  // time compute waited on communication
+  std::optional<int64_t> host_syncs;      // host synchronisations inside the step
+};
+
+// Allocator statistics (CUDA caching allocator) at one point of the run, in bytes.
+struct AllocatorSnapshot {
+  std::string when;  // "after_iteration_1", "after_iteration_2", "end"
+  int64_t allocated_bytes = 0;
+  int64_t max_allocated_bytes = 0;
+  int64_t reserved_bytes = 0;
+  int64_t max_reserved_bytes = 0;
+  int64_t num_alloc_retries = 0;
+  int64_t num_ooms = 0;
+};
+
+// Bytes this rank holds in each engine-owned buffer class, next to the ZeRO model's prediction.
+struct EngineMemory {
+  int64_t model_weight_bytes = 0;     // compute-dtype weights resident between steps
+  int64_t main_weight_bytes = 0;      // fp32 main weights (the optimizer's params)
+  int64_t main_grad_bytes = 0;        // gradient buffers
+  int64_t optimizer_state_bytes = 0;  // AdamW moments
+  int64_t temporary_peak_bytes = 0;   // largest transient unsharded buffer set (FSDP gathers)
+  int64_t predicted_static_bytes = 0; // ZeRO model (targets.md) for the same strategy
+};
+
+struct RunRecord {
+  std::string label;       // e.g. "megatron_fsdp/optim_grads_params", "ddp+distopt"
+  std::string wrapper;     // "ddp" or "megatron_fsdp"
+  std::string strategy;    // "no_shard", "optim", "optim_grads", "optim_grads_params"; "ddp" for DDP
+  bool distributed_optimizer = false;
+  int world_size = 1;
+  int64_t global_batch_size = 0;
+  int64_t micro_batch_size = 0;
+  int64_t seq_length = 0;
+  int64_t num_parameters = 0;
+  double model_flops_per_step = 0;     // Megatron formula, per global batch
+  std::string compute_dtype;           // "bf16", "fp32"
+  std::string device;                  // "cpu" or the GPU name
+  std::string backend;                 // "gloo" or "nccl"
+  std::string sdpa_backend;            // backend SDPA chose (GPU); "math" on CPU
+  nlohmann::json config;               // resolved config (dotted names, nested objects)
+  nlohmann::json provenance;           // field -> source of its value
+  std::vector<StepRecord> steps;
+  std::vector<std::vector<double>> per_rank_step_ms;  // [rank][step]
+  EngineMemory memory;
+  std::vector<AllocatorSnapshot> allocator;  // empty on CPU
+};
+
+}  // namespace shardbench

@@ -1,0 +1,8 @@
+#pragma once
+
+namespace shardbench {
+
+// shardbench's own version (CMake project version).
+const char* version();
+
+}  // namespace shardbench
