@@ -9,13 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/measure/zero_model.hpp"
+
 namespace shardbench {
 
 struct StepRecord {
-  int iteration = 0;             // 1-based, as Megatron prints "iteration i/N"
-  double elapsed_ms = 0;         // barrier-aligned step time (max over ranks)
-  double loss = 0;               // lm loss, averaged over the global batch
-  double grad_norm = 0;          // global L2 norm of the reduced gradients
+  int iteration = 0;      // 1-based, as Megatron prints "iteration i/N"
+  double elapsed_ms = 0;  // barrier-aligned step time (max over ranks)
+  double loss = 0;        // lm loss, averaged over the global batch
+  double grad_norm = 0;   // global L2 norm of the reduced gradients
   double learning_rate = 0;
   std::vector<double> per_rank_elapsed_ms;  // index = rank
   // Per-phase times on rank 0 (GPU: CUDA events; CPU: host clock). Absent when not measured.
@@ -29,6 +31,7 @@ struct StepRecord {
 // Allocator statistics (CUDA caching allocator) at one point of the run, in bytes.
 struct AllocatorSnapshot {
   std::string when;  // "after_iteration_1", "after_iteration_2", "end"
+  int rank = 0;      // rank whose device the snapshot describes
   int64_t allocated_bytes = 0;
   int64_t max_allocated_bytes = 0;
   int64_t reserved_bytes = 0;
@@ -39,35 +42,46 @@ struct AllocatorSnapshot {
 
 // Bytes this rank holds in each engine-owned buffer class, next to the ZeRO model's prediction.
 struct EngineMemory {
-  int64_t model_weight_bytes = 0;     // compute-dtype weights resident between steps
-  int64_t main_weight_bytes = 0;      // fp32 main weights (the optimizer's params)
-  int64_t main_grad_bytes = 0;        // gradient buffers
-  int64_t optimizer_state_bytes = 0;  // AdamW moments
-  int64_t temporary_peak_bytes = 0;   // largest transient unsharded buffer set (FSDP gathers)
-  int64_t predicted_static_bytes = 0; // ZeRO model (targets.md) for the same strategy
+  int64_t model_weight_bytes = 0;      // compute-dtype weights resident between steps
+  int64_t main_weight_bytes = 0;       // fp32 main weights (the optimizer's params)
+  int64_t main_grad_bytes = 0;         // gradient buffers
+  int64_t optimizer_state_bytes = 0;   // AdamW moments
+  int64_t temporary_peak_bytes = 0;    // largest transient unsharded buffer set (FSDP gathers)
+  int64_t predicted_static_bytes = 0;  // ZeRO model (targets.md) for the same strategy
 };
 
 struct RunRecord {
-  std::string label;       // e.g. "megatron_fsdp/optim_grads_params", "ddp+distopt"
-  std::string wrapper;     // "ddp" or "megatron_fsdp"
-  std::string strategy;    // "no_shard", "optim", "optim_grads", "optim_grads_params"; "ddp" for DDP
+  std::string label;     // e.g. "megatron_fsdp/optim_grads_params", "ddp+distopt"
+  std::string wrapper;   // "ddp" or "megatron_fsdp"
+  std::string strategy;  // "no_shard", "optim", "optim_grads", "optim_grads_params"; "ddp" for DDP
   bool distributed_optimizer = false;
   int world_size = 1;
   int64_t global_batch_size = 0;
   int64_t micro_batch_size = 0;
   int64_t seq_length = 0;
   int64_t num_parameters = 0;
-  double model_flops_per_step = 0;     // Megatron formula, per global batch
-  std::string compute_dtype;           // "bf16", "fp32"
-  std::string device;                  // "cpu" or the GPU name
-  std::string backend;                 // "gloo" or "nccl"
-  std::string sdpa_backend;            // backend SDPA chose (GPU); "math" on CPU
-  nlohmann::json config;               // resolved config (dotted names, nested objects)
-  nlohmann::json provenance;           // field -> source of its value
+  double model_flops_per_step = 0;  // Megatron formula, per global batch
+  std::string compute_dtype;        // "bf16", "fp32"
+  std::string device;               // "cpu" or the GPU name
+  std::string backend;              // "gloo" or "nccl"
+  std::string sdpa_backend;         // backend SDPA chose (GPU); "math" on CPU
+  nlohmann::json config;            // resolved config (dotted names, nested objects)
+  nlohmann::json provenance;        // field -> source of its value
   std::vector<StepRecord> steps;
   std::vector<std::vector<double>> per_rank_step_ms;  // [rank][step]
   EngineMemory memory;
   std::vector<AllocatorSnapshot> allocator;  // empty on CPU
+
+  // Fields below were added after the first contract; all have safe defaults.
+  std::string recipe;       // recipe name, e.g. "llama3_8b_h200"; names the report file
+  int64_t train_iters = 0;  // iterations requested (the N of "iteration i/N")
+  std::vector<std::string> failure_reasons;  // set by the engine (OOM, timeout, ...): marks the run
+                                             // failed; the report adds NaN/Inf loss or grad norm
+  std::vector<EngineMemory> memory_per_rank;  // index = rank; empty when only `memory` is known
+  // Per-class prediction, e.g. fsdp_static_memory() over the engine's real FSDP units. When
+  // absent the report uses the ZeRO paper model from num_parameters and compute_dtype.
+  std::optional<StaticMemoryBytes> predicted_memory;
+  std::optional<DtypePolicy> dtype_policy;  // the policy the engine ran; else from compute_dtype
 };
 
 }  // namespace shardbench
