@@ -1,0 +1,19 @@
+// Megatron's OptimizerParamScheduler for the default pretraining settings: linear warmup from 0
+// over lr_warmup_iters, then cosine decay to min_lr at lr_decay_iters.
+#pragma once
+
+#include <cstdint>
+
+namespace shardbench {
+
+struct LrSchedule {
+  double max_lr = 3e-4;
+  double min_lr = 3e-5;
+  int64_t warmup_iters = 0;
+  int64_t decay_iters = 0;  // 0: no decay after warmup
+
+  // Learning rate used by 0-based iteration `step` (Megatron's num_steps before the increment).
+  double at(int64_t step) const;
+};
+
+}  // namespace shardbench

@@ -1,0 +1,29 @@
+// One training iteration: every micro-batch's forward and backward through the engine's hooks,
+// then the gradient reductions' completion and the optimizer step.
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/ATen.h>
+
+#include "harness/parallel/engine.hpp"
+#include "workloads/llama/llama_model.hpp"
+
+namespace shardbench {
+
+struct StepInputs {
+  at::Tensor global_batch;  // [GBS, seq + 1] on the CPU (mock_global_batch)
+  int64_t micro_batch = 1;
+  double lr = 0;
+};
+
+struct StepOutputs {
+  at::Tensor loss;       // this rank's mean micro-batch loss (device scalar, fp32)
+  at::Tensor grad_norm;  // global gradient norm before clipping (device scalar)
+};
+
+// Runs one iteration on this rank. Collective: every rank of the engine's group must call it.
+StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine,
+                       const StepInputs& inputs);
+
+}  // namespace shardbench

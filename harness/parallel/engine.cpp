@@ -1,0 +1,213 @@
+#include "harness/parallel/engine.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "harness/parallel/engine_group.hpp"
+#include "harness/parallel/storage.hpp"
+
+namespace shardbench {
+
+namespace {
+
+// Post-accumulate-grad hook: moves the parameter's fresh grad into the group's flat buffer.
+struct GradReadyHook : torch::autograd::PostAccumulateGradHook {
+  GradReadyHook(DataParallelEngine* engine, int group, int slot)
+      : engine(engine), group(group), slot(slot) {}
+  void operator()(const torch::autograd::Variable& leaf) override {
+    engine->on_grad_ready(group, slot, leaf);
+  }
+  DataParallelEngine* engine;
+  int group;
+  int slot;
+};
+
+}  // namespace
+
+DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions options,
+                                       ProcessGroups groups)
+    : dims_(dims), options_(std::move(options)), pgs_(std::move(groups)) {
+  dp_ = pgs_.world->world();
+  rank_ = pgs_.world->rank();
+  if (options_.wrapper == "megatron_fsdp") {
+    spec_ = &sharding_spec(options_.strategy);
+  } else if (options_.wrapper == "ddp") {
+    spec_ = &sharding_spec(options_.use_distributed_optimizer ? "ddp_distopt" : "ddp");
+  } else {
+    throw std::invalid_argument("unknown data-parallel wrapper '" + options_.wrapper +
+                                "'; accepted: ddp, megatron_fsdp");
+  }
+  specs_ = llama_param_specs(dims_);
+  for (const auto& s : specs_) num_parameters_ += s.numel();
+  leaves_.resize(specs_.size());
+  build_groups();
+  for (auto& g : groups_) allocate_and_init(*g);
+  weights_ = bind_weights(dims_, leaves_);
+}
+
+DataParallelEngine::~DataParallelEngine() {
+  try {
+    drain_reductions(0);
+    for (auto& g : groups_) wait_param_sync(*g);
+  } catch (...) {
+    // Destructors must not throw; a failed collective was already reported by the step.
+  }
+}
+
+std::string DataParallelEngine::label() const {
+  if (options_.wrapper == "ddp") return options_.use_distributed_optimizer ? "ddp+distopt" : "ddp";
+  return "megatron_fsdp/" + options_.strategy;
+}
+
+std::string DataParallelEngine::strategy_name() const {
+  return options_.wrapper == "ddp" ? "ddp" : options_.strategy;
+}
+
+const ShardingSpec& DataParallelEngine::group_spec(const EngineGroup& g) const { return g.spec; }
+
+void DataParallelEngine::build_groups() {
+  const int modules = static_cast<int>(module_count(dims_));
+  module_groups_.assign(static_cast<size_t>(modules), {});
+  std::vector<std::vector<int64_t>> members;
+  std::vector<bool> is_unit;
+  if (options_.wrapper == "megatron_fsdp") {
+    // One unit per transformer layer; everything outside units forms the root group.
+    std::vector<int64_t> root;
+    members.assign(static_cast<size_t>(dims_.num_layers), {});
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      if (specs_[i].layer >= 0) {
+        members[static_cast<size_t>(specs_[i].layer)].push_back(static_cast<int64_t>(i));
+      } else {
+        root.push_back(static_cast<int64_t>(i));
+      }
+    }
+    is_unit.assign(members.size(), true);
+    members.push_back(root);
+    is_unit.push_back(false);
+  } else {
+    // Megatron DDP buckets: parameters in reverse execution order, a bucket closes once it
+    // holds at least bucket_size elements. Without overlap, one bucket (Megatron sets
+    // bucket_size to None then).
+    int64_t bucket_limit = options_.bucket_size_elems > 0
+                               ? options_.bucket_size_elems
+                               : std::max<int64_t>(40'000'000, 1'000'000LL * dp_);
+    if (!options_.overlap_grad_reduce) bucket_limit = INT64_MAX;
+    std::vector<int64_t> current;
+    int64_t current_elems = 0;
+    for (int64_t i = static_cast<int64_t>(specs_.size()) - 1; i >= 0; --i) {
+      current.push_back(i);
+      current_elems += specs_[static_cast<size_t>(i)].numel();
+      if (current_elems >= bucket_limit) {
+        members.push_back(current);
+        current.clear();
+        current_elems = 0;
+      }
+    }
+    if (!current.empty()) members.push_back(current);
+    is_unit.assign(members.size(), false);
+  }
+  const bool fsdp = options_.wrapper == "megatron_fsdp";
+  for (size_t gi = 0; gi < members.size(); ++gi) {
+    auto g = std::make_unique<EngineGroup>();
+    g->index = static_cast<int>(gi);
+    g->is_unit = is_unit[gi];
+    g->is_root = fsdp && !is_unit[gi];
+    g->spec = *spec_;
+    // Megatron FSDP: modules outside units stay persistently unsharded in compute weights;
+    // their main weights, grads and optimizer state follow the strategy.
+    if (g->is_root) g->spec.model_weights_sharded = false;
+    FlatLayoutOptions lo;
+    lo.dp = dp_;
+    lo.align_elems = options_.align_elems;
+    lo.row_aligned_shards = fsdp;
+    g->layout = make_flat_layout(specs_, members[gi], lo);
+    // Weight-decay segments; padding joins the segment before it.
+    for (size_t s = 0; s < g->layout.slots.size(); ++s) {
+      const auto& slot = g->layout.slots[s];
+      const bool nowd = specs_[static_cast<size_t>(slot.spec_index)].no_weight_decay;
+      const int64_t end = s + 1 < g->layout.slots.size() ? g->layout.slots[s + 1].offset
+                                                         : g->layout.padded_elems;
+      const int64_t begin = s == 0 ? 0 : slot.offset;
+      if (!g->segments.empty() && g->segments.back().no_weight_decay == nowd) {
+        g->segments.back().numel = end - g->segments.back().offset;
+      } else {
+        g->segments.push_back({begin, end - begin, nowd});
+      }
+      const int module = specs_[static_cast<size_t>(slot.spec_index)].module;
+      auto& mg = module_groups_[static_cast<size_t>(module)];
+      if (std::find(mg.begin(), mg.end(), g->index) == mg.end()) mg.push_back(g->index);
+    }
+    groups_.push_back(std::move(g));
+  }
+}
+
+void DataParallelEngine::allocate_and_init(EngineGroup& g) {
+  at::NoGradGuard no_grad;
+  const auto dev = at::TensorOptions().device(options_.device);
+  const auto compute = dev.dtype(options_.compute_dtype);
+  const auto grad_dtype = options_.grad_reduce_in_fp32 ? at::kFloat : options_.compute_dtype;
+  const int64_t padded = g.layout.padded_elems;
+  const int64_t shard = g.layout.shard_elems;
+  const int64_t lo = g.shard_offset(rank_);
+
+  g.model_full = at::zeros({padded}, compute);
+  g.main = at::zeros({g.spec.main_weights_sharded ? shard : padded}, dev.dtype(at::kFloat));
+  g.grad = at::zeros({g.spec.grads_sharded ? shard : padded}, dev.dtype(grad_dtype));
+  if (g.spec.grads_sharded) {
+    g.grad_full = at::empty({padded}, dev.dtype(grad_dtype));
+    release_storage(g.grad_full);
+  }
+
+  // Initial values: every rank generates each full parameter from the seed, keeps what it owns.
+  for (const auto& slot : g.layout.slots) {
+    const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
+    auto full = at::empty(spec.shape, dev.dtype(at::kFloat));
+    init_param(spec, slot.spec_index, options_.seed, full);
+    auto flat = full.view({-1});
+    g.model_full.narrow(0, slot.offset, slot.numel).copy_(flat);
+    if (!g.spec.main_weights_sharded) {
+      g.main.narrow(0, slot.offset, slot.numel).copy_(flat);
+    } else {
+      const int64_t a = std::max(slot.offset, lo), b = std::min(slot.offset + slot.numel, lo + shard);
+      if (a < b) g.main.narrow(0, a - lo, b - a).copy_(flat.narrow(0, a - slot.offset, b - a));
+    }
+  }
+
+  // Leaves: fresh tensors sharing model_full's storage, so that a later re-gather into the same
+  // storage is seen by the parameters and by autograd's saved tensors alike.
+  for (size_t s = 0; s < g.layout.slots.size(); ++s) {
+    const auto& slot = g.layout.slots[s];
+    const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
+    at::Tensor leaf = at::empty({0}, compute);
+    leaf.set_(g.model_full.storage(), slot.offset, spec.shape);
+    leaf.requires_grad_(true);
+    torch::autograd::impl::set_post_acc_grad_hooks(
+        leaf, std::make_unique<GradReadyHook>(this, g.index, static_cast<int>(s)));
+    leaves_[static_cast<size_t>(slot.spec_index)] = leaf;
+  }
+
+  if (g.spec.model_weights_sharded) {
+    g.model_shard = g.model_full.narrow(0, lo, shard).clone();
+    release_storage(g.model_full);
+    g.gathered = false;
+  } else {
+    g.gathered = true;
+  }
+
+  // Optimizer segments in the coordinates of this rank's main buffer.
+  std::vector<AdamSegment> segs;
+  const int64_t owned_lo = g.spec.main_weights_sharded ? lo : 0;
+  const int64_t owned_hi = owned_lo + g.main.numel();
+  for (const auto& seg : g.segments) {
+    const int64_t a = std::max(seg.offset, owned_lo);
+    const int64_t b = std::min(seg.offset + seg.numel, owned_hi);
+    if (a < b) segs.push_back({a - owned_lo, b - a, seg.no_weight_decay});
+  }
+  g.optimizer = std::make_unique<FlatAdamW>(g.main, std::move(segs));
+}
+
+}  // namespace shardbench

@@ -1,0 +1,132 @@
+// The data-parallel engine: DDP (optionally with the distributed optimizer) and Megatron-style
+// FSDP with its four strategies, over flat per-group buffers.
+//
+// A group is the unit of communication: an FSDP unit (one transformer layer) or the root group
+// (embedding, final norm, output head: outside units, compute weights never resharded), or a DDP
+// bucket (~bucket_size elements in reverse execution order). Each group owns up to four flat
+// buffers (compute weights, fp32 main weights, main grads, AdamW moments); which of them are
+// sharded, and which collective reduces the grads when, comes from sharding.hpp's table.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "harness/parallel/flat_adamw.hpp"
+#include "harness/parallel/flat_layout.hpp"
+#include "harness/parallel/process_group.hpp"
+#include "harness/parallel/sharding.hpp"
+#include "harness/report/run_record.hpp"
+#include "workloads/llama/llama_model.hpp"
+
+namespace shardbench {
+
+struct EngineOptions {
+  std::string wrapper = "ddp";            // "ddp" or "megatron_fsdp"
+  std::string strategy = "no_shard";      // FSDP: ddp.data_parallel_sharding_strategy
+  bool use_distributed_optimizer = false; // DDP only (FSDP always shards the optimizer)
+  bool overlap_grad_reduce = true;
+  bool overlap_param_gather = false;
+  bool average_in_collective = false;     // ReduceOp.AVG instead of pre-scaling by 1/DP
+  bool grad_reduce_in_fp32 = false;
+  int64_t bucket_size_elems = 0;          // DDP; 0 = Megatron's max(40M, 1M * DP)
+  int64_t align_elems = 1;                // parameter start alignment inside flat buffers
+  // FSDP reduce-scatter queue: pending reduce-scatter elements kept in flight before waiting on
+  // the oldest (Megatron's suggested_RS_queue_capacity); 0 = one unit.
+  int64_t rs_queue_capacity_elems = 0;
+  at::ScalarType compute_dtype = at::kFloat;
+  at::Device device = at::kCPU;
+  uint64_t seed = 1234;
+  double clip_grad = 1.0;                 // 0 disables clipping
+  AdamWHyper adam;
+};
+
+struct ProcessGroups {
+  std::shared_ptr<ProcessGroup> world;           // all-reduce, barriers, metrics
+  std::shared_ptr<ProcessGroup> all_gather;      // parameter gathers
+  std::shared_ptr<ProcessGroup> reduce_scatter;  // gradient reductions
+};
+
+struct EngineGroup;
+
+class DataParallelEngine final : public ModuleHooks {
+ public:
+  DataParallelEngine(const LlamaDims& dims, EngineOptions options, ProcessGroups groups);
+  ~DataParallelEngine() override;
+  DataParallelEngine(const DataParallelEngine&) = delete;
+  DataParallelEngine& operator=(const DataParallelEngine&) = delete;
+
+  const LlamaWeights& weights() const { return weights_; }
+  const EngineOptions& options() const { return options_; }
+  std::string label() const;        // "ddp", "ddp+distopt", "megatron_fsdp/optim_grads_params"
+  std::string strategy_name() const;
+  int64_t num_parameters() const { return num_parameters_; }
+  int dp() const { return dp_; }
+  int rank() const { return rank_; }
+
+  // Micro-batch `index` of `count` is about to run forward and backward.
+  void begin_microbatch(int index, int count);
+  // After the last micro-batch's backward: every gradient reduction has completed.
+  void finish_backward();
+  // Clips, runs AdamW on this rank's main weights, refreshes the compute weights and zeroes the
+  // gradients. Returns the global gradient norm before clipping (a device scalar).
+  at::Tensor optimizer_step(double lr);
+
+  // The full fp32 main weights, one tensor per parameter spec (collective over the DP group).
+  std::vector<at::Tensor> gather_main_weights();
+
+  EngineMemory memory() const;
+  // Per-group layouts and whether each buffer class is sharded (for tests and reports).
+  struct GroupInfo {
+    bool is_unit;
+    FlatLayout layout;
+    int64_t model_weight_elems, main_weight_elems, main_grad_elems;
+  };
+  std::vector<GroupInfo> group_info() const;
+
+  // ModuleHooks
+  void pre_forward(int module) override;
+  at::Tensor post_forward(int module, at::Tensor output) override;
+
+  // Called from autograd.
+  void pre_backward(int module);
+  void on_grad_ready(int group, int slot, const at::Tensor& leaf);
+
+ private:
+  void build_groups();
+  void allocate_and_init(EngineGroup& g);
+  void ensure_gathered(EngineGroup& g);
+  void launch_gather(EngineGroup& g);
+  void release_gathered(EngineGroup& g);
+  void wait_param_sync(EngineGroup& g);
+  void launch_grad_reduce(EngineGroup& g);
+  void drain_reductions(int64_t keep_in_flight_elems);
+  void refresh_model_weights(EngineGroup& g);
+  const ShardingSpec& group_spec(const EngineGroup& g) const;
+  void track_temp(int64_t delta_bytes);
+
+  LlamaDims dims_;
+  EngineOptions options_;
+  ProcessGroups pgs_;
+  int dp_ = 1;
+  int rank_ = 0;
+  const ShardingSpec* spec_ = nullptr;
+  std::vector<ParamSpec> specs_;
+  std::vector<std::unique_ptr<EngineGroup>> groups_;
+  std::vector<std::vector<int>> module_groups_;  // module -> groups holding its params
+  std::vector<at::Tensor> leaves_;               // by spec index
+  LlamaWeights weights_;
+  int64_t num_parameters_ = 0;
+  int microbatch_ = 0;
+  int microbatch_count_ = 1;
+  struct PendingReduce;
+  std::vector<PendingReduce> pending_;
+  int64_t live_temp_bytes_ = 0;
+  int64_t peak_temp_bytes_ = 0;
+};
+
+}  // namespace shardbench

@@ -1,0 +1,53 @@
+// Internal state of one engine group (see engine.hpp). Only the engine's sources include this.
+#pragma once
+
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "harness/parallel/flat_adamw.hpp"
+#include "harness/parallel/engine.hpp"
+#include "harness/parallel/flat_layout.hpp"
+#include "harness/parallel/sharding.hpp"
+
+namespace shardbench {
+
+struct EngineGroup {
+  int index = 0;
+  bool is_unit = false;          // FSDP unit (transformer layer)
+  bool is_root = false;          // FSDP root group: compute weights never resharded
+  ShardingSpec spec{};           // the strategy row, adjusted for the root group
+  FlatLayout layout;
+  std::vector<AdamSegment> segments;  // weight-decay classes over the whole flat buffer
+
+  // Compute-dtype weights. model_full views every parameter (the leaves point into it); when
+  // weights are sharded its storage exists only while gathered.
+  at::Tensor model_full;
+  at::Tensor model_shard;
+  bool gathered = false;
+  c10::intrusive_ptr<c10d::Work> gather_work;      // in-flight all-gather into model_full
+  c10::intrusive_ptr<c10d::Work> param_sync_work;  // post-step all-gather (distributed optimizer)
+  at::Tensor param_sync_input;                     // kept alive until param_sync_work completes
+
+  at::Tensor main;  // fp32 main weights: full or this rank's shard
+  std::unique_ptr<FlatAdamW> optimizer;
+
+  at::Tensor grad;       // main grads: full or shard
+  at::Tensor grad_full;  // grads sharded: this micro-batch's full grads (temporary)
+  bool grad_full_live = false;
+  int pending_grads = 0;  // parameters whose grad has not arrived in this micro-batch
+  bool reduce_launched = false;
+
+  int64_t shard_offset(int rank) const { return layout.shard_elems * rank; }
+};
+
+struct DataParallelEngine::PendingReduce {
+  int group;
+  c10::intrusive_ptr<c10d::Work> work;
+  at::Tensor accumulate_from;  // reduce-scatter output to add into the grad shard, if any
+  int64_t elems;
+};
+
+
+}  // namespace shardbench

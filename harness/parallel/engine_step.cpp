@@ -1,0 +1,348 @@
+// The engine's per-step behaviour: gathers around forward and backward, gradient reductions as
+// grads arrive, and the optimizer step.
+#include <cmath>
+#include <stdexcept>
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "harness/parallel/engine.hpp"
+#include "harness/parallel/engine_group.hpp"
+#include "harness/parallel/storage.hpp"
+
+namespace shardbench {
+
+namespace {
+
+struct PreBackwardFn : torch::autograd::Function<PreBackwardFn> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                at::Tensor output, int64_t engine, int64_t module) {
+    ctx->saved_data["engine"] = engine;
+    ctx->saved_data["module"] = module;
+    return {output};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* engine = reinterpret_cast<DataParallelEngine*>(ctx->saved_data["engine"].toInt());
+    engine->pre_backward(static_cast<int>(ctx->saved_data["module"].toInt()));
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+int64_t elem_bytes(const at::Tensor& t) { return static_cast<int64_t>(t.element_size()); }
+
+}  // namespace
+
+void DataParallelEngine::track_temp(int64_t delta_bytes) {
+  live_temp_bytes_ += delta_bytes;
+  peak_temp_bytes_ = std::max(peak_temp_bytes_, live_temp_bytes_);
+}
+
+// ---- weights: gathers and the post-step parameter sync --------------------------------------
+
+void DataParallelEngine::launch_gather(EngineGroup& g) {
+  if (g.gathered || g.gather_work) return;
+  materialize_storage(g.model_full, static_cast<size_t>(g.model_full.numel()) *
+                                        static_cast<size_t>(elem_bytes(g.model_full)));
+  track_temp(g.model_full.numel() * elem_bytes(g.model_full));
+  g.gather_work = pgs_.all_gather->all_gather(g.model_full, g.model_shard);
+}
+
+void DataParallelEngine::ensure_gathered(EngineGroup& g) {
+  if (g.gathered) return;
+  launch_gather(g);
+  wait_work(g.gather_work, "all-gather of FSDP unit weights");
+  g.gather_work.reset();
+  g.gathered = true;
+}
+
+void DataParallelEngine::release_gathered(EngineGroup& g) {
+  if (!g.spec.model_weights_sharded || !g.gathered) return;
+  release_storage(g.model_full);
+  track_temp(-g.model_full.numel() * elem_bytes(g.model_full));
+  g.gathered = false;
+}
+
+void DataParallelEngine::wait_param_sync(EngineGroup& g) {
+  if (!g.param_sync_work) return;
+  wait_work(g.param_sync_work, "all-gather of updated parameters");
+  g.param_sync_work.reset();
+  g.param_sync_input = at::Tensor();
+}
+
+void DataParallelEngine::pre_forward(int module) {
+  for (int gi : module_groups_[static_cast<size_t>(module)]) {
+    auto& g = *groups_[static_cast<size_t>(gi)];
+    wait_param_sync(g);
+    ensure_gathered(g);
+  }
+  // Prefetch: start gathering the next module's sharded units while this one computes.
+  if (module + 1 < static_cast<int>(module_groups_.size())) {
+    for (int gi : module_groups_[static_cast<size_t>(module + 1)]) {
+      auto& g = *groups_[static_cast<size_t>(gi)];
+      if (g.spec.model_weights_sharded) launch_gather(g);
+    }
+  }
+}
+
+at::Tensor DataParallelEngine::post_forward(int module, at::Tensor output) {
+  bool sharded_unit = false;
+  for (int gi : module_groups_[static_cast<size_t>(module)]) {
+    auto& g = *groups_[static_cast<size_t>(gi)];
+    if (g.is_unit && g.spec.model_weights_sharded) {
+      release_gathered(g);
+      sharded_unit = true;
+    }
+  }
+  if (sharded_unit && output.requires_grad()) {
+    return PreBackwardFn::apply(output, reinterpret_cast<int64_t>(this),
+                                static_cast<int64_t>(module))[0];
+  }
+  return output;
+}
+
+void DataParallelEngine::pre_backward(int module) {
+  for (int gi : module_groups_[static_cast<size_t>(module)]) {
+    ensure_gathered(*groups_[static_cast<size_t>(gi)]);
+  }
+  // Backward runs modules in reverse: prefetch the previous module's sharded units.
+  if (module > 0) {
+    for (int gi : module_groups_[static_cast<size_t>(module - 1)]) {
+      auto& g = *groups_[static_cast<size_t>(gi)];
+      if (g.is_unit && g.spec.model_weights_sharded) launch_gather(g);
+    }
+  }
+}
+
+// ---- gradients -----------------------------------------------------------------------------
+
+void DataParallelEngine::begin_microbatch(int index, int count) {
+  microbatch_ = index;
+  microbatch_count_ = count;
+  // Reductions of the previous micro-batch still own their temporary full-grad buffers.
+  if (index > 0) drain_reductions(0);
+  for (auto& g : groups_) {
+    g->pending_grads = static_cast<int>(g->layout.slots.size());
+    g->reduce_launched = false;
+  }
+}
+
+void DataParallelEngine::on_grad_ready(int group, int slot, const at::Tensor& leaf) {
+  at::NoGradGuard no_grad;
+  auto& g = *groups_[static_cast<size_t>(group)];
+  const auto& s = g.layout.slots[static_cast<size_t>(slot)];
+  at::Tensor target = g.grad;
+  if (g.spec.grads_sharded) {
+    if (!g.grad_full_live) {
+      materialize_storage(g.grad_full, static_cast<size_t>(g.grad_full.numel()) *
+                                           static_cast<size_t>(elem_bytes(g.grad_full)));
+      g.grad_full.zero_();  // padding must reduce to zero
+      g.grad_full_live = true;
+      track_temp(g.grad_full.numel() * elem_bytes(g.grad_full));
+    }
+    target = g.grad_full;
+  }
+  auto& grad = torch::autograd::impl::get_autograd_meta(leaf)->mutable_grad();
+  target.narrow(0, s.offset, s.numel).view(grad.sizes()).add_(grad);
+  grad = at::Tensor();
+  if (--g.pending_grads > 0) return;
+  // Every parameter of the group has its grad for this micro-batch.
+  if (g.is_unit && g.spec.model_weights_sharded) release_gathered(g);
+  const bool last = microbatch_ == microbatch_count_ - 1;
+  if (!(last || g.spec.reduce_every_microbatch)) return;
+  if (options_.wrapper == "ddp" && !options_.overlap_grad_reduce) return;  // after backward
+  launch_grad_reduce(g);
+}
+
+void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
+  at::NoGradGuard no_grad;
+  g.reduce_launched = true;
+  at::Tensor src = g.spec.grads_sharded ? g.grad_full : g.grad;
+  // Megatron: average_in_collective uses ReduceOp.AVG, otherwise grads are pre-scaled by 1/DP
+  // and summed.
+  Reduction op = Reduction::kSum;
+  if (dp_ > 1) {
+    if (options_.average_in_collective) {
+      op = Reduction::kAvg;
+    } else {
+      src.mul_(1.0 / dp_);
+    }
+  }
+  PendingReduce pending{g.index, {}, {}, src.numel()};
+  if (g.spec.grad_collective == GradCollective::kAllReduce) {
+    pending.work = pgs_.reduce_scatter->all_reduce(src, op);
+  } else if (!g.spec.grads_sharded) {
+    // optim / distributed optimizer: in-place reduce-scatter, this rank's shard of the full
+    // grad buffer receives the reduced values.
+    at::Tensor out = g.grad.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
+    pending.work = pgs_.reduce_scatter->reduce_scatter(out, src, op);
+  } else if (microbatch_ == 0) {
+    // The grad shard is zero at the first micro-batch: reduce straight into it.
+    pending.work = pgs_.reduce_scatter->reduce_scatter(g.grad, src, op);
+  } else {
+    pending.accumulate_from = at::empty_like(g.grad);
+    track_temp(g.grad.numel() * elem_bytes(g.grad));
+    pending.work = pgs_.reduce_scatter->reduce_scatter(pending.accumulate_from, src, op);
+  }
+  pending_.push_back(std::move(pending));
+  // Bound the memory of in-flight reductions (Megatron's RS queue capacity).
+  int64_t capacity = options_.rs_queue_capacity_elems;
+  if (capacity <= 0) capacity = g.layout.padded_elems;
+  drain_reductions(capacity);
+}
+
+void DataParallelEngine::drain_reductions(int64_t keep_in_flight_elems) {
+  at::NoGradGuard no_grad;
+  int64_t in_flight = 0;
+  for (const auto& p : pending_) in_flight += p.elems;
+  size_t done = 0;
+  // Keep the newest reduction in flight when it fits; complete the oldest ones first.
+  while (done < pending_.size() && (in_flight > keep_in_flight_elems || keep_in_flight_elems == 0)) {
+    auto& p = pending_[done];
+    wait_work(p.work, "gradient reduction");
+    auto& g = *groups_[static_cast<size_t>(p.group)];
+    if (p.accumulate_from.defined()) {
+      g.grad.add_(p.accumulate_from);
+      track_temp(-p.accumulate_from.numel() * elem_bytes(p.accumulate_from));
+    }
+    if (g.spec.grads_sharded && g.grad_full_live) {
+      release_storage(g.grad_full);
+      g.grad_full_live = false;
+      track_temp(-g.grad_full.numel() * elem_bytes(g.grad_full));
+    }
+    in_flight -= p.elems;
+    ++done;
+    if (keep_in_flight_elems == 0 && done == pending_.size()) break;
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(done));
+}
+
+void DataParallelEngine::finish_backward() {
+  const bool last = microbatch_ == microbatch_count_ - 1;
+  for (auto& g : groups_) {
+    if (g->pending_grads != 0) {
+      throw std::runtime_error("engine: group " + std::to_string(g->index) + " is missing " +
+                               std::to_string(g->pending_grads) +
+                               " parameter gradients after backward");
+    }
+    if (!g->reduce_launched && (last || g->spec.reduce_every_microbatch)) launch_grad_reduce(*g);
+  }
+  drain_reductions(0);
+}
+
+// ---- optimizer -----------------------------------------------------------------------------
+
+at::Tensor DataParallelEngine::optimizer_step(double lr) {
+  at::NoGradGuard no_grad;
+  // The gradient each rank owns after the reductions.
+  std::vector<at::Tensor> owned(groups_.size());
+  bool any_sharded = false;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    auto& g = *groups_[i];
+    if (g.spec.main_weights_sharded && !g.spec.grads_sharded) {
+      owned[i] = g.grad.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
+    } else {
+      owned[i] = g.grad;
+    }
+    any_sharded = any_sharded || g.spec.main_weights_sharded;
+  }
+  // Global grad norm: replicated groups count once (every rank holds the same values); sharded
+  // groups sum their squares across ranks.
+  auto sq_local = at::zeros({2}, at::TensorOptions().device(options_.device).dtype(at::kFloat));
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    auto sq = owned[i].to(at::kFloat).pow(2).sum();
+    sq_local[groups_[i]->spec.main_weights_sharded ? 1 : 0].add_(sq);
+  }
+  if (any_sharded && dp_ > 1) {
+    auto sharded_part = sq_local.narrow(0, 1, 1);
+    at::Tensor buf = sharded_part.clone();
+    wait_work(pgs_.world->all_reduce(buf, Reduction::kSum), "grad-norm all-reduce");
+    sharded_part.copy_(buf);
+  }
+  at::Tensor norm = sq_local.sum().sqrt();
+  if (options_.clip_grad > 0) {
+    // Megatron's clip_grad_norm_fp32: scale by clip / (norm + 1e-6) when that is below one.
+    auto coeff = (options_.clip_grad / (norm + 1e-6)).clamp_max(1.0);
+    for (auto& t : owned) t.mul_(coeff.to(t.scalar_type()));
+  }
+  AdamWHyper hyper = options_.adam;
+  hyper.lr = lr;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    auto& g = *groups_[i];
+    g.optimizer->step(owned[i], hyper);
+    refresh_model_weights(g);
+    g.grad.zero_();
+  }
+  if (!options_.overlap_param_gather) {
+    for (auto& g : groups_) wait_param_sync(*g);
+  }
+  return norm;
+}
+
+void DataParallelEngine::refresh_model_weights(EngineGroup& g) {
+  if (g.spec.model_weights_sharded) {
+    g.model_shard.copy_(g.main);
+    return;
+  }
+  if (!g.spec.main_weights_sharded) {
+    g.model_full.copy_(g.main);
+    return;
+  }
+  // Sharded main weights, full compute weights: write this rank's shard, then all-gather the
+  // buffer (waited on before the module's next forward).
+  at::Tensor mine = g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
+  mine.copy_(g.main);
+  // gloo's all-gather copies through its own buffers; give it a separate input to stay safe
+  // from aliasing. NCCL gathers in place.
+  g.param_sync_input = pgs_.all_gather->backend_kind() == CommBackend::kNccl ? mine : mine.clone();
+  g.param_sync_work = pgs_.all_gather->all_gather(g.model_full, g.param_sync_input);
+}
+
+// ---- introspection -------------------------------------------------------------------------
+
+std::vector<at::Tensor> DataParallelEngine::gather_main_weights() {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> out(specs_.size());
+  for (auto& gp : groups_) {
+    auto& g = *gp;
+    at::Tensor full = g.main;
+    if (g.spec.main_weights_sharded) {
+      full = at::empty({g.layout.padded_elems}, g.main.options());
+      at::Tensor in = g.main.clone();
+      wait_work(pgs_.world->all_gather(full, in), "all-gather of main weights");
+    }
+    for (const auto& slot : g.layout.slots) {
+      const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
+      out[static_cast<size_t>(slot.spec_index)] =
+          full.narrow(0, slot.offset, slot.numel).view(spec.shape).clone();
+    }
+  }
+  return out;
+}
+
+EngineMemory DataParallelEngine::memory() const {
+  EngineMemory m;
+  for (const auto& gp : groups_) {
+    const auto& g = *gp;
+    m.model_weight_bytes += g.spec.model_weights_sharded
+                                ? static_cast<int64_t>(g.model_shard.nbytes())
+                                : g.model_full.numel() * elem_bytes(g.model_full);
+    m.main_weight_bytes += static_cast<int64_t>(g.main.nbytes());
+    m.main_grad_bytes += static_cast<int64_t>(g.grad.nbytes());
+    m.optimizer_state_bytes += g.optimizer->state_bytes();
+  }
+  m.temporary_peak_bytes = peak_temp_bytes_;
+  return m;
+}
+
+std::vector<DataParallelEngine::GroupInfo> DataParallelEngine::group_info() const {
+  std::vector<GroupInfo> info;
+  for (const auto& gp : groups_) {
+    const auto& g = *gp;
+    info.push_back({g.is_unit, g.layout,
+                    g.spec.model_weights_sharded ? g.model_shard.numel() : g.model_full.numel(),
+                    g.main.numel(), g.grad.numel()});
+  }
+  return info;
+}
+
+}  // namespace shardbench

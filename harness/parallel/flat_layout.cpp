@@ -1,0 +1,42 @@
+#include "harness/parallel/flat_layout.hpp"
+
+#include <numeric>
+#include <stdexcept>
+
+namespace shardbench {
+namespace {
+
+int64_t round_up(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace
+
+FlatLayout make_flat_layout(const std::vector<ParamSpec>& specs,
+                            const std::vector<int64_t>& members, const FlatLayoutOptions& options) {
+  if (options.dp < 1 || options.align_elems < 1) {
+    throw std::invalid_argument("make_flat_layout: dp and align_elems must be >= 1");
+  }
+  FlatLayout layout;
+  layout.dp = options.dp;
+  int64_t grid = options.align_elems;  // shard size must be a multiple of this
+  int64_t offset = 0;
+  for (int64_t index : members) {
+    const ParamSpec& spec = specs.at(static_cast<size_t>(index));
+    int64_t start_multiple = options.align_elems;
+    if (options.row_aligned_shards) {
+      start_multiple = std::lcm(start_multiple, spec.row_elems());
+      grid = std::lcm(grid, spec.row_elems());
+    }
+    offset = round_up(offset, start_multiple);
+    layout.slots.push_back({index, offset, spec.numel()});
+    offset += spec.numel();
+    layout.param_elems += spec.numel();
+  }
+  const int64_t min_shard = (offset + options.dp - 1) / options.dp;
+  layout.shard_elems = round_up(std::max<int64_t>(min_shard, 1), grid);
+  layout.padded_elems = layout.shard_elems * options.dp;
+  return layout;
+}
+
+}  // namespace shardbench

@@ -1,0 +1,196 @@
+#include "workloads/llama/llama_model.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#ifdef SHARDBENCH_WITH_NCCL
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
+#include <ATen/CPUGeneratorImpl.h>
+
+namespace shardbench {
+
+int64_t ParamSpec::numel() const {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+int64_t ParamSpec::row_elems() const {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+std::vector<ParamSpec> llama_param_specs(const LlamaDims& d) {
+  // Megatron's scaled_init_method_normal: projections that write into the residual stream are
+  // initialised with std / sqrt(2 * num_layers).
+  const double scaled_std = d.init_std / std::sqrt(2.0 * static_cast<double>(d.num_layers));
+  std::vector<ParamSpec> specs;
+  specs.push_back({"embedding.word_embeddings.weight", {d.vocab, d.hidden}, 0, -1, false,
+                   d.init_std});
+  for (int64_t l = 0; l < d.num_layers; ++l) {
+    const int m = static_cast<int>(l) + 1;
+    const std::string p = "decoder.layers." + std::to_string(l) + ".";
+    const int li = static_cast<int>(l);
+    specs.push_back({p + "self_attention.linear_qkv.layer_norm_weight", {d.hidden}, m, li, true, 0});
+    specs.push_back({p + "self_attention.linear_qkv.weight",
+                     {d.q_dim() + 2 * d.kv_dim(), d.hidden}, m, li, false, d.init_std});
+    specs.push_back({p + "self_attention.linear_proj.weight", {d.hidden, d.q_dim()}, m, li,
+                     false, scaled_std});
+    specs.push_back({p + "mlp.linear_fc1.layer_norm_weight", {d.hidden}, m, li, true, 0});
+    specs.push_back({p + "mlp.linear_fc1.weight", {2 * d.ffn, d.hidden}, m, li, false,
+                     d.init_std});
+    specs.push_back({p + "mlp.linear_fc2.weight", {d.hidden, d.ffn}, m, li, false, scaled_std});
+  }
+  const int head = head_module(d);
+  specs.push_back({"decoder.final_layernorm.weight", {d.hidden}, head, -1, true, 0});
+  specs.push_back({"output_layer.weight", {d.vocab, d.hidden}, head, -1, false, d.init_std});
+  return specs;
+}
+
+namespace {
+
+at::Generator make_generator(const at::Device& device, uint64_t seed) {
+  if (device.is_cuda()) {
+#ifdef SHARDBENCH_WITH_NCCL
+    auto gen = at::make_generator<at::CUDAGeneratorImpl>(device.index());
+    gen.set_current_seed(seed);
+    return gen;
+#else
+    throw std::runtime_error("CUDA device requested but shardbench was built without CUDA");
+#endif
+  }
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
+
+}  // namespace
+
+void init_param(const ParamSpec& spec, int64_t spec_index, uint64_t seed, at::Tensor param) {
+  at::NoGradGuard no_grad;
+  if (spec.init_std == 0.0) {
+    param.fill_(1.0);
+    return;
+  }
+  // One generator per parameter, seeded from (seed, index): values do not depend on how the
+  // engine lays parameters out or on how many ranks initialise them.
+  auto gen = make_generator(param.device(), seed * 1000003ULL + static_cast<uint64_t>(spec_index));
+  if (param.scalar_type() == at::kFloat) {
+    param.normal_(0.0, spec.init_std, gen);
+  } else {
+    auto tmp = at::empty(param.sizes(), param.options().dtype(at::kFloat));
+    tmp.normal_(0.0, spec.init_std, gen);
+    param.copy_(tmp);
+  }
+}
+
+LlamaWeights bind_weights(const LlamaDims& d, const std::vector<at::Tensor>& params) {
+  const size_t expected = 3 + 6 * static_cast<size_t>(d.num_layers);
+  if (params.size() != expected) {
+    throw std::invalid_argument("bind_weights: got " + std::to_string(params.size()) +
+                                " tensors, the model has " + std::to_string(expected));
+  }
+  LlamaWeights w;
+  size_t i = 0;
+  w.embedding = params[i++];
+  for (int64_t l = 0; l < d.num_layers; ++l) {
+    LayerWeights lw;
+    lw.input_norm = params[i++];
+    lw.qkv = params[i++];
+    lw.proj = params[i++];
+    lw.post_norm = params[i++];
+    lw.fc1 = params[i++];
+    lw.fc2 = params[i++];
+    w.layers.push_back(std::move(lw));
+  }
+  w.final_norm = params[i++];
+  w.output = params[i++];
+  return w;
+}
+
+LlamaModel::LlamaModel(LlamaDims dims, at::Device device) : dims_(dims), device_(device) {
+  // RoPE tables (non-interleaved halves, as Megatron's default rotate_half).
+  const int64_t half = dims_.head_dim / 2;
+  auto inv_freq = at::pow(dims_.rope_base,
+                          -at::arange(0, half, at::kDouble) * 2.0 / double(dims_.head_dim));
+  auto pos = at::arange(dims_.seq_length, at::kDouble);
+  auto freqs = at::outer(pos, inv_freq);             // [S, D/2]
+  auto emb = at::cat({freqs, freqs}, -1);            // [S, D]
+  rope_cos_ = emb.cos().to(at::kFloat).to(device_);
+  rope_sin_ = emb.sin().to(at::kFloat).to(device_);
+}
+
+at::Tensor LlamaModel::apply_rope(const at::Tensor& x) const {
+  const int64_t s = x.size(1);
+  const int64_t half = dims_.head_dim / 2;
+  auto cos = rope_cos_.narrow(0, 0, s).to(x.scalar_type()).view({1, s, 1, dims_.head_dim});
+  auto sin = rope_sin_.narrow(0, 0, s).to(x.scalar_type()).view({1, s, 1, dims_.head_dim});
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  auto rotated = at::cat({-x2, x1}, -1);
+  return x * cos + rotated * sin;
+}
+
+at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x) const {
+  const auto& d = dims_;
+  const int64_t b = x.size(0), s = x.size(1);
+  // Attention block.
+  auto h = at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps);
+  auto qkv = at::linear(h, w.qkv);
+  auto q = qkv.narrow(-1, 0, d.q_dim()).view({b, s, d.heads, d.head_dim});
+  auto k = qkv.narrow(-1, d.q_dim(), d.kv_dim()).view({b, s, d.kv_heads, d.head_dim});
+  auto v = qkv.narrow(-1, d.q_dim() + d.kv_dim(), d.kv_dim()).view({b, s, d.kv_heads, d.head_dim});
+  q = apply_rope(q).transpose(1, 2);
+  k = apply_rope(k).transpose(1, 2);
+  v = v.transpose(1, 2);
+  auto attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                               /*enable_gqa=*/d.kv_heads != d.heads);
+  attn = attn.transpose(1, 2).reshape({b, s, d.q_dim()});
+  auto x1 = x + at::linear(attn, w.proj);
+  // SwiGLU MLP: fc1 holds [gate; up] as Megatron's fused linear_fc1.
+  auto h2 = at::rms_norm(x1, {d.hidden}, w.post_norm, d.norm_eps);
+  auto gate_up = at::linear(h2, w.fc1);
+  auto act = at::silu(gate_up.narrow(-1, 0, d.ffn)) * gate_up.narrow(-1, d.ffn, d.ffn);
+  return x1 + at::linear(act, w.fc2);
+}
+
+at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tokens,
+                                    const at::Tensor& labels, ModuleHooks* hooks) const {
+  const auto& d = dims_;
+  if (hooks) hooks->pre_forward(0);
+  auto x = at::embedding(w.embedding, tokens);
+  if (hooks) x = hooks->post_forward(0, x);
+  for (int64_t l = 0; l < d.num_layers; ++l) {
+    const int m = static_cast<int>(l) + 1;
+    if (hooks) hooks->pre_forward(m);
+    x = layer_forward(w.layers[l], x);
+    if (hooks) x = hooks->post_forward(m, x);
+  }
+  const int head = head_module(d);
+  if (hooks) hooks->pre_forward(head);
+  auto h = at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps);
+  auto logits = at::linear(h, w.output);
+  // Cross-entropy in fp32, as Megatron's vocab-parallel loss.
+  auto loss = at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat), labels.reshape({-1}));
+  if (hooks) loss = hooks->post_forward(head, loss);
+  return loss;
+}
+
+std::string sdpa_backend_name(const LlamaDims& d, int64_t micro_batch, at::ScalarType dtype,
+                              at::Device device) {
+  auto opts = at::TensorOptions().dtype(dtype).device(device);
+  auto q = at::empty({micro_batch, d.heads, d.seq_length, d.head_dim}, opts);
+  auto kv = at::empty({micro_batch, d.kv_heads, d.seq_length, d.head_dim}, opts);
+  const int64_t choice = at::_fused_sdp_choice(q, kv, kv, {}, 0.0, true, std::nullopt,
+                                               d.kv_heads != d.heads);
+  switch (choice) {
+    case 0: return "math";
+    case 1: return "flash";
+    case 2: return "efficient";
+    case 3: return "cudnn";
+    case 4: return "overrideable";
+    default: return "error";
+  }
+}
+
+}  // namespace shardbench

@@ -1,0 +1,105 @@
+// A Llama-3 style decoder in libtorch: token embedding, RMSNorm, RoPE, grouped-query attention
+// through at::scaled_dot_product_attention (causal), SwiGLU MLP, untied output head and
+// cross-entropy loss.
+//
+// The model owns no parameters. A data-parallel engine places them (flat buffers, shards,
+// temporary gathers) and binds tensors that view its buffers; the forward pass calls back into
+// the engine around each module so that it can gather, prefetch and release weights.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace shardbench {
+
+struct LlamaDims {
+  int64_t num_layers = 2;
+  int64_t hidden = 64;
+  int64_t ffn = 176;
+  int64_t heads = 4;
+  int64_t kv_heads = 2;
+  int64_t head_dim = 16;
+  int64_t vocab = 512;
+  int64_t seq_length = 32;
+  double rope_base = 500000.0;
+  double norm_eps = 1e-5;
+  double init_std = 0.02;
+
+  int64_t q_dim() const { return heads * head_dim; }
+  int64_t kv_dim() const { return kv_heads * head_dim; }
+};
+
+// Modules in forward execution order: 0 is the embedding, 1..L are the transformer layers (the
+// FSDP units), L+1 is the head (final norm and output projection).
+inline int64_t module_count(const LlamaDims& d) { return d.num_layers + 2; }
+inline int head_module(const LlamaDims& d) { return static_cast<int>(d.num_layers) + 1; }
+
+struct ParamSpec {
+  std::string name;               // Megatron-style name, e.g. "decoder.layers.3.mlp.linear_fc1.weight"
+  std::vector<int64_t> shape;
+  int module = 0;                 // see module_count()
+  int layer = -1;                 // transformer layer index, -1 outside units
+  bool no_weight_decay = false;   // Megatron skips weight decay for norms (1-D params)
+  double init_std = 0.0;          // 0: initialised to ones (norm weights)
+  int64_t numel() const;
+  int64_t row_elems() const;      // elements per dim-0 row
+};
+
+// All parameters in forward execution order.
+std::vector<ParamSpec> llama_param_specs(const LlamaDims& dims);
+
+// Fills `param` (the spec's shape) with its deterministic initial values: the same on every
+// rank and every strategy, independent of where the engine stores it.
+void init_param(const ParamSpec& spec, int64_t spec_index, uint64_t seed, at::Tensor param);
+
+struct LayerWeights {
+  at::Tensor input_norm, qkv, proj, post_norm, fc1, fc2;
+};
+struct LlamaWeights {
+  at::Tensor embedding, final_norm, output;
+  std::vector<LayerWeights> layers;
+};
+// `params[i]` is the tensor of llama_param_specs()[i].
+LlamaWeights bind_weights(const LlamaDims& dims, const std::vector<at::Tensor>& params);
+
+// Engine callbacks around each module of the forward pass.
+class ModuleHooks {
+ public:
+  virtual ~ModuleHooks() = default;
+  // Before module `m` runs: its weights must be usable when this returns (on GPU: ordered on the
+  // current stream).
+  virtual void pre_forward(int module) = 0;
+  // After module `m` produced `output`; may wrap it (pre-backward hook) and release weights.
+  virtual at::Tensor post_forward(int module, at::Tensor output) = 0;
+};
+
+class LlamaModel {
+ public:
+  LlamaModel(LlamaDims dims, at::Device device);
+
+  const LlamaDims& dims() const { return dims_; }
+
+  // tokens, labels: [B, S] int64 on the model's device. Returns the mean token loss (fp32
+  // scalar). `hooks` may be null (plain forward).
+  at::Tensor forward_loss(const LlamaWeights& w, const at::Tensor& tokens,
+                          const at::Tensor& labels, ModuleHooks* hooks) const;
+
+ private:
+  at::Tensor layer_forward(const LayerWeights& w, const at::Tensor& x) const;
+  at::Tensor apply_rope(const at::Tensor& x) const;  // x: [B, S, H, D]
+
+  LlamaDims dims_;
+  at::Device device_;
+  at::Tensor rope_cos_;  // [S, D] fp32
+  at::Tensor rope_sin_;
+};
+
+// Which SDPA backend at::scaled_dot_product_attention would pick for this model's attention
+// shapes in `dtype` on `device` ("flash", "efficient", "cudnn", "math", ...).
+std::string sdpa_backend_name(const LlamaDims& dims, int64_t micro_batch, at::ScalarType dtype,
+                              at::Device device);
+
+}  // namespace shardbench
