@@ -76,8 +76,8 @@ constexpr long long kIntMax = std::numeric_limits<int>::max();
 constexpr const char* kPortAccepted = "a TCP port in [1, 65535]";
 
 std::string below(const char* name, long long bound) {
-  return "an integer in [0, " + std::to_string(bound) + ") (" + name + "=" +
-         std::to_string(bound) + ")";
+  return "an integer in [0, " + std::to_string(bound) + ") (" + name + "=" + std::to_string(bound) +
+         ")";
 }
 
 // RANK, WORLD_SIZE, ... as torchrun sets them; perf-launch sets the same names for its workers.
@@ -85,8 +85,7 @@ LaunchEnv read_torchrun_style(const EnvReader& in, const std::string& launcher) 
   LaunchEnv out;
   out.is_worker = true;
   out.launcher = launcher;
-  out.world_size =
-      static_cast<int>(in.require_int("WORLD_SIZE", 1, kIntMax, "an integer >= 1"));
+  out.world_size = static_cast<int>(in.require_int("WORLD_SIZE", 1, kIntMax, "an integer >= 1"));
   out.rank = static_cast<int>(
       in.require_int("RANK", 0, out.world_size - 1, below("WORLD_SIZE", out.world_size)));
   out.local_world_size = static_cast<int>(
@@ -94,8 +93,7 @@ LaunchEnv read_torchrun_style(const EnvReader& in, const std::string& launcher) 
                      "an integer in [1, WORLD_SIZE=" + std::to_string(out.world_size) + "]"));
   out.local_rank = static_cast<int>(in.require_int(
       "LOCAL_RANK", 0, out.local_world_size - 1, below("LOCAL_WORLD_SIZE", out.local_world_size)));
-  out.node_rank =
-      static_cast<int>(in.optional_int("GROUP_RANK", 0, 0, kIntMax, "an integer >= 0"));
+  out.node_rank = static_cast<int>(in.optional_int("GROUP_RANK", 0, 0, kIntMax, "an integer >= 0"));
   out.master_addr = in.require("MASTER_ADDR", "the host name or address of rank 0");
   out.master_port = static_cast<int>(in.require_int("MASTER_PORT", 1, 65535, kPortAccepted));
   return out;
@@ -114,8 +112,8 @@ LaunchEnv read_slurm(const EnvReader& in) {
   out.launcher = "slurm";
   const std::string ntasks_var = in.get("SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_NPROCS";
   out.world_size = static_cast<int>(in.require_int(ntasks_var, 1, kIntMax, "an integer >= 1"));
-  out.rank = static_cast<int>(
-      in.require_int("SLURM_PROCID", 0, out.world_size - 1, below(ntasks_var.c_str(), out.world_size)));
+  out.rank = static_cast<int>(in.require_int("SLURM_PROCID", 0, out.world_size - 1,
+                                             below(ntasks_var.c_str(), out.world_size)));
   out.node_rank = static_cast<int>(in.require_int("SLURM_NODEID", 0, kIntMax, "an integer >= 0"));
 
   // SLURM_NTASKS_PER_NODE exists only when --ntasks-per-node was given (one task per GPU);
@@ -138,8 +136,9 @@ LaunchEnv read_slurm(const EnvReader& in) {
     }
     out.local_world_size = counts[static_cast<std::size_t>(out.node_rank)];
   }
-  out.local_rank = static_cast<int>(in.require_int("SLURM_LOCALID", 0, out.local_world_size - 1,
-                                                   below("tasks on this node", out.local_world_size)));
+  out.local_rank =
+      static_cast<int>(in.require_int("SLURM_LOCALID", 0, out.local_world_size - 1,
+                                      below("tasks on this node", out.local_world_size)));
 
   out.slurm_job_id = in.get("SLURM_JOB_ID").value_or(in.get("SLURM_JOBID").value_or(""));
   out.slurm_nodelist = in.get("SLURM_JOB_NODELIST").value_or(in.get("SLURM_NODELIST").value_or(""));

@@ -180,7 +180,8 @@ void LocalJob::read_heartbeats(Worker& w, Clock::time_point now) {
     std::size_t begin = 0;
     for (std::size_t end; (end = w.partial_line.find('\n', begin)) != std::string::npos;
          begin = end + 1) {
-      const auto message = decode_heartbeat(std::string_view(w.partial_line).substr(begin, end - begin));
+      const auto message =
+          decode_heartbeat(std::string_view(w.partial_line).substr(begin, end - begin));
       if (!message) continue;
       (message->kind == HeartbeatKind::kError ? w.error_text : w.last_beat) = message->text;
     }
@@ -214,8 +215,8 @@ void LocalJob::check_silence(Clock::time_point now) {
     if (!w.running || now - w.last_heard < options_.timeout) continue;
     const std::string last = w.last_beat.empty() ? "none" : "\"" + w.last_beat + "\"";
     fail(w,
-         "sent no heartbeat for " + std::to_string(options_.timeout.count()) + " s (last: " +
-             last + ")",
+         "sent no heartbeat for " + std::to_string(options_.timeout.count()) + " s (last: " + last +
+             ")",
          1);
     return;
   }

@@ -13,15 +13,15 @@
 namespace shardbench {
 
 struct LocalLaunchOptions {
-  int nproc = 1;                           // worker processes on this host
-  std::vector<std::string> worker_argv;    // argv of each worker (usually perf-launch's own argv)
-  std::map<std::string, std::string> env;  // extra environment for every worker (explicit shell
-                                           // values win: setdefault semantics, as
-                                           // Megatron-Bridge's bootstrap does)
-  std::chrono::seconds timeout{300};       // a rank silent (no heartbeat) this long fails the
-                                           // run; 0 disables the check
-  std::string master_addr = "127.0.0.1";   // local runs bind the rendezvous store to loopback
-  int master_port = 0;                     // 0: pick a free port
+  int nproc = 1;                            // worker processes on this host
+  std::vector<std::string> worker_argv;     // argv of each worker (usually perf-launch's own argv)
+  std::map<std::string, std::string> env;   // extra environment for every worker (explicit shell
+                                            // values win: setdefault semantics, as
+                                            // Megatron-Bridge's bootstrap does)
+  std::chrono::seconds timeout{300};        // a rank silent (no heartbeat) this long fails the
+                                            // run; 0 disables the check
+  std::string master_addr = "127.0.0.1";    // local runs bind the rendezvous store to loopback
+  int master_port = 0;                      // 0: pick a free port
   std::vector<std::string> command_prefix;  // e.g. an nsys wrapper; may use {rank} placeholders
   std::vector<int> prefix_ranks;            // ranks that get command_prefix (empty: all)
   // After a failure or Ctrl-C, how long the other workers get between SIGTERM and SIGKILL.
@@ -29,9 +29,9 @@ struct LocalLaunchOptions {
 };
 
 struct LocalLaunchResult {
-  int exit_code = 0;         // what perf-launch returns
-  std::string failure;       // the one line describing the failure; empty on success
-  int failed_rank = -1;      // -1 when all succeeded or the launcher itself was signalled
+  int exit_code = 0;               // what perf-launch returns
+  std::string failure;             // the one line describing the failure; empty on success
+  int failed_rank = -1;            // -1 when all succeeded or the launcher itself was signalled
   std::vector<pid_t> worker_pids;  // by rank; all of them reaped when this returns
 };
 

@@ -7,16 +7,18 @@
 namespace shardbench {
 namespace {
 
-// A job of a million nodes does not exist; a list that expands beyond it is a typo ("[1-999999999]").
+// A job of a million nodes does not exist; a list that expands beyond it is a typo
+// ("[1-999999999]").
 constexpr std::size_t kMaxHosts = 1'000'000;
 
 constexpr const char* kHostlistSyntax =
     "comma-separated names, each with optional [a-b,c] groups of decimal numbers, "
     "e.g. \"gpu-[01-03,07],cpu9\"";
 
-[[noreturn]] void reject_hostlist(std::string_view hostlist, std::size_t pos, std::string_view why) {
-  throw std::invalid_argument("Slurm host list \"" + std::string(hostlist) + "\": " +
-                              std::string(why) + " at position " + std::to_string(pos) +
+[[noreturn]] void reject_hostlist(std::string_view hostlist, std::size_t pos,
+                                  std::string_view why) {
+  throw std::invalid_argument("Slurm host list \"" + std::string(hostlist) +
+                              "\": " + std::string(why) + " at position " + std::to_string(pos) +
                               "; accepted: " + kHostlistSyntax);
 }
 
@@ -78,7 +80,8 @@ void expand_item(std::string_view hostlist, std::size_t offset, std::string_view
   std::size_t pos = 0;
   while (pos < item.size()) {
     std::size_t open = item.find('[', pos);
-    std::string_view text = item.substr(pos, open == std::string_view::npos ? item.npos : open - pos);
+    std::string_view text =
+        item.substr(pos, open == std::string_view::npos ? item.npos : open - pos);
     if (text.find(']') != std::string_view::npos) {
       reject_hostlist(hostlist, offset + pos + text.find(']'), "unmatched ']'");
     }

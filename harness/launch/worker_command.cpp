@@ -16,9 +16,9 @@ namespace shardbench {
 namespace {
 
 // Variables perf-launch sets per worker; options.env may not set them.
-constexpr const char* kOwnedVars[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
-                                      "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                                      "MASTER_PORT", kLauncherVar,  kHeartbeatFdVar};
+constexpr const char* kOwnedVars[] = {
+    "RANK",        "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "MASTER_ADDR", "MASTER_PORT", kLauncherVar, kHeartbeatFdVar};
 
 [[noreturn]] void reject(const std::string& field, const std::string& value,
                          const std::string& accepted) {
