@@ -1,0 +1,134 @@
+// What the engine can run today, and the flag values override sets can see.
+#include <sstream>
+
+#include "harness/cli/flags.hpp"
+#include "harness/cli/parse.hpp"
+#include "harness/config/errors.hpp"
+#include "harness/config/text.hpp"
+
+namespace shardbench {
+namespace {
+
+[[noreturn]] void unsupported(const LaunchArgs& a, const std::string& long_name,
+                              const std::string& why) {
+  const auto it = a.given.find(long_name);
+  const FlagSpec* spec = find_flag(long_name);
+  const std::string value = it == a.given.end() ? "" : "=" + it->second.second;
+  throw UsageError((spec ? spec->display_name() : long_name) + value +
+                   " is not supported by shardbench yet: " + why);
+}
+
+void require_one(const LaunchArgs& a, const std::optional<int64_t>& size,
+                 const std::string& long_name, const std::string& what) {
+  if (size && *size != 1) {
+    unsupported(a, long_name,
+                what + " is not implemented (the engine is data-parallel only); accepted: 1");
+  }
+}
+
+std::string text_of(bool b) { return b ? "true" : "false"; }
+
+template <class T>
+std::optional<std::string> text_of(const std::optional<T>& value) {
+  if (!value) return std::nullopt;
+  if constexpr (std::is_same_v<T, std::string>) {
+    return *value;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return text_of(*value);
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    return "[" + join(*value, ",") + "]";
+  } else {
+    return std::to_string(*value);
+  }
+}
+
+}  // namespace
+
+void check_supported(const LaunchArgs& a) {
+  if (a.num_gpus < 1) {
+    throw UsageError("-ng/--num_gpus: invalid value '" + std::to_string(a.num_gpus) +
+                     "'; expected a positive number of GPUs");
+  }
+  if (a.domain != "llm") unsupported(a, "--domain", "only the llm forward step exists; accepted: llm");
+  if (a.task != "pretrain") {
+    unsupported(a, "--task", "fine-tuning is not implemented; accepted: pretrain");
+  }
+  if (a.data != "mock") {
+    unsupported(a, "--data", "runs use mock data (no tokenizer, no dataset); accepted: mock");
+  }
+  if (a.use_recipes) {
+    unsupported(a, "--use_recipes",
+                "only the flat perf recipes exist (see -mr in --help); drop the flag");
+  }
+  require_one(a, a.tensor_model_parallel_size, "--tensor_model_parallel_size",
+              "tensor parallelism");
+  require_one(a, a.pipeline_model_parallel_size, "--pipeline_model_parallel_size",
+              "pipeline parallelism");
+  require_one(a, a.context_parallel_size, "--context_parallel_size", "context parallelism");
+  require_one(a, a.expert_model_parallel_size, "--expert_model_parallel_size",
+              "expert parallelism");
+  if (a.et_given) {
+    require_one(a, a.expert_tensor_parallel_size, "--expert_tensor_parallel_size",
+                "expert tensor parallelism");
+  }
+  if (a.vp_given && a.virtual_pipeline_model_parallel_size) {
+    unsupported(a, "--virtual_pipeline_model_parallel_size",
+                "virtual pipeline stages need pipeline parallelism, which is not implemented; "
+                "accepted: None or -1");
+  }
+  if (a.compute_dtype != "bf16") {
+    unsupported(a, "--compute_dtype", "FP8/FP4 recipes are not implemented; accepted: bf16");
+  }
+  if (a.cuda_graph_impl && *a.cuda_graph_impl != "none") {
+    unsupported(a, "--cuda_graph_impl", "CUDA graph capture is not implemented; accepted: none");
+  }
+  if (a.cuda_graph_scope && !a.cuda_graph_scope->empty()) {
+    unsupported(a, "--cuda_graph_scope", "CUDA graph capture is not implemented");
+  }
+  if (a.pytorch_profiler) {
+    unsupported(a, "--pytorch_profiler",
+                "the PyTorch profiler is not implemented; use -en/--enable_nsys; accepted: false");
+  }
+  if (a.optimizer_type && *a.optimizer_type == "muon") {
+    unsupported(a, "--optimizer_type",
+                "the llama recipes use adam (Muon exists only for some Megatron-Bridge recipes, "
+                "e.g. Kimi-K2); accepted: adam");
+  }
+  if (a.executor == "slurm") {
+    unsupported(a, "--executor",
+                "the Slurm executor is not implemented (its flags -a -p -t -gn -E -cs "
+                "--additional_slurm_params are accepted and stored); use --executor local, or "
+                "start the ranks with torchrun/srun yourself");
+  }
+}
+
+CliValues cli_values(const LaunchArgs& a) {
+  CliValues v;
+  // Anything given, as typed; the typed values below replace it where normalisation matters.
+  for (const auto& [long_name, given] : a.given) v[long_name.substr(2)] = given.second;
+  v["model_family_name"] = a.model_family_name;
+  v["model_recipe_name"] = a.model_recipe_name;
+  v["num_gpus"] = std::to_string(a.num_gpus);
+  v["gpu"] = a.gpu;
+  v["compute_dtype"] = a.compute_dtype;
+  v["task"] = a.task;
+  v["use_megatron_fsdp"] = text_of(a.use_megatron_fsdp);
+  v["nccl_ub"] = text_of(a.nccl_ub);
+  v["cuda_graph_impl"] = text_of(a.cuda_graph_impl);
+  v["cuda_graph_scope"] = text_of(a.cuda_graph_scope);
+  v["recompute_num_layers"] = text_of(a.recompute_num_layers);
+  v["activation_offload_layers"] = text_of(a.activation_offload_layers);
+  v["recompute_modules"] = text_of(a.recompute_modules);
+  v["deterministic"] = text_of(a.deterministic);
+  v["enable_nsys"] = text_of(a.enable_nsys);
+  v["profiling_start_step"] = std::to_string(a.profiling_start_step);
+  v["profiling_stop_step"] = std::to_string(a.profiling_stop_step);
+  return v;
+}
+
+std::string flag_source(const LaunchArgs& a, const std::string& long_name) {
+  const auto it = a.given.find(long_name);
+  return "CLI flag " + (it == a.given.end() ? long_name : it->second.first);
+}
+
+}  // namespace shardbench
