@@ -19,7 +19,8 @@ struct LocalLaunchOptions {
                                             // values win: setdefault semantics, as
                                             // Megatron-Bridge's bootstrap does)
   std::chrono::seconds timeout{300};        // a rank silent (no heartbeat) this long fails the
-                                            // run; 0 disables the check
+                                            // run; counted from its start, so setup (CUDA and
+                                            // NCCL init) must fit or heartbeat; 0 disables it
   std::string master_addr = "127.0.0.1";    // local runs bind the rendezvous store to loopback
   int master_port = 0;                      // 0: pick a free port
   std::vector<std::string> command_prefix;  // e.g. an nsys wrapper; may use {rank} placeholders
@@ -41,7 +42,8 @@ struct LocalLaunchResult {
 // failed worker's exit code (1 when it has none). SIGINT/SIGTERM to the launcher are forwarded
 // to the workers and give 128 + signal. Throws std::invalid_argument for bad options and
 // std::system_error when processes or pipes cannot be created (workers started so far are
-// killed and reaped first). Only one launch may run at a time in a process (signal handlers).
+// killed and reaped first). Only one launch may run at a time in a process (signal handlers),
+// and the calling thread must outlive it: PR_SET_PDEATHSIG fires when the forking thread exits.
 LocalLaunchResult run_local_workers(const LocalLaunchOptions& options);
 
 // run_local_workers() that prints the failure line ("perf-launch: rank 1 (pid 4242) was killed
