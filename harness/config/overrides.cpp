@@ -108,11 +108,14 @@ bool evaluate(const std::string& condition, const ConfigEditor& editor, const Cl
     } else if (tokens.size() == 3) {
       const std::string& op = tokens[1];
       bool comparable = false;
-      const int c = compare(operand_value(tokens[0], editor, cli, where), tokens[2], comparable);
+      const json value = operand_value(tokens[0], editor, cli, where);
+      const int c = compare(value, tokens[2], comparable);
       if (op == "==") {
         holds = c == 0;
       } else if (op == "!=") {
         holds = c != 0;
+      } else if (value.is_null()) {
+        holds = false;  // an unset value is neither smaller nor larger than anything
       } else if (!comparable) {
         where.fail("'" + op + "' needs numbers on both sides", kConditionHelp);
       } else if (op == "<") {

@@ -1,0 +1,364 @@
+#include "harness/config/validate.hpp"
+
+#include <cstdlib>
+
+#include "harness/config/errors.hpp"
+#include "harness/config/field_registry.hpp"
+
+namespace shardbench {
+namespace {
+
+using nlohmann::json;
+
+// Applies forced values and collects notices for one validate_config call.
+class Rules {
+ public:
+  Rules(ConfigContainer& config, Provenance& provenance)
+      : c(config), editor_(config, provenance) {}
+
+  // Sets `key` to `value` under rule `rule`. `always_record`: record provenance even when the
+  // value was already right (a requirement the rule imposes, e.g. FSDP -> distributed optimizer).
+  bool force(const std::string& key, const json& value, const std::string& rule,
+             bool always_record = false) {
+    const bool changed = editor_.get(key) != value;
+    if (changed || always_record) editor_.set(key, value, "validation: " + rule);
+    return changed;
+  }
+  void notice(const std::string& text) { notices.push_back(text); }
+
+  ConfigContainer& c;
+  std::vector<std::string> notices;
+
+ private:
+  ConfigEditor editor_;
+};
+
+[[noreturn]] void fail(const std::string& message) { throw UsageError(message); }
+
+bool saves_or_loads(const ConfigContainer& c) {
+  return c.checkpoint.save.has_value() || c.checkpoint.load.has_value();
+}
+
+// MixedPrecisionConfig.setup: the preset's fields are copied onto model, optimizer and ddp, so a
+// preset wins over the same field set directly (as in Megatron-Bridge).
+void mixed_precision_setup(Rules& r) {
+  const auto& mp = r.c.mixed_precision;
+  if (!mp.name) return;
+  const std::string rule = "mixed_precision_setup (" + *mp.name + ")";
+  const std::pair<const char*, json> copies[] = {
+      {"model.bf16", mp.bf16},
+      {"model.fp16", mp.fp16},
+      {"model.params_dtype", mp.params_dtype},
+      {"optimizer.bf16", mp.bf16},
+      {"optimizer.fp16", mp.fp16},
+      {"optimizer.params_dtype", mp.params_dtype},
+      {"ddp.grad_reduce_in_fp32", mp.grad_reduce_in_fp32},
+      {"ddp.fp8_param_gather", mp.fp8_param_gather},
+      {"ddp.fp4_param_gather", mp.fp4_param_gather},
+      {"ddp.reuse_grad_buf_for_mxfp8_param_ag", mp.reuse_grad_buf_for_mxfp8_param_ag},
+      {"optimizer.reuse_grad_buf_for_mxfp8_param_ag", mp.reuse_grad_buf_for_mxfp8_param_ag},
+  };
+  for (const auto& [key, value] : copies) r.force(key, value, rule);
+}
+
+// DistributedDataParallelConfig.__post_init__.
+void ddp_post_init(Rules& r, const ValidationContext& ctx) {
+  const auto& ddp = r.c.ddp;
+  if (ddp.megatron_fsdp_version != 1 && ddp.megatron_fsdp_version != 2) {
+    fail("ddp.megatron_fsdp_version=" + std::to_string(ddp.megatron_fsdp_version) +
+         ": megatron_fsdp_version must be either 1 or 2");
+  }
+  if (ddp.reuse_grad_buf_for_mxfp8_param_ag && !ddp.fp8_param_gather) {
+    fail("ddp.reuse_grad_buf_for_mxfp8_param_ag=true needs ddp.fp8_param_gather=true: Reuse grad "
+         "buffer only when keeping params in MXFP8.");
+  }
+  if (ddp.num_buckets && ddp.bucket_size) {
+    fail("ddp.num_buckets=" + std::to_string(*ddp.num_buckets) + " and ddp.bucket_size=" +
+         std::to_string(*ddp.bucket_size) + " are exclusive; set one of them to null");
+  }
+  if (ddp.num_buckets && *ddp.num_buckets <= 0) {
+    fail("ddp.num_buckets=" + std::to_string(*ddp.num_buckets) + ": must be > 0 (or null)");
+  }
+  if (ddp.megatron_fsdp_max_pool_double_buffer) {
+    r.force("ddp.fsdp_double_buffer", true, "max_pool_double_buffer");
+  }
+  // torch < 2.11 only: the CUDA MemPool API that nccl_ub uses breaks expandable segments.
+  const bool old_torch = ctx.torch_major < 2 || (ctx.torch_major == 2 && ctx.torch_minor < 11);
+  const auto alloc_conf = effective_env(r.c, ctx, "PYTORCH_CUDA_ALLOC_CONF");
+  if (ddp.nccl_ub && old_torch && alloc_conf &&
+      alloc_conf->find("expandable_segments:True") != std::string::npos) {
+    fail("ddp.nccl_ub=true with PYTORCH_CUDA_ALLOC_CONF=" + *alloc_conf +
+         ": PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is currently not supported with "
+         "nccl_ub due to compatibility issue with torch.cuda.MemPool API. Remove "
+         "expandable_segments:True (env.PYTORCH_CUDA_ALLOC_CONF=null) or use torch >= 2.11.");
+  }
+}
+
+// _validate_and_apply_megatron_fsdp_configs + the v1 rules.
+void megatron_fsdp(Rules& r, const ValidationContext& ctx) {
+  auto& c = r.c;
+  if (c.dist.use_megatron_fsdp && c.dist.use_torch_fsdp2) {
+    fail("dist.use_megatron_fsdp=true and dist.use_torch_fsdp2=true: use_megatron_fsdp and "
+         "use_torch_fsdp2 are mutually exclusive.");
+  }
+  if (!c.dist.use_megatron_fsdp && !c.ddp.use_megatron_fsdp) return;
+  r.force("dist.use_megatron_fsdp", true, "megatron_fsdp_flags", true);
+  r.force("ddp.use_megatron_fsdp", true, "megatron_fsdp_flags", true);
+  if (c.ddp.megatron_fsdp_version == 2) {
+    fail("ddp.megatron_fsdp_version=2: the experimental Megatron FSDP v2 is not supported by "
+         "shardbench yet; accepted: 1");
+  }
+  const std::string rule = "megatron_fsdp_v1";
+  const bool was_off = !c.ddp.use_distributed_optimizer || !c.optimizer.use_distributed_optimizer;
+  r.force("ddp.use_distributed_optimizer", true, rule, true);
+  r.force("optimizer.use_distributed_optimizer", true, rule, true);
+  if (was_off) r.notice("use_distributed_optimizer=True is required for Megatron-FSDP. Activating...");
+  if (c.optimizer.use_precision_aware_optimizer) {
+    r.force("ddp.megatron_fsdp_use_decoupled_grad", true, rule + " (precision-aware optimizer)");
+  }
+  if (c.ddp.average_in_collective && !c.ddp.disable_symmetric_registration) {
+    r.force("ddp.average_in_collective", false, rule);
+    r.notice("average_in_collective not supported with NCCL symmetric registration. "
+             "Deactivating...");
+  }
+  r.force("ddp.reuse_grad_buf_for_mxfp8_param_ag", false, rule);
+  r.force("optimizer.reuse_grad_buf_for_mxfp8_param_ag", false, rule);
+  if (saves_or_loads(c) && c.checkpoint.ckpt_format != "fsdp_dtensor") {
+    fail("checkpoint.ckpt_format=" + c.checkpoint.ckpt_format +
+         " with checkpoint.save/load set: Megatron-FSDP requires the fsdp_dtensor "
+         "checkpointing format! (set checkpoint.ckpt_format=fsdp_dtensor, or checkpoint.save=null "
+         "checkpoint.load=null)");
+  }
+  const auto cdmc = effective_env(c, ctx, "CUDA_DEVICE_MAX_CONNECTIONS");
+  if (cdmc && *cdmc == "1") {
+    const bool from_process = ctx.getenv && ctx.getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    fail(std::string("CUDA_DEVICE_MAX_CONNECTIONS=1 (from ") +
+         (from_process ? "the environment" : "env.CUDA_DEVICE_MAX_CONNECTIONS") +
+         "): FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.");
+  }
+  if (c.ddp.nccl_ub) {
+    r.force("ddp.fsdp_manual_registration", true, rule + " (nccl_ub)");
+  } else if (c.ddp.fsdp_manual_registration) {
+    fail("ddp.fsdp_manual_registration=true with ddp.nccl_ub=false: "
+         "DDP.fsdp_manual_registration requires DDP.nccl_ub!");
+  }
+  if (c.ddp.data_parallel_sharding_strategy == "optim_grads_params" &&
+      c.train.check_weight_hash_across_dp_replicas_interval) {
+    fail("train.check_weight_hash_across_dp_replicas_interval=" +
+         std::to_string(*c.train.check_weight_hash_across_dp_replicas_interval) +
+         " with ddp.data_parallel_sharding_strategy=optim_grads_params: weights are sharded, so "
+         "there are no replicas to hash; accepted: null");
+  }
+  if (c.dist.use_tp_pp_dp_mapping) {
+    fail("dist.use_tp_pp_dp_mapping=true: use_tp_pp_dp_mapping is not supported with Megatron "
+         "FSDP");
+  }
+  if (c.model.init_model_with_meta_device && c.ddp.data_parallel_sharding_strategy == "no_shard") {
+    fail("model.init_model_with_meta_device=true with ddp.data_parallel_sharding_strategy="
+         "no_shard: meta-device initialization is not supported with Megatron FSDP no_shard; use "
+         "optim, optim_grads or optim_grads_params, or model.init_model_with_meta_device=false");
+  }
+}
+
+// _validate_and_sync_distributed_optimizer_settings and the overlap_param_gather twin.
+void sync_pair(Rules& r, const std::string& ddp_key, const std::string& optimizer_key,
+               const std::string& what) {
+  const json a = get_field(r.c, ddp_key);
+  const json b = get_field(r.c, optimizer_key);
+  if (a == b || !(a.get<bool>() || b.get<bool>())) return;
+  r.force(ddp_key, true, "sync_" + what);
+  r.force(optimizer_key, true, "sync_" + what);
+  r.notice(ddp_key + " and " + optimizer_key + " were not in sync; setting both to True.");
+}
+
+void mixed_precision_consistency(const ConfigContainer& c) {
+  if (c.model.bf16 && c.model.fp16) fail("model.bf16 and model.fp16 cannot both be true");
+  if (c.optimizer.bf16 && c.optimizer.fp16) {
+    fail("optimizer.bf16 and optimizer.fp16 cannot both be true");
+  }
+  if (c.optimizer.use_precision_aware_optimizer &&
+      (c.optimizer.bf16 != c.model.bf16 || c.optimizer.fp16 != c.model.fp16)) {
+    fail("optimizer.use_precision_aware_optimizer=true needs optimizer.bf16/fp16 to match "
+         "model.bf16/fp16");
+  }
+}
+
+void checkpoint_rules(const ConfigContainer& c) {
+  if (saves_or_loads(c) && c.checkpoint.ckpt_format == "fsdp_dtensor" &&
+      (!c.ddp.use_megatron_fsdp || c.dist.use_torch_fsdp2)) {
+    fail("checkpoint.ckpt_format=fsdp_dtensor: fsdp_dtensor checkpoint format only supports "
+         "Megatron FSDP (set ddp.use_megatron_fsdp=true or another ckpt_format)");
+  }
+  if (c.checkpoint.async_save && c.checkpoint.ckpt_format != "torch_dist" &&
+      c.checkpoint.ckpt_format != "fsdp_dtensor") {
+    fail("checkpoint.async_save=true with checkpoint.ckpt_format=" + c.checkpoint.ckpt_format +
+         ": async save supports torch_dist or fsdp_dtensor");
+  }
+}
+
+bool uses_cuda_graphs(const ConfigContainer& c) { return c.model.cuda_graph_impl != "none"; }
+bool full_iteration_graph(const ConfigContainer& c) {
+  for (const auto& scope : c.model.cuda_graph_scope) {
+    if (scope == "full_iteration") return true;
+  }
+  return false;
+}
+
+// MCore TransformerConfig.__post_init__ CPU-offload checks.
+void cpu_offload_rules(const ConfigContainer& c) {
+  const auto& m = c.model;
+  if (!m.cpu_offloading) return;
+  if (m.cpu_offloading_num_layers < 0 || m.cpu_offloading_num_layers >= m.num_layers) {
+    fail("model.cpu_offloading_num_layers=" + std::to_string(m.cpu_offloading_num_layers) +
+         ": CPU offloading can be done only for layers less than " +
+         std::to_string(m.num_layers) + " (accepted: 0.." + std::to_string(m.num_layers - 1) +
+         ")");
+  }
+  if (m.pipeline_model_parallel_size > 1) {
+    fail("model.cpu_offloading=true with model.pipeline_model_parallel_size=" +
+         std::to_string(m.pipeline_model_parallel_size) +
+         ": Currently there is no support for Pipeline parallelism with CPU offloading");
+  }
+  if (m.recompute_granularity) {
+    fail("model.cpu_offloading=true with model.recompute_granularity=" +
+         *m.recompute_granularity +
+         ": CPU offloading does not work when activation recomputation is enabled (-ol and -rl "
+         "exclude each other)");
+  }
+  if (uses_cuda_graphs(c) && !full_iteration_graph(c)) {
+    fail("model.cpu_offloading=true with model.cuda_graph_impl=" + m.cuda_graph_impl +
+         ": CUDA graphs not supported with CPU offloading.");
+  }
+}
+
+void model_shape_rules(const ConfigContainer& c) {
+  const auto& m = c.model;
+  const auto positive = [](const char* key, int64_t v) {
+    if (v <= 0) fail(std::string(key) + "=" + std::to_string(v) + ": must be > 0");
+  };
+  positive("model.num_layers", m.num_layers);
+  positive("model.hidden_size", m.hidden_size);
+  positive("model.num_attention_heads", m.num_attention_heads);
+  positive("model.seq_length", m.seq_length);
+  positive("train.micro_batch_size", c.train.micro_batch_size);
+  positive("train.global_batch_size", c.train.global_batch_size);
+  positive("train.train_iters", c.train.train_iters);
+  if (!m.kv_channels && m.hidden_size % m.num_attention_heads != 0) {
+    fail("model.hidden_size=" + std::to_string(m.hidden_size) +
+         " is not divisible by model.num_attention_heads=" +
+         std::to_string(m.num_attention_heads) + " (or set model.kv_channels)");
+  }
+  if (m.num_query_groups && m.num_attention_heads % *m.num_query_groups != 0) {
+    fail("model.num_attention_heads=" + std::to_string(m.num_attention_heads) +
+         " is not divisible by model.num_query_groups=" + std::to_string(*m.num_query_groups));
+  }
+}
+
+void parallel_and_batch_rules(const ConfigContainer& c, int64_t num_gpus) {
+  const int64_t dp = data_parallel_size(c, num_gpus);
+  const auto& t = c.train;
+  if (t.global_batch_size % (t.micro_batch_size * dp) != 0) {
+    fail("train.global_batch_size=" + std::to_string(t.global_batch_size) +
+         " is not divisible by train.micro_batch_size (" + std::to_string(t.micro_batch_size) +
+         ") times data parallel size (" + std::to_string(dp) + ")");
+  }
+  const int64_t cp = c.model.context_parallel_size;
+  if (cp > 1 && c.model.seq_length % (2 * cp) != 0) {
+    fail("model.seq_length=" + std::to_string(c.model.seq_length) +
+         " must be a multiple of 2 * context_parallel_size (" + std::to_string(2 * cp) + ")");
+  }
+}
+
+void profiling_rules(Rules& r) {
+  const auto& p = r.c.profiling;
+  if (p.use_nsys_profiler && p.use_pytorch_profiler) {
+    fail("profiling.use_nsys_profiler=true and profiling.use_pytorch_profiler=true: Exactly one "
+         "of pytorch or nsys profiler should be enabled, not both.");
+  }
+  if (p.profile_step_start < 0) {
+    fail("profiling.profile_step_start=" + std::to_string(p.profile_step_start) +
+         ": profile_step_start must be >= 0");
+  }
+  if (p.profile_step_end < p.profile_step_start) {
+    fail("profiling.profile_step_end=" + std::to_string(p.profile_step_end) +
+         ": profile_step_end must be >= profile_step_start (" +
+         std::to_string(p.profile_step_start) + ")");
+  }
+  if (full_iteration_graph(r.c) && r.c.rerun_state_machine.check_for_nan_in_loss) {
+    fail("model.cuda_graph_scope=[full_iteration] requires "
+         "rerun_state_machine.check_for_nan_in_loss=false");
+  }
+}
+
+void shardbench_rules(const ConfigContainer& c) {
+  const auto& s = c.shardbench;
+  if (s.device == "cpu" && s.backend == "nccl") {
+    fail("shardbench.backend=nccl with shardbench.device=cpu: NCCL needs GPUs; accepted on CPU: "
+         "gloo or auto");
+  }
+  if (s.hang_timeout_s <= 0) {
+    fail("shardbench.hang_timeout_s=" + std::to_string(s.hang_timeout_s) + ": must be > 0");
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> effective_env(const ConfigContainer& config,
+                                         const ValidationContext& context,
+                                         const std::string& name) {
+  if (context.getenv) {
+    if (auto value = context.getenv(name)) return value;
+  } else if (const char* value = std::getenv(name.c_str())) {
+    return std::string(value);
+  }
+  const auto it = config.env.find(name);
+  if (it == config.env.end()) return std::nullopt;
+  return it->second;
+}
+
+int64_t data_parallel_size(const ConfigContainer& c, int64_t num_gpus) {
+  const auto& m = c.model;
+  const int64_t model_parallel =
+      m.tensor_model_parallel_size * m.pipeline_model_parallel_size * m.context_parallel_size;
+  if (model_parallel <= 0 || num_gpus % model_parallel != 0) {
+    fail("Requested " + std::to_string(num_gpus) + " GPUs is not divisible by TP * PP * CP (" +
+         std::to_string(m.tensor_model_parallel_size) + " * " +
+         std::to_string(m.pipeline_model_parallel_size) + " * " +
+         std::to_string(m.context_parallel_size) + " = " + std::to_string(model_parallel) + ")");
+  }
+  const int64_t etp = m.expert_tensor_parallel_size.value_or(m.tensor_model_parallel_size);
+  const int64_t expert_parallel = etp * m.expert_model_parallel_size *
+                                  m.pipeline_model_parallel_size;
+  if (expert_parallel <= 0 || num_gpus % expert_parallel != 0) {
+    fail("Requested " + std::to_string(num_gpus) + " GPUs is not divisible by ETP * EP * PP (" +
+         std::to_string(expert_parallel) + ")");
+  }
+  return num_gpus / model_parallel;
+}
+
+std::vector<std::string> validate_config(ConfigContainer& config, Provenance& provenance,
+                                         const ValidationContext& context) {
+  Rules r(config, provenance);
+  mixed_precision_setup(r);
+  ddp_post_init(r, context);
+  megatron_fsdp(r, context);
+  if (!config.ddp.use_megatron_fsdp && config.ddp.fp8_param_gather &&
+      config.mixed_precision.fp8_recipe == "mxfp8" && !config.ddp.reuse_grad_buf_for_mxfp8_param_ag) {
+    fail("ddp.fp8_param_gather=true with fp8_recipe=mxfp8 needs "
+         "ddp.reuse_grad_buf_for_mxfp8_param_ag=true");
+  }
+  sync_pair(r, "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer",
+            "distributed_optimizer");
+  sync_pair(r, "ddp.overlap_param_gather", "optimizer.overlap_param_gather",
+            "overlap_param_gather");
+  mixed_precision_consistency(config);
+  checkpoint_rules(config);
+  cpu_offload_rules(config);
+  model_shape_rules(config);
+  parallel_and_batch_rules(config, context.num_gpus);
+  profiling_rules(r);
+  shardbench_rules(config);
+  return r.notices;
+}
+
+}  // namespace shardbench

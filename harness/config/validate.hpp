@@ -1,0 +1,43 @@
+// Megatron-Bridge's ConfigContainer.validate() (MB:src/megatron/bridge/training/config.py
+// ~L1255-1660), the DDP config's __post_init__ and MCore's CPU-offload checks, restricted to the
+// rules that matter for a data-parallel run (megatron-reference.md 3.2).
+//
+// Rules either force a value (recorded in provenance as "validation: <rule>", with Megatron's
+// notice in the returned list) or reject the config with one UsageError.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/config/provenance.hpp"
+
+namespace shardbench {
+
+struct ValidationContext {
+  int64_t num_gpus = 1;
+  // The torch shardbench is built against (2.11); only the nccl_ub/expandable_segments rule
+  // depends on it.
+  int torch_major = 2;
+  int torch_minor = 11;
+  // Reads the launching process's environment; a value there wins over config.env, as in
+  // Megatron-Bridge's bootstrap.py (os.environ.setdefault). Defaults to std::getenv.
+  std::function<std::optional<std::string>(const std::string&)> getenv;
+};
+
+// Validates and completes `config` in place. Returns notices (forced values, warnings).
+std::vector<std::string> validate_config(ConfigContainer& config, Provenance& provenance,
+                                         const ValidationContext& context);
+
+// benchmark_parallelism.data_parallel_size: num_gpus / (TP * PP * CP), with Megatron-Bridge's
+// divisibility errors.
+int64_t data_parallel_size(const ConfigContainer& config, int64_t num_gpus);
+
+// The value a run will see for an environment variable: the process's if set, else config.env's.
+std::optional<std::string> effective_env(const ConfigContainer& config,
+                                         const ValidationContext& context,
+                                         const std::string& name);
+
+}  // namespace shardbench
