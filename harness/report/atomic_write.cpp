@@ -1,0 +1,115 @@
+#include "harness/report/atomic_write.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+namespace shardbench {
+namespace {
+
+[[noreturn]] void fail(const std::filesystem::path& path, const std::string& step, int err) {
+  throw std::runtime_error("cannot write " + path.string() + ": " + step + ": " +
+                           std::strerror(err));
+}
+
+// Removes the temporary file unless release() was called.
+class TempFileGuard {
+ public:
+  explicit TempFileGuard(std::filesystem::path path) : path_(std::move(path)) {}
+  ~TempFileGuard() {
+    if (fd_ >= 0) ::close(fd_);
+    if (armed_) ::unlink(path_.c_str());
+  }
+  TempFileGuard(const TempFileGuard&) = delete;
+  TempFileGuard& operator=(const TempFileGuard&) = delete;
+
+  void set_fd(int fd) { fd_ = fd; }
+  int close_fd() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+  void release() { armed_ = false; }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  bool armed_ = true;
+};
+
+void write_all(int fd, std::string_view contents, const std::filesystem::path& path,
+               const std::filesystem::path& tmp) {
+  std::size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      fail(path, "write " + tmp.string(), err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+// Makes the rename itself durable; a failure here does not undo a completed rename, so it is
+// ignored (some file systems refuse fsync on directories).
+void fsync_directory(const std::filesystem::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+namespace detail {
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view contents,
+                           RenameFn rename_fn) {
+  if (path.filename().empty()) fail(path, "path names no file", EINVAL);
+  const std::filesystem::path dir =
+      path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail(path, "create folder " + dir.string(), ec.value());
+
+  std::filesystem::path tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  TempFileGuard guard(tmp);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    guard.release();  // nothing was created
+    fail(path, "open " + tmp.string(), err);
+  }
+  guard.set_fd(fd);
+  write_all(fd, contents, path, tmp);
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    fail(path, "fsync " + tmp.string(), err);
+  }
+  if (guard.close_fd() != 0) {
+    const int err = errno;
+    fail(path, "close " + tmp.string(), err);
+  }
+  if (rename_fn(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    fail(path, "rename " + tmp.string() + " -> " + path.string(), err);
+  }
+  guard.release();
+  fsync_directory(dir);
+}
+
+}  // namespace detail
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view contents) {
+  detail::write_file_atomically(path, contents, &std::rename);
+}
+
+}  // namespace shardbench

@@ -1,0 +1,24 @@
+// FSDP run against its DDP baseline: signed relative differences of time, throughput and memory.
+#pragma once
+
+#include <cstddef>
+
+#include <nlohmann/json.hpp>
+
+namespace shardbench {
+
+// Below this relative change a step-time difference is "on par" even when both runs are very
+// steady: CUDA-event jitter and clock drift alone move medians by a few tenths of a percent.
+inline constexpr double kMinNoiseBand = 0.01;
+
+// Compares two run objects of the report (run_to_json). Every metric holds
+// {"baseline", "head", "relative_change" = head / baseline - 1 (null when either is missing or
+// the baseline is 0), "better": "lower" | "higher"}:
+//   median_step_time_ms (over the measured window), mean_tflops_per_gpu and
+//   mean_tokens_per_sec_per_gpu (evaluate.py's evaluation-window means), engine_<class>_bytes for
+//   each engine buffer class, and allocator_max_allocated_bytes / allocator_max_reserved_bytes.
+// "noise_band" = max(kMinNoiseBand, cv of either run's step time); "verdict" is one line.
+nlohmann::json compare_runs(const nlohmann::json& head_run, std::size_t head_index,
+                            const nlohmann::json& baseline_run, std::size_t baseline_index);
+
+}  // namespace shardbench

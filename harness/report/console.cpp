@@ -1,0 +1,163 @@
+#include "harness/report/console.hpp"
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <vector>
+
+#include "harness/measure/throughput.hpp"
+#include "harness/report/units.hpp"
+
+namespace shardbench {
+namespace {
+
+using nlohmann::json;
+
+std::string printf_string(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
+std::string printf_string(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, args);
+  va_end(args);
+  return out;
+}
+
+std::string gb(int64_t bytes) {
+  return format_significant(static_cast<double>(bytes) / kBytesPerGB, kMemoryGBSignificantDigits);
+}
+
+std::optional<double> number_at(const json& j, const std::string& pointer) {
+  const json::json_pointer ptr(pointer);
+  if (!j.contains(ptr) || !j.at(ptr).is_number()) return std::nullopt;
+  return j.at(ptr).get<double>();
+}
+
+std::string short_name(const json& run) {
+  const json& id = run.at("identity");
+  if (id.value("wrapper", "") == "ddp") {
+    return id.value("distributed_optimizer", false) ? "DDP+distopt" : "DDP";
+  }
+  return "FSDP";
+}
+
+}  // namespace
+
+IterationLog iteration_log(const RunRecord& run, const StepRecord& step,
+                           int64_t nan_iterations_so_far) {
+  IterationLog log;
+  log.iteration = step.iteration;
+  log.train_iters = run.train_iters > 0 ? run.train_iters : step.iteration;
+  log.consumed_samples = step.iteration * run.global_batch_size;
+  log.elapsed_ms = step.elapsed_ms;
+  const double step_s = step.elapsed_ms / 1e3;
+  if (run.model_flops_per_step > 0 && step_s > 0) {
+    log.tflops_per_gpu = tflops_per_gpu(run.model_flops_per_step, step_s, run.world_size);
+  }
+  if (run.global_batch_size > 0 && run.seq_length > 0 && step_s > 0) {
+    log.tokens_per_sec_per_gpu =
+        tokens_per_sec_per_gpu(run.global_batch_size, run.seq_length, step_s, run.world_size);
+  }
+  log.learning_rate = step.learning_rate;
+  log.global_batch_size = run.global_batch_size;
+  log.loss = step.loss;
+  log.grad_norm = step.grad_norm;
+  const bool nan_iteration = !std::isfinite(step.loss) || !std::isfinite(step.grad_norm);
+  log.nan_iterations = nan_iterations_so_far + (nan_iteration ? 1 : 0);
+  return log;
+}
+
+std::string format_iteration_line(const IterationLog& log) {
+  // Field formats of Megatron-LM training_log: {:8d}/{:8d}, {:12d}, {:.1f}, {:.6E}, {:5d},
+  // {:.3f}, {:3d}. C's %.3f prints "nan"/"inf" like Python, which evaluate.py's grad-norm regex
+  // expects.
+  std::string line = printf_string(
+      " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |",
+      static_cast<long long>(log.iteration), static_cast<long long>(log.train_iters),
+      static_cast<long long>(log.consumed_samples), log.elapsed_ms);
+  if (log.tflops_per_gpu) {
+    line += printf_string(" throughput per GPU (TFLOP/s/GPU): %.1f |", *log.tflops_per_gpu);
+  }
+  if (log.tokens_per_sec_per_gpu) {
+    line += printf_string(" tokens per GPU (tokens/s/GPU): %.1f |", *log.tokens_per_sec_per_gpu);
+  }
+  line += printf_string(
+      " learning rate: %.6E | global batch size: %5lld | lm loss: %.6E | grad norm: %.3f |"
+      " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
+      log.learning_rate, static_cast<long long>(log.global_batch_size), log.loss, log.grad_norm,
+      static_cast<long long>(log.skipped_iterations), static_cast<long long>(log.nan_iterations));
+  return line;
+}
+
+std::string format_step_time_line(double elapsed_ms, double tflops_per_gpu) {
+  return printf_string("Step Time : %.2fs GPU utilization: %.1fMODEL_TFLOP/s/GPU", elapsed_ms / 1e3,
+                       tflops_per_gpu);
+}
+
+std::string format_memory_line(const AllocatorSnapshot& s, int64_t iterations) {
+  return "[Rank " + std::to_string(s.rank) + "] (after " + std::to_string(iterations) +
+         " iterations) memory (GB) | mem-allocated-gigabytes: " + gb(s.allocated_bytes) +
+         " | mem-max-allocated-gigabytes: " + gb(s.max_allocated_bytes) +
+         " | mem-reserved-gigabytes: " + gb(s.reserved_bytes) +
+         " | mem-max-reserved-gigabytes: " + gb(s.max_reserved_bytes) +
+         " | mem-alloc-retries: " + std::to_string(s.num_alloc_retries) + " |";
+}
+
+std::string format_comparison_summary(const json& report) {
+  if (!report.contains("comparison") || report["comparison"].is_null()) return "";
+  const json& cmp = report["comparison"];
+  const json& runs = report.at("runs");
+  const json& head = runs.at(cmp.at("head_index").get<std::size_t>());
+  const json& base = runs.at(cmp.at("baseline_index").get<std::size_t>());
+  const std::string head_name = short_name(head);
+  const std::string base_name = short_name(base);
+
+  struct Row {
+    const char* label;
+    const char* metric;
+    double scale;  // displayed = value / scale
+    const char* format;
+  };
+  const std::vector<Row> rows = {
+      {"step time, median (ms)", "median_step_time_ms", 1, "%.1f"},
+      {"TFLOP/s/GPU, eval-window mean", "mean_tflops_per_gpu", 1, "%.1f"},
+      {"tokens/s/GPU, eval-window mean", "mean_tokens_per_sec_per_gpu", 1, "%.0f"},
+      {"model weights per rank (GiB)", "engine_model_weight_bytes", kBytesPerGiB, "%.3f"},
+      {"main weights per rank (GiB)", "engine_main_weight_bytes", kBytesPerGiB, "%.3f"},
+      {"main grads per rank (GiB)", "engine_main_grad_bytes", kBytesPerGiB, "%.3f"},
+      {"optimizer state per rank (GiB)", "engine_optimizer_state_bytes", kBytesPerGiB, "%.3f"},
+      {"static total per rank (GiB)", "engine_static_total_bytes", kBytesPerGiB, "%.3f"},
+      {"transient peak per rank (GiB)", "engine_temporary_peak_bytes", kBytesPerGiB, "%.3f"},
+      {"max allocated per rank (GiB)", "allocator_max_allocated_bytes", kBytesPerGiB, "%.3f"},
+      {"max reserved per rank (GiB)", "allocator_max_reserved_bytes", kBytesPerGiB, "%.3f"},
+  };
+  std::string out = printf_string(
+      "%s %s vs %s, world size %d (change = %s / %s - 1)\n", head_name.c_str(),
+      head.at("identity").value("strategy", "").c_str(), base_name.c_str(),
+      head.at("identity").value("world_size", 0), head_name.c_str(), base_name.c_str());
+  out += printf_string("  %-32s %14s %14s %9s\n", "metric", base_name.c_str(), head_name.c_str(),
+                       "change");
+  for (const Row& row : rows) {
+    const std::string m = std::string("/metrics/") + row.metric;
+    const std::optional<double> b = number_at(cmp, m + "/baseline");
+    const std::optional<double> h = number_at(cmp, m + "/head");
+    if (!b && !h) continue;
+    if (row.scale != 1 && b.value_or(0) == 0 && h.value_or(0) == 0) continue;  // class unused
+    auto cell = [&](std::optional<double> v) {
+      return v ? printf_string(row.format, *v / row.scale) : std::string("n/a");
+    };
+    const std::optional<double> change = number_at(cmp, m + "/relative_change");
+    const std::string change_text = change ? printf_string("%+.1f%%", *change * 100) : "n/a";
+    out += printf_string("  %-32s %14s %14s %9s\n", row.label, cell(b).c_str(), cell(h).c_str(),
+                         change_text.c_str());
+  }
+  out += "verdict: " + cmp.value("verdict", "") + "\n";
+  return out;
+}
+
+}  // namespace shardbench

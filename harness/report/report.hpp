@@ -1,0 +1,36 @@
+// The versioned JSON report of one shardbench invocation: environment, one or more runs (the
+// requested run and, in comparison mode, its DDP baseline) and the comparison between them.
+// Its shape is described by results/report.schema.json.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <optional>
+#include <span>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/measure/stats.hpp"
+#include "harness/report/environment.hpp"
+#include "harness/report/run_record.hpp"
+
+namespace shardbench {
+
+// Bumped on any change a reader must know about (renamed or removed field: major; added: minor).
+inline constexpr const char* kReportSchemaVersion = "1.0";
+
+struct ReportOptions {
+  WarmupRule warmup;
+  // The comparison pair. When unset, the first "megatron_fsdp" run is compared against the first
+  // "ddp" run; without both there is no comparison (null).
+  std::optional<std::size_t> head_index;
+  std::optional<std::size_t> baseline_index;
+};
+
+nlohmann::json build_report(const EnvironmentInfo& env, std::span<const RunRecord> runs,
+                            const ReportOptions& options = {});
+
+// Writes the report atomically (see atomic_write.hpp), pretty-printed with a final newline.
+void write_report(const std::filesystem::path& path, const nlohmann::json& report);
+
+}  // namespace shardbench

@@ -1,0 +1,37 @@
+#include "harness/report/report_path.hpp"
+
+#include "harness/report/environment.hpp"
+
+namespace shardbench {
+namespace {
+
+std::string file_safe(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    out += ok ? c : '_';
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string strategy_tag(std::string_view wrapper, std::string_view strategy,
+                         bool distributed_optimizer) {
+  if (wrapper == "ddp") return distributed_optimizer ? "ddp-distopt" : "ddp";
+  return "fsdp-" + file_safe(strategy);
+}
+
+std::filesystem::path default_report_path(const std::filesystem::path& results_dir,
+                                          std::string_view recipe, std::string_view wrapper,
+                                          std::string_view strategy, bool distributed_optimizer,
+                                          int world_size,
+                                          std::chrono::system_clock::time_point start_time) {
+  const std::string name = (recipe.empty() ? std::string("run") : file_safe(recipe)) + "_" +
+                           strategy_tag(wrapper, strategy, distributed_optimizer) + "_ws" +
+                           std::to_string(world_size) + "_" + utc_compact(start_time) + ".json";
+  return results_dir / name;
+}
+
+}  // namespace shardbench

@@ -1,0 +1,27 @@
+// Default file name of a report, so runs sort by time and say what they measured.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace shardbench {
+
+// Git-ignored folder for reports of local runs.
+inline constexpr std::string_view kDefaultResultsDir = "results/local";
+
+// "ddp", "ddp-distopt", "fsdp-<strategy>" (e.g. "fsdp-optim_grads_params").
+std::string strategy_tag(std::string_view wrapper, std::string_view strategy,
+                         bool distributed_optimizer);
+
+// <results_dir>/<recipe>_<strategy_tag>_ws<world>_<YYYYMMDDTHHMMSSZ>.json, e.g.
+// results/local/llama3_tiny_cpu_fsdp-optim_grads_params_ws2_20261202T161500Z.json.
+// Characters outside [A-Za-z0-9._-] in the recipe become '_'; an empty recipe becomes "run".
+std::filesystem::path default_report_path(const std::filesystem::path& results_dir,
+                                          std::string_view recipe, std::string_view wrapper,
+                                          std::string_view strategy, bool distributed_optimizer,
+                                          int world_size,
+                                          std::chrono::system_clock::time_point start_time);
+
+}  // namespace shardbench

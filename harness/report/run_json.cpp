@@ -1,0 +1,304 @@
+#include "harness/report/run_json.hpp"
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/measure/throughput.hpp"
+#include "harness/measure/zero_model.hpp"
+#include "harness/report/units.hpp"
+
+namespace shardbench {
+namespace {
+
+using nlohmann::json;
+
+std::string nonfinite_name(double x) { return std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf"); }
+
+std::optional<double> step_tflops(const RunRecord& run, double elapsed_ms) {
+  if (run.model_flops_per_step <= 0 || !(elapsed_ms > 0) || !std::isfinite(elapsed_ms)) {
+    return std::nullopt;
+  }
+  return tflops_per_gpu(run.model_flops_per_step, elapsed_ms / 1e3, run.world_size);
+}
+
+std::optional<double> step_tokens(const RunRecord& run, double elapsed_ms) {
+  if (run.global_batch_size <= 0 || run.seq_length <= 0 || !(elapsed_ms > 0) ||
+      !std::isfinite(elapsed_ms)) {
+    return std::nullopt;
+  }
+  return tokens_per_sec_per_gpu(run.global_batch_size, run.seq_length, elapsed_ms / 1e3,
+                                run.world_size);
+}
+
+json identity_json(const RunRecord& run) {
+  return {{"label", run.label},
+          {"recipe", run.recipe},
+          {"wrapper", run.wrapper},
+          {"strategy", run.strategy},
+          {"distributed_optimizer", run.distributed_optimizer},
+          {"world_size", run.world_size},
+          {"global_batch_size", run.global_batch_size},
+          {"micro_batch_size", run.micro_batch_size},
+          {"seq_length", run.seq_length},
+          {"train_iters", run.train_iters},
+          {"num_parameters", run.num_parameters},
+          {"model_flops_per_step", run.model_flops_per_step},
+          {"flops_formula", kFlopsFormulaName},
+          {"compute_dtype", run.compute_dtype},
+          {"device", run.device},
+          {"backend", run.backend},
+          {"sdpa_backend", run.sdpa_backend}};
+}
+
+// Per-step object; appends to `failures` when the loss or grad norm is not finite.
+json step_json(const RunRecord& run, const StepRecord& s, std::vector<std::string>& failures,
+               bool& nan_iteration) {
+  json nonfinite = json::object();
+  auto check = [&](const char* name, double value) {
+    if (!std::isfinite(value)) nonfinite[name] = nonfinite_name(value);
+  };
+  check("elapsed_ms", s.elapsed_ms);
+  check("loss", s.loss);
+  check("grad_norm", s.grad_norm);
+  check("learning_rate", s.learning_rate);
+  nan_iteration = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
+  for (const auto& [name, kind] : nonfinite.items()) {
+    failures.push_back(name + " is " + kind.get<std::string>() + " at iteration " +
+                       std::to_string(s.iteration));
+  }
+  json per_rank = json::array();
+  for (double ms : s.per_rank_elapsed_ms) per_rank.push_back(number_or_null(ms));
+  json phases = json::object();
+  if (s.forward_ms) phases["forward"] = number_or_null(*s.forward_ms);
+  if (s.backward_ms) phases["backward"] = number_or_null(*s.backward_ms);
+  if (s.optimizer_ms) phases["optimizer"] = number_or_null(*s.optimizer_ms);
+  if (s.exposed_comm_ms) phases["exposed_comm"] = number_or_null(*s.exposed_comm_ms);
+  json j = {{"iteration", s.iteration},
+            {"elapsed_ms", number_or_null(s.elapsed_ms)},
+            {"loss", number_or_null(s.loss)},
+            {"grad_norm", number_or_null(s.grad_norm)},
+            {"learning_rate", number_or_null(s.learning_rate)},
+            {"finite", nonfinite.empty()},
+            {"tflops_per_gpu", number_or_null(step_tflops(run, s.elapsed_ms))},
+            {"tokens_per_sec_per_gpu", number_or_null(step_tokens(run, s.elapsed_ms))},
+            {"per_rank_elapsed_ms", per_rank},
+            {"phases_ms", phases},
+            {"host_syncs", s.host_syncs ? json(*s.host_syncs) : json(nullptr)}};
+  if (!nonfinite.empty()) j["nonfinite"] = nonfinite;
+  return j;
+}
+
+json stats_json(const std::optional<SummaryStats>& s) {
+  if (!s) return nullptr;
+  return {{"count", s->count}, {"median", s->median}, {"mean", s->mean},
+          {"min", s->min},     {"max", s->max},       {"p10", s->p10},
+          {"p90", s->p90},     {"stddev", s->stddev}, {"cv", s->cv}};
+}
+
+json window_json(StepWindow w) {
+  return {{"begin_index", w.begin}, {"end_index", w.end}, {"count", w.size()}};
+}
+
+// Finite values of `series` inside `window`.
+std::vector<double> finite_in(const std::vector<std::optional<double>>& series, StepWindow w) {
+  std::vector<double> out;
+  for (std::size_t i = w.begin; i < w.end && i < series.size(); ++i) {
+    if (series[i] && std::isfinite(*series[i])) out.push_back(*series[i]);
+  }
+  return out;
+}
+
+// Mean over the window; null when any step in it has no finite value (evaluate.py would fail
+// to parse such a step), or the window is empty.
+std::optional<double> strict_window_mean(const std::vector<std::optional<double>>& series,
+                                         StepWindow w) {
+  const std::vector<double> values = finite_in(series, w);
+  if (values.size() != w.size()) return std::nullopt;
+  return window_mean(values, StepWindow{0, values.size()});
+}
+
+json summary_json(const RunRecord& run, const WarmupRule& warmup, int nan_iterations) {
+  const std::size_t n = run.steps.size();
+  std::vector<std::optional<double>> elapsed, tflops, tokens;
+  for (const StepRecord& s : run.steps) {
+    elapsed.push_back(std::isfinite(s.elapsed_ms) ? std::optional(s.elapsed_ms) : std::nullopt);
+    tflops.push_back(step_tflops(run, s.elapsed_ms));
+    tokens.push_back(step_tokens(run, s.elapsed_ms));
+  }
+  const StepWindow measured = measured_window(n, warmup);
+  const StepWindow eval = evaluation_window(n, warmup);
+  const std::optional<SummaryStats> step_stats = summarize(finite_in(elapsed, measured));
+  const std::optional<double> peak = dense_bf16_peak_tflops(run.device);
+  const bool mfu_defined = model_flops_utilization(1.0, run.device, run.compute_dtype).has_value();
+  auto mfu = [&](const std::optional<double>& tf) -> json {
+    if (!tf || !mfu_defined) return nullptr;
+    return number_or_null(model_flops_utilization(*tf, run.device, run.compute_dtype));
+  };
+
+  json from_median = nullptr;
+  if (step_stats) {
+    const std::optional<double> tf = step_tflops(run, step_stats->median);
+    from_median = {{"step_time_ms", step_stats->median},
+                   {"tflops_per_gpu", number_or_null(tf)},
+                   {"tokens_per_sec_per_gpu", number_or_null(step_tokens(run, step_stats->median))},
+                   {"mfu", mfu(tf)}};
+  }
+  json eval_json = window_json(eval);
+  eval_json["start_fraction"] = warmup.evaluation_window_start_fraction;
+  const std::optional<double> eval_tflops = strict_window_mean(tflops, eval);
+  eval_json["mean_step_time_ms"] = number_or_null(strict_window_mean(elapsed, eval));
+  eval_json["mean_tflops_per_gpu"] = number_or_null(eval_tflops);
+  eval_json["mean_tokens_per_sec_per_gpu"] = number_or_null(strict_window_mean(tokens, eval));
+  eval_json["mfu"] = mfu(eval_tflops);
+
+  json phase_medians = json::object();
+  auto phase = [&](const char* name, std::optional<double> StepRecord::*field) {
+    std::vector<std::optional<double>> series;
+    for (const StepRecord& s : run.steps) series.push_back(s.*field);
+    const std::optional<SummaryStats> st = summarize(finite_in(series, measured));
+    if (st) phase_medians[name] = st->median;
+  };
+  phase("forward", &StepRecord::forward_ms);
+  phase("backward", &StepRecord::backward_ms);
+  phase("optimizer", &StepRecord::optimizer_ms);
+  phase("exposed_comm", &StepRecord::exposed_comm_ms);
+
+  return {{"num_steps", n},
+          {"nan_iterations", nan_iterations},
+          {"warmup_skip_first_steps", measured.begin},
+          {"measured_window", window_json(measured)},
+          {"step_time_ms", stats_json(step_stats)},
+          {"from_median_step_time", from_median},
+          {"evaluation_window", eval_json},
+          {"mfu_peak_tflops", mfu_defined ? number_or_null(peak) : json(nullptr)},
+          {"phase_ms_median", phase_medians}};
+}
+
+json classes_json(int64_t model, int64_t main, int64_t grad, int64_t optim) {
+  return {{"model_weight_bytes", model},
+          {"main_weight_bytes", main},
+          {"main_grad_bytes", grad},
+          {"optimizer_state_bytes", optim},
+          {"static_total_bytes", model + main + grad + optim}};
+}
+
+json engine_memory_json(const EngineMemory& m) {
+  json j = classes_json(m.model_weight_bytes, m.main_weight_bytes, m.main_grad_bytes,
+                        m.optimizer_state_bytes);
+  j["temporary_peak_bytes"] = m.temporary_peak_bytes;
+  return j;
+}
+
+json policy_json(const DtypePolicy& p) {
+  return {{"model_weight_bytes", p.model_weight_bytes},
+          {"main_weight_bytes", p.main_weight_bytes},
+          {"grad_bytes", p.grad_bytes},
+          {"optimizer_state_bytes", p.optimizer_state_bytes}};
+}
+
+json predicted_json(const RunRecord& run) {
+  const std::optional<DtypePolicy> policy =
+      run.dtype_policy ? run.dtype_policy : DtypePolicy::for_compute_dtype(run.compute_dtype);
+  std::optional<StaticMemoryBytes> predicted = run.predicted_memory;
+  std::string source = "engine";
+  if (!predicted) {
+    const std::optional<MemoryStrategy> strategy =
+        memory_strategy_from(run.wrapper, run.strategy, run.distributed_optimizer);
+    if (!strategy || !policy || run.num_parameters <= 0 || run.world_size <= 0) return nullptr;
+    predicted = zero_static_memory(run.num_parameters, run.world_size, *strategy, *policy);
+    source = "zero_paper_model";
+  }
+  json j = classes_json(predicted->model_weight_bytes, predicted->main_weight_bytes,
+                        predicted->main_grad_bytes, predicted->optimizer_state_bytes);
+  j["source"] = source;
+  j["dtype_policy"] = policy ? policy_json(*policy) : json(nullptr);
+  return j;
+}
+
+json snapshot_json(const AllocatorSnapshot& a) {
+  return {{"when", a.when},
+          {"rank", a.rank},
+          {"allocated", bytes_json(a.allocated_bytes)},
+          {"max_allocated", bytes_json(a.max_allocated_bytes)},
+          {"reserved", bytes_json(a.reserved_bytes)},
+          {"max_reserved", bytes_json(a.max_reserved_bytes)},
+          {"num_alloc_retries", a.num_alloc_retries},
+          {"num_ooms", a.num_ooms}};
+}
+
+json memory_json(const RunRecord& run) {
+  json engine = engine_memory_json(run.memory);
+  json predicted = predicted_json(run);
+  json per_rank = json::array();
+  for (std::size_t r = 0; r < run.memory_per_rank.size(); ++r) {
+    json m = engine_memory_json(run.memory_per_rank[r]);
+    m["rank"] = r;
+    per_rank.push_back(m);
+  }
+  json allocator = json::array();
+  json peak = nullptr;
+  if (!run.allocator.empty()) {
+    AllocatorSnapshot max{};
+    for (const AllocatorSnapshot& a : run.allocator) {
+      allocator.push_back(snapshot_json(a));
+      max.max_allocated_bytes = std::max(max.max_allocated_bytes, a.max_allocated_bytes);
+      max.max_reserved_bytes = std::max(max.max_reserved_bytes, a.max_reserved_bytes);
+      max.num_alloc_retries = std::max(max.num_alloc_retries, a.num_alloc_retries);
+      max.num_ooms = std::max(max.num_ooms, a.num_ooms);
+    }
+    peak = {{"max_allocated", bytes_json(max.max_allocated_bytes)},
+            {"max_reserved", bytes_json(max.max_reserved_bytes)},
+            {"num_alloc_retries", max.num_alloc_retries},
+            {"num_ooms", max.num_ooms}};
+  }
+  json engine_vs_predicted = nullptr;
+  if (!predicted.is_null() && predicted["static_total_bytes"].get<int64_t>() > 0 &&
+      engine["static_total_bytes"].get<int64_t>() > 0) {
+    engine_vs_predicted =
+        engine["static_total_bytes"].get<double>() / predicted["static_total_bytes"].get<double>() -
+        1;
+  }
+  return {{"engine", engine},
+          {"predicted", predicted},
+          {"engine_predicted_static_bytes", run.memory.predicted_static_bytes > 0
+                                                ? json(run.memory.predicted_static_bytes)
+                                                : json(nullptr)},
+          {"engine_vs_predicted_static_relative", engine_vs_predicted},
+          {"per_rank", per_rank},
+          {"allocator", allocator},
+          {"allocator_peak", peak}};
+}
+
+}  // namespace
+
+json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
+  std::vector<std::string> failures = run.failure_reasons;
+  if (run.steps.empty()) failures.push_back("no steps recorded");
+  json steps = json::array();
+  int nan_iterations = 0;
+  for (const StepRecord& s : run.steps) {
+    bool nan_iteration = false;
+    steps.push_back(step_json(run, s, failures, nan_iteration));
+    nan_iterations += nan_iteration ? 1 : 0;
+  }
+  json per_rank_step_ms = json::array();
+  for (const std::vector<double>& rank_series : run.per_rank_step_ms) {
+    json series = json::array();
+    for (double ms : rank_series) series.push_back(number_or_null(ms));
+    per_rank_step_ms.push_back(series);
+  }
+  return {{"label", run.label},
+          {"status", failures.empty() ? "ok" : "failed"},
+          {"failure_reasons", failures},
+          {"identity", identity_json(run)},
+          {"config", run.config.is_null() ? json::object() : run.config},
+          {"provenance", run.provenance.is_null() ? json::object() : run.provenance},
+          {"steps", steps},
+          {"per_rank_step_ms", per_rank_step_ms},
+          {"summary", summary_json(run, warmup, nan_iterations)},
+          {"memory", memory_json(run)}};
+}
+
+}  // namespace shardbench

@@ -1,0 +1,259 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "harness/report/console.hpp"
+#include "harness/report/report.hpp"
+#include "harness/report/run_json.hpp"
+#include "harness/report/schema_check.hpp"
+
+namespace shardbench {
+namespace {
+
+using nlohmann::json;
+
+// A run of 10 steps: step 1 takes 500 ms, the others `steady_ms`. GBS 4, seq 128, 2 ranks and
+// 1e12 FLOPs per step, so a 100 ms step is 1e12 / (0.1 * 1e12 * 2) = 5 TFLOP/s/GPU and
+// 4 * 128 / (0.1 * 2) = 2560 tokens/s/GPU.
+RunRecord synthetic_run(const std::string& wrapper, const std::string& strategy, double steady_ms,
+                        int64_t memory_scale) {
+  RunRecord run;
+  run.label = wrapper == "ddp" ? "ddp" : "megatron_fsdp/" + strategy;
+  run.recipe = "llama3_tiny_cpu";
+  run.wrapper = wrapper;
+  run.strategy = strategy;
+  run.distributed_optimizer = wrapper != "ddp";
+  run.world_size = 2;
+  run.global_batch_size = 4;
+  run.micro_batch_size = 2;
+  run.seq_length = 128;
+  run.train_iters = 10;
+  run.num_parameters = 1000;
+  run.model_flops_per_step = 1e12;
+  run.compute_dtype = "bf16";
+  run.device = "NVIDIA H200";
+  run.backend = "nccl";
+  run.sdpa_backend = "flash";
+  run.config = {{"model", {{"num_layers", 2}}}};
+  run.provenance = {{"model.num_layers", "recipe"}};
+  for (int i = 1; i <= 10; ++i) {
+    StepRecord s;
+    s.iteration = i;
+    s.elapsed_ms = i == 1 ? 500 : steady_ms;
+    s.loss = 11.0 - 0.1 * i;
+    s.grad_norm = 1.5;
+    s.learning_rate = 3e-4;
+    s.per_rank_elapsed_ms = {s.elapsed_ms, s.elapsed_ms - 1};
+    s.forward_ms = steady_ms / 4;
+    run.steps.push_back(s);
+  }
+  run.per_rank_step_ms = {std::vector<double>(10, steady_ms), std::vector<double>(10, steady_ms)};
+  run.memory = {2 * memory_scale, 4 * memory_scale, 4 * memory_scale, 8 * memory_scale, 0, 0};
+  run.allocator = {{"after_iteration_1", 0, 1'000'000'000, 2'000'000'000 * memory_scale / 100,
+                    3'000'000'000, 4'000'000'000, 0, 0},
+                   {"after_iteration_2", 0, 1'100'000'000, 2'000'000'000 * memory_scale / 100,
+                    3'000'000'000, 4'500'000'000, 1, 0}};
+  return run;
+}
+
+EnvironmentInfo synthetic_env() {
+  EnvironmentInfo env;
+  env.host_name = "node-1";
+  env.gpu_names = {"NVIDIA H200", "NVIDIA H200"};
+  env.gpu_count = 2;
+  env.world_size = 2;
+  env.shardbench_version = "0.1.0";
+  env.command_line = {"perf-launch", "--use_megatron_fsdp", "true"};
+  env.start_time_utc = "2026-12-02T16:15:00Z";
+  env.environment_variables = {{"CUDA_DEVICE_MAX_CONNECTIONS", "8"}};
+  return env;
+}
+
+json comparison_report() {
+  const std::vector<RunRecord> runs = {synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50),
+                                       synthetic_run("ddp", "ddp", 100, 100)};
+  return build_report(synthetic_env(), runs);
+}
+
+TEST(ReportJson, TopLevelAndRunFields) {
+  const json report = comparison_report();
+  EXPECT_EQ(report["schema_version"], "1.0");
+  ASSERT_EQ(report["runs"].size(), 2u);
+  const json& fsdp = report["runs"][0];
+  EXPECT_EQ(fsdp["status"], "ok");
+  EXPECT_EQ(fsdp["identity"]["strategy"], "optim_grads_params");
+  EXPECT_EQ(fsdp["config"]["model"]["num_layers"], 2);
+  EXPECT_EQ(fsdp["steps"].size(), 10u);
+  EXPECT_DOUBLE_EQ(fsdp["steps"][1]["tflops_per_gpu"].get<double>(), 6.25);  // 1/(2*0.08)
+  EXPECT_DOUBLE_EQ(fsdp["steps"][1]["tokens_per_sec_per_gpu"].get<double>(), 3200);
+  EXPECT_DOUBLE_EQ(fsdp["steps"][0]["tflops_per_gpu"].get<double>(), 1.0);  // 500 ms warm-up
+  EXPECT_DOUBLE_EQ(fsdp["steps"][1]["phases_ms"]["forward"].get<double>(), 20);
+  EXPECT_TRUE(fsdp["steps"][1]["host_syncs"].is_null());
+}
+
+TEST(ReportJson, SummarySkipsWarmupAndUsesEvaluationWindow) {
+  const json ddp = comparison_report()["runs"][1];
+  const json& summary = ddp["summary"];
+  EXPECT_EQ(summary["measured_window"]["begin_index"], 1);
+  EXPECT_EQ(summary["step_time_ms"]["count"], 9);
+  EXPECT_DOUBLE_EQ(summary["step_time_ms"]["median"].get<double>(), 100);
+  EXPECT_DOUBLE_EQ(summary["step_time_ms"]["max"].get<double>(), 100);  // 500 ms step skipped
+  EXPECT_DOUBLE_EQ(summary["step_time_ms"]["cv"].get<double>(), 0);
+  EXPECT_EQ(summary["evaluation_window"]["begin_index"], 7);  // int(10 * 0.7)
+  EXPECT_EQ(summary["evaluation_window"]["count"], 3);
+  EXPECT_DOUBLE_EQ(summary["evaluation_window"]["mean_tflops_per_gpu"].get<double>(), 5);
+  EXPECT_DOUBLE_EQ(summary["from_median_step_time"]["tokens_per_sec_per_gpu"].get<double>(), 2560);
+  EXPECT_DOUBLE_EQ(summary["mfu_peak_tflops"].get<double>(), 989);
+  EXPECT_DOUBLE_EQ(summary["from_median_step_time"]["mfu"].get<double>(), 5.0 / 989);
+  EXPECT_DOUBLE_EQ(summary["phase_ms_median"]["forward"].get<double>(), 25);
+}
+
+TEST(ReportJson, MemoryWithPredictionAndAllocatorUnits) {
+  const json memory = comparison_report()["runs"][1]["memory"];  // DDP, scale 100
+  EXPECT_EQ(memory["engine"]["static_total_bytes"], 1800);
+  // ZeRO paper model, bf16 policy {2,4,4,8}, 1000 params, DDP: 18000 bytes.
+  EXPECT_EQ(memory["predicted"]["source"], "zero_paper_model");
+  EXPECT_EQ(memory["predicted"]["static_total_bytes"], 18000);
+  EXPECT_DOUBLE_EQ(memory["engine_vs_predicted_static_relative"].get<double>(), -0.9);
+  const json& snap = memory["allocator"][0];
+  EXPECT_EQ(snap["max_allocated"]["bytes"], 2'000'000'000);
+  EXPECT_DOUBLE_EQ(snap["max_allocated"]["gb"].get<double>(), 2.0);
+  EXPECT_NEAR(snap["max_allocated"]["gib"].get<double>(), 1.862645, 1e-6);
+  EXPECT_EQ(memory["allocator_peak"]["max_reserved"]["bytes"], 4'500'000'000);
+  EXPECT_EQ(memory["allocator_peak"]["num_alloc_retries"], 1);
+
+  RunRecord fsdp = synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50);
+  fsdp.predicted_memory = StaticMemoryBytes{1, 2, 3, 4};
+  EXPECT_EQ(run_to_json(fsdp)["memory"]["predicted"]["source"], "engine");
+  EXPECT_EQ(run_to_json(fsdp)["memory"]["predicted"]["static_total_bytes"], 10);
+}
+
+TEST(ReportJson, ComparisonSigns) {
+  const json cmp = comparison_report()["comparison"];
+  ASSERT_FALSE(cmp.is_null());
+  EXPECT_EQ(cmp["head_index"], 0);
+  EXPECT_EQ(cmp["baseline_index"], 1);
+  EXPECT_TRUE(cmp["valid"].get<bool>());
+  const json& m = cmp["metrics"];
+  // head / baseline - 1: FSDP takes 80 ms against 100 ms.
+  EXPECT_NEAR(m["median_step_time_ms"]["relative_change"].get<double>(), -0.20, 1e-12);
+  EXPECT_NEAR(m["mean_tflops_per_gpu"]["relative_change"].get<double>(), 0.25, 1e-12);
+  EXPECT_NEAR(m["mean_tokens_per_sec_per_gpu"]["relative_change"].get<double>(), 0.25, 1e-12);
+  EXPECT_NEAR(m["engine_static_total_bytes"]["relative_change"].get<double>(), -0.5, 1e-12);
+  EXPECT_NEAR(m["allocator_max_allocated_bytes"]["relative_change"].get<double>(), -0.5, 1e-12);
+  EXPECT_NEAR(m["allocator_max_reserved_bytes"]["relative_change"].get<double>(), 0, 1e-12);
+  EXPECT_TRUE(m["engine_temporary_peak_bytes"]["relative_change"].is_null());  // baseline 0
+  EXPECT_EQ(m["median_step_time_ms"]["better"], "lower");
+  EXPECT_EQ(cmp["verdict"],
+            "FSDP optim_grads_params vs DDP: 20.0% faster per step, 50.0% less peak allocated "
+            "memory per rank");
+
+  // A single run, or two DDP runs, have no comparison.
+  const std::vector<RunRecord> one = {synthetic_run("ddp", "ddp", 100, 100)};
+  EXPECT_TRUE(build_report(synthetic_env(), one)["comparison"].is_null());
+  ReportOptions bad;
+  bad.head_index = 5;
+  EXPECT_THROW(build_report(synthetic_env(), one, bad), std::invalid_argument);
+}
+
+TEST(ReportJson, OnParInsideNoiseBand) {
+  const std::vector<RunRecord> runs = {
+      synthetic_run("megatron_fsdp", "optim_grads_params", 100.5, 100),
+      synthetic_run("ddp", "ddp", 100, 100)};
+  const json cmp = build_report(synthetic_env(), runs)["comparison"];
+  EXPECT_DOUBLE_EQ(cmp["noise_band"].get<double>(), 0.01);
+  EXPECT_EQ(cmp["verdict"],
+            "FSDP optim_grads_params vs DDP: on par in step time (+0.5%, within the 1.0% noise "
+            "band), same peak allocated memory per rank");
+}
+
+TEST(ReportJson, NanLossFailsRunAndIsEncodedAsNull) {
+  RunRecord run = synthetic_run("megatron_fsdp", "optim", 80, 50);
+  run.steps[2].loss = std::numeric_limits<double>::quiet_NaN();
+  run.steps[4].grad_norm = std::numeric_limits<double>::infinity();
+  const std::vector<RunRecord> runs = {run, synthetic_run("ddp", "ddp", 100, 100)};
+  const json report = build_report(synthetic_env(), runs);
+  const json& r = report["runs"][0];
+  EXPECT_EQ(r["status"], "failed");
+  EXPECT_EQ(r["failure_reasons"],
+            json({"loss is nan at iteration 3", "grad_norm is inf at iteration 5"}));
+  EXPECT_TRUE(r["steps"][2]["loss"].is_null());
+  EXPECT_FALSE(r["steps"][2]["finite"].get<bool>());
+  EXPECT_EQ(r["steps"][2]["nonfinite"]["loss"], "nan");
+  EXPECT_TRUE(r["steps"][1]["finite"].get<bool>());
+  EXPECT_FALSE(r["steps"][1].contains("nonfinite"));
+  EXPECT_EQ(r["summary"]["nan_iterations"], 2);
+  const std::string text = report.dump();
+  EXPECT_EQ(text.find("NaN"), std::string::npos);
+  EXPECT_EQ(text.find("Infinity"), std::string::npos);
+  EXPECT_FALSE(report["comparison"]["valid"].get<bool>());
+  EXPECT_EQ(report["comparison"]["verdict"], "no verdict: FSDP optim failed");
+
+  RunRecord empty = synthetic_run("ddp", "ddp", 100, 100);
+  empty.steps.clear();
+  empty.failure_reasons = {"CUDA out of memory at iteration 1"};
+  const json e = run_to_json(empty);
+  EXPECT_EQ(e["status"], "failed");
+  EXPECT_EQ(e["failure_reasons"], json({"CUDA out of memory at iteration 1", "no steps recorded"}));
+  EXPECT_TRUE(e["summary"]["step_time_ms"].is_null());
+}
+
+TEST(ReportJson, ConformsToSchemaFile) {
+  const json schema =
+      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+  EXPECT_EQ(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
+  const json report = comparison_report();
+  const std::vector<std::string> errors = check_against_schema(report, schema);
+  EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+  // Every required property, top level and per run, is present.
+  for (const json& name : schema["required"]) EXPECT_TRUE(report.contains(name)) << name;
+  for (const json& run : report["runs"]) {
+    for (const json& name : schema["$defs"]["run"]["required"]) {
+      EXPECT_TRUE(run.contains(name)) << name;
+    }
+  }
+  // Failed runs, single runs and CPU runs conform too.
+  RunRecord cpu = synthetic_run("ddp", "ddp", 100, 100);
+  cpu.device = "cpu";
+  cpu.allocator.clear();
+  cpu.steps[3].loss = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<RunRecord> runs = {cpu};
+  const json single = build_report(EnvironmentInfo{}, runs);
+  EXPECT_TRUE(single["runs"][0]["summary"]["mfu_peak_tflops"].is_null());
+  const std::vector<std::string> single_errors = check_against_schema(single, schema);
+  EXPECT_TRUE(single_errors.empty()) << ::testing::PrintToString(single_errors);
+}
+
+TEST(ReportJson, SchemaCheckerFindsViolations) {
+  const json schema =
+      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+  json report = comparison_report();
+  report.erase("environment");
+  report["runs"][0].erase("summary");
+  report["runs"][1]["steps"][0]["iteration"] = "one";
+  report["schema_version"] = "0.9";
+  const std::vector<std::string> errors = check_against_schema(report, schema);
+  ASSERT_EQ(errors.size(), 4u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0], ": missing required property \"environment\"");
+}
+
+TEST(ReportJson, ComparisonSummaryLines) {
+  const std::string text = format_comparison_summary(comparison_report());
+  EXPECT_NE(text.find("FSDP optim_grads_params vs DDP, world size 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("  step time, median (ms)                    100.0           80.0    "
+                      "-20.0%\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("TFLOP/s/GPU, eval-window mean"), std::string::npos);
+  EXPECT_NE(text.find("+25.0%"), std::string::npos);
+  EXPECT_EQ(text.find("transient peak"), std::string::npos);  // both zero: row omitted
+  EXPECT_NE(text.find("verdict: FSDP optim_grads_params vs DDP: 20.0% faster"), std::string::npos);
+  const std::vector<RunRecord> one = {synthetic_run("ddp", "ddp", 100, 100)};
+  EXPECT_EQ(format_comparison_summary(build_report(synthetic_env(), one)), "");
+}
+
+}  // namespace
+}  // namespace shardbench
