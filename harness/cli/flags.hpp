@@ -28,6 +28,9 @@ struct FlagSpec {
   bool required = false;
   // Converts and stores one occurrence. `flag` is the spelling to name in errors ("-ng/--num_gpus").
   std::function<void(LaunchArgs& args, const std::string& flag, const std::string& value)> store;
+  // A Megatron-Bridge flag shardbench does not implement: accepted by the parser only so that
+  // `store` can reject it with a reason; --help marks it.
+  bool not_supported = false;
 
   // "-ng/--num_gpus" or "--lr".
   std::string display_name() const {

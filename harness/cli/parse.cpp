@@ -1,5 +1,7 @@
 #include "harness/cli/parse.hpp"
 
+#include <utility>
+
 #include <CLI/CLI.hpp>
 
 #include "harness/cli/flags.hpp"
@@ -117,7 +119,7 @@ struct Cli11App {
         "Trailing arguments key=value are config overrides (type-checked; dotted names as in "
         "--dryrun, e.g. ddp.bucket_size=40000000 env.NCCL_DEBUG=INFO checkpoint.load=null).\n"
         "Order: recipe (+precision_<c>, common_perf) -> megatron_fsdp -> nccl_ub -> cuda_graphs "
-        "-> recompute_offload -> CLI flags -> --override_set files -> key=value -> finalize -> "
+        "-> recompute_offload -> CLI flags -> --override_set files -> key=value -> finalize, post_overrides -> "
         "weak scaling -> validation.\n"
         "Bool values accept " +
         std::string(kBoolSpellings) + " (case-insensitive).");
@@ -125,11 +127,11 @@ struct Cli11App {
     values.resize(specs.size());
     for (size_t i = 0; i < specs.size(); ++i) {
       const FlagSpec& spec = specs[i];
-      std::string description = spec.help;
+      std::string description = (spec.not_supported ? "[not supported yet] " : "") + spec.help;
       if (!spec.default_text.empty()) description += " (default: " + spec.default_text + ")";
       CLI::Option* opt = nullptr;
       if (spec.kind == FlagKind::kSwitch) {
-        opt = app.add_flag(spec.long_name, description);
+        opt = app.add_flag(spec.long_name, std::as_const(description));
       } else {
         opt = app.add_option(spec.long_name, values[i], description);
         opt->option_text(" " + spec.type_name + (spec.required ? " REQUIRED" : ""));

@@ -186,9 +186,13 @@ OverrideSet parse_override_set(const std::string& name, const std::string& path,
     ++line_number;
     std::string text = trim(raw);
     // A '#' starts a comment unless it sits inside a quoted value.
-    if (const size_t hash = text.find('#');
-        hash != std::string::npos && text.find('"') == std::string::npos) {
-      text = trim(text.substr(0, hash));
+    char quote = 0;
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (quote == 0 && text[i] == '#') {
+        text = trim(text.substr(0, i));
+        break;
+      }
+      if (text[i] == '"' || text[i] == '\'') quote = quote == text[i] ? 0 : (quote ? quote : text[i]);
     }
     if (text.empty()) continue;
     OverrideDirective d;
