@@ -24,11 +24,18 @@ std::optional<double> relative_change(std::optional<double> head, std::optional<
   return *head / *base - 1;
 }
 
-json metric(std::optional<double> base, std::optional<double> head, const char* better) {
-  auto opt = [](std::optional<double> v) { return v ? json(*v) : json(nullptr); };
-  return {{"baseline", opt(base)},
-          {"head", opt(head)},
-          {"relative_change", opt(relative_change(head, base))},
+// The value at `pointer` as stored (integers stay integers); null when absent or not a number.
+json raw_number_at(const json& j, const char* pointer) {
+  const json::json_pointer ptr(pointer);
+  return j.contains(ptr) && j.at(ptr).is_number() ? j.at(ptr) : json(nullptr);
+}
+
+json metric(const json& base_run, const json& head_run, const char* pointer, const char* better) {
+  const std::optional<double> change =
+      relative_change(number_at(head_run, pointer), number_at(base_run, pointer));
+  return {{"baseline", raw_number_at(base_run, pointer)},
+          {"head", raw_number_at(head_run, pointer)},
+          {"relative_change", change ? json(*change) : json(nullptr)},
           {"better", better}};
 }
 
@@ -86,7 +93,7 @@ json compare_runs(const json& head, std::size_t head_index, const json& base,
                   std::size_t baseline_index) {
   json metrics = json::object();
   auto both = [&](const char* key, const char* pointer, const char* better) {
-    metrics[key] = metric(number_at(base, pointer), number_at(head, pointer), better);
+    metrics[key] = metric(base, head, pointer, better);
   };
   both("median_step_time_ms", "/summary/step_time_ms/median", "lower");
   both("mean_tflops_per_gpu", "/summary/evaluation_window/mean_tflops_per_gpu", "higher");

@@ -1,8 +1,11 @@
 #include "harness/report/console.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "harness/measure/throughput.hpp"
@@ -120,40 +123,58 @@ std::string format_comparison_summary(const json& report) {
   struct Row {
     const char* label;
     const char* metric;
-    double scale;  // displayed = value / scale
-    const char* format;
+    const char* format;  // printf format of one value; memory rows choose GiB or MiB themselves
+    bool memory;
   };
   const std::vector<Row> rows = {
-      {"step time, median (ms)", "median_step_time_ms", 1, "%.1f"},
-      {"TFLOP/s/GPU, eval-window mean", "mean_tflops_per_gpu", 1, "%.1f"},
-      {"tokens/s/GPU, eval-window mean", "mean_tokens_per_sec_per_gpu", 1, "%.0f"},
-      {"model weights per rank (GiB)", "engine_model_weight_bytes", kBytesPerGiB, "%.3f"},
-      {"main weights per rank (GiB)", "engine_main_weight_bytes", kBytesPerGiB, "%.3f"},
-      {"main grads per rank (GiB)", "engine_main_grad_bytes", kBytesPerGiB, "%.3f"},
-      {"optimizer state per rank (GiB)", "engine_optimizer_state_bytes", kBytesPerGiB, "%.3f"},
-      {"static total per rank (GiB)", "engine_static_total_bytes", kBytesPerGiB, "%.3f"},
-      {"transient peak per rank (GiB)", "engine_temporary_peak_bytes", kBytesPerGiB, "%.3f"},
-      {"max allocated per rank (GiB)", "allocator_max_allocated_bytes", kBytesPerGiB, "%.3f"},
-      {"max reserved per rank (GiB)", "allocator_max_reserved_bytes", kBytesPerGiB, "%.3f"},
+      {"step time, median (ms)", "median_step_time_ms", "%.1f", false},
+      {"TFLOP/s/GPU, eval-window mean", "mean_tflops_per_gpu", "%.1f", false},
+      {"tokens/s/GPU, eval-window mean", "mean_tokens_per_sec_per_gpu", "%.0f", false},
+      {"model weights per rank", "engine_model_weight_bytes", "%.3f", true},
+      {"main weights per rank", "engine_main_weight_bytes", "%.3f", true},
+      {"main grads per rank", "engine_main_grad_bytes", "%.3f", true},
+      {"optimizer state per rank", "engine_optimizer_state_bytes", "%.3f", true},
+      {"static total per rank", "engine_static_total_bytes", "%.3f", true},
+      {"transient peak per rank", "engine_temporary_peak_bytes", "%.3f", true},
+      {"max allocated per rank", "allocator_max_allocated_bytes", "%.3f", true},
+      {"max reserved per rank", "allocator_max_reserved_bytes", "%.3f", true},
   };
   std::string out = printf_string(
       "%s %s vs %s, world size %d (change = %s / %s - 1)\n", head_name.c_str(),
       head.at("identity").value("strategy", "").c_str(), base_name.c_str(),
       head.at("identity").value("world_size", 0), head_name.c_str(), base_name.c_str());
-  out += printf_string("  %-32s %14s %14s %9s\n", "metric", base_name.c_str(), head_name.c_str(),
+  out += printf_string("  %-34s %14s %14s %9s\n", "metric", base_name.c_str(), head_name.c_str(),
                        "change");
   for (const Row& row : rows) {
     const std::string m = std::string("/metrics/") + row.metric;
     const std::optional<double> b = number_at(cmp, m + "/baseline");
     const std::optional<double> h = number_at(cmp, m + "/head");
     if (!b && !h) continue;
-    if (row.scale != 1 && b.value_or(0) == 0 && h.value_or(0) == 0) continue;  // class unused
+    std::string label = row.label;
+    double scale = 1;
+    if (row.memory) {
+      const double larger = std::max(b.value_or(0), h.value_or(0));
+      if (larger == 0) continue;  // a buffer class neither run has
+      // Tiny CPU models hold kilobytes to megabytes; GiB would print them as 0.000.
+      constexpr std::array<std::pair<double, const char*>, 3> kUnits = {
+          {{kBytesPerGiB, " (GiB)"}, {kBytesPerGiB / 1024, " (MiB)"}, {1024, " (KiB)"}}};
+      const char* unit = " (bytes)";
+      for (const auto& [bytes, name] : kUnits) {
+        if (larger >= bytes) {
+          scale = bytes;
+          unit = name;
+          break;
+        }
+      }
+      label += unit;
+    }
+    const char* format = row.memory && scale == 1 ? "%.0f" : row.format;
     auto cell = [&](std::optional<double> v) {
-      return v ? printf_string(row.format, *v / row.scale) : std::string("n/a");
+      return v ? printf_string(format, *v / scale) : std::string("n/a");
     };
     const std::optional<double> change = number_at(cmp, m + "/relative_change");
     const std::string change_text = change ? printf_string("%+.1f%%", *change * 100) : "n/a";
-    out += printf_string("  %-32s %14s %14s %9s\n", row.label, cell(b).c_str(), cell(h).c_str(),
+    out += printf_string("  %-34s %14s %14s %9s\n", label.c_str(), cell(b).c_str(), cell(h).c_str(),
                          change_text.c_str());
   }
   out += "verdict: " + cmp.value("verdict", "") + "\n";

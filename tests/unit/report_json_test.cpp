@@ -145,7 +145,8 @@ TEST(ReportJson, ComparisonSigns) {
   EXPECT_NEAR(m["engine_static_total_bytes"]["relative_change"].get<double>(), -0.5, 1e-12);
   EXPECT_NEAR(m["allocator_max_allocated_bytes"]["relative_change"].get<double>(), -0.5, 1e-12);
   EXPECT_NEAR(m["allocator_max_reserved_bytes"]["relative_change"].get<double>(), 0, 1e-12);
-  EXPECT_TRUE(m["engine_temporary_peak_bytes"]["relative_change"].is_null());  // baseline 0
+  EXPECT_TRUE(m["allocator_max_reserved_bytes"]["baseline"].is_number_integer());  // as stored
+  EXPECT_TRUE(m["engine_temporary_peak_bytes"]["relative_change"].is_null());      // baseline 0
   EXPECT_EQ(m["median_step_time_ms"]["better"], "lower");
   EXPECT_EQ(cmp["verdict"],
             "FSDP optim_grads_params vs DDP: 20.0% faster per step, 50.0% less peak allocated "
@@ -243,13 +244,26 @@ TEST(ReportJson, SchemaCheckerFindsViolations) {
 TEST(ReportJson, ComparisonSummaryLines) {
   const std::string text = format_comparison_summary(comparison_report());
   EXPECT_NE(text.find("FSDP optim_grads_params vs DDP, world size 2"), std::string::npos) << text;
-  EXPECT_NE(text.find("  step time, median (ms)                    100.0           80.0    "
+  EXPECT_NE(text.find("  step time, median (ms)                      100.0           80.0    "
                       "-20.0%\n"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("TFLOP/s/GPU, eval-window mean"), std::string::npos);
   EXPECT_NE(text.find("+25.0%"), std::string::npos);
   EXPECT_EQ(text.find("transient peak"), std::string::npos);  // both zero: row omitted
+  // 1800 vs 900 bytes: KiB, not 0.000 GiB; 200 vs 100 bytes: plain bytes.
+  EXPECT_NE(
+      text.find("  model weights per rank (bytes)                200            100    -50.0%\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("  static total per rank (KiB)                 1.758          0.879    -50.0%\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("  max allocated per rank (GiB)                1.863          0.931    -50.0%\n"),
+      std::string::npos)
+      << text;
   EXPECT_NE(text.find("verdict: FSDP optim_grads_params vs DDP: 20.0% faster"), std::string::npos);
   const std::vector<RunRecord> one = {synthetic_run("ddp", "ddp", 100, 100)};
   EXPECT_EQ(format_comparison_summary(build_report(synthetic_env(), one)), "");
