@@ -21,8 +21,9 @@ struct GitInfo {
 
 struct EnvironmentInfo {
   std::string host_name;
-  std::string cpu_model;               // /proc/cpuinfo "model name"; empty when absent
-  std::vector<std::string> gpu_names;  // one per device in use (engine); empty on CPU
+  std::string cpu_model;  // /proc/cpuinfo "model name"; empty when absent
+  // Filled by the engine / launcher: collect_environment() cannot see devices or the job shape.
+  std::vector<std::string> gpu_names;  // one per device in use; empty on CPU
   int gpu_count = 0;
   int world_size = 1;
   int node_count = 1;
