@@ -13,7 +13,8 @@ namespace {
                               const std::string& why) {
   const auto it = a.given.find(long_name);
   const FlagSpec* spec = find_flag(long_name);
-  const std::string value = it == a.given.end() ? "" : "=" + it->second.second;
+  const std::string value =
+      it == a.given.end() || it->second.second.empty() ? "" : "=" + it->second.second;
   throw UsageError((spec ? spec->display_name() : long_name) + value +
                    " is not supported by shardbench yet: " + why);
 }
@@ -104,6 +105,8 @@ void check_supported(const LaunchArgs& a) {
 
 CliValues cli_values(const LaunchArgs& a) {
   CliValues v;
+  // Every flag is known (null when not given), so a set that names a flag wrongly fails.
+  for (const FlagSpec& spec : flag_specs()) v[spec.long_name.substr(2)] = std::nullopt;
   // Anything given, as typed; the typed values below replace it where normalisation matters.
   for (const auto& [long_name, given] : a.given) v[long_name.substr(2)] = given.second;
   v["model_family_name"] = a.model_family_name;
