@@ -1,0 +1,150 @@
+// Recipes: dims of megatron-reference.md 4.1, the bench workload of targets.md, flat names and
+// GBS weak scaling (reference 1.2).
+#include <gtest/gtest.h>
+
+#include "harness/config/errors.hpp"
+#include "harness/config/resolve.hpp"
+#include "workloads/recipes.hpp"
+
+namespace shardbench {
+namespace {
+
+ValidationContext clean_env() {
+  ValidationContext ctx;
+  ctx.getenv = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+  return ctx;
+}
+
+ResolvedConfig resolve_recipe(const std::string& recipe, const std::string& num_gpus,
+                              std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"-m", "llama", "-mr", recipe, "-ng", num_gpus, "-g", "h100"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return resolve_from_args(args, clean_env());
+}
+
+TEST(Recipes, Llama3Dims) {
+  struct Dims {
+    const char* name;
+    int64_t layers, hidden, ffn, heads;
+  };
+  for (const Dims d : {Dims{"llama3_8b", 32, 4096, 14336, 32}, Dims{"llama3_70b", 80, 8192, 28672, 64},
+                       Dims{"llama31_405b", 126, 16384, 53248, 128}}) {
+    ConfigContainer c;
+    find_recipe(d.name).canonical(c);
+    EXPECT_EQ(c.model.num_layers, d.layers) << d.name;
+    EXPECT_EQ(c.model.hidden_size, d.hidden) << d.name;
+    EXPECT_EQ(c.model.ffn_hidden_size, d.ffn) << d.name;
+    EXPECT_EQ(c.model.num_attention_heads, d.heads) << d.name;
+    EXPECT_EQ(c.model.num_query_groups, 8) << d.name;
+    EXPECT_EQ(c.model.kv_channels, 128) << d.name;
+    EXPECT_EQ(c.model.vocab_size, 128256) << d.name;
+    EXPECT_EQ(c.model.seq_length, 8192) << d.name;
+    EXPECT_DOUBLE_EQ(c.model.rotary_base, 500000) << d.name;
+    EXPECT_EQ(c.model.normalization, "RMSNorm") << d.name;
+    EXPECT_FALSE(c.model.share_embeddings_and_output_weights) << d.name;
+  }
+}
+
+TEST(Recipes, PerfDefaults) {
+  const ResolvedConfig r = resolve_recipe("llama3_8b", "8");
+  EXPECT_EQ(r.config.train.micro_batch_size, 1);
+  EXPECT_EQ(r.config.train.global_batch_size, 128);
+  EXPECT_EQ(r.config.train.train_iters, 50);
+  EXPECT_EQ(r.config.env.at("TORCH_NCCL_HIGH_PRIORITY"), "1");
+  EXPECT_EQ(r.config.env.at("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
+  EXPECT_EQ(r.config.mixed_precision.name, "bf16_mixed");
+  EXPECT_TRUE(r.config.model.bf16);
+  EXPECT_FALSE(r.config.ddp.use_megatron_fsdp);
+  EXPECT_TRUE(r.config.ddp.use_distributed_optimizer);  // Megatron's DDP baseline is ZeRO-1
+  EXPECT_FALSE(r.config.ddp.grad_reduce_in_fp32);
+  EXPECT_EQ(resolve_recipe("llama3_70b", "64").config.train.global_batch_size, 256);
+}
+
+TEST(Recipes, BenchWorkloadIsTargetsMd) {
+  const ResolvedConfig r = resolve_recipe("llama3_bench_1p5b", "1", {"-g", "h200"});
+  const auto& m = r.config.model;
+  EXPECT_EQ(m.hidden_size, 2048);
+  EXPECT_EQ(m.num_layers, 16);
+  EXPECT_EQ(m.num_attention_heads, 32);
+  EXPECT_EQ(m.num_query_groups, 8);
+  EXPECT_EQ(m.kv_channels, 64);
+  EXPECT_EQ(m.ffn_hidden_size, 8192);
+  EXPECT_EQ(m.vocab_size, 128256);
+  EXPECT_EQ(m.seq_length, 4096);
+  EXPECT_EQ(r.config.train.micro_batch_size, 2);
+  EXPECT_EQ(r.config.train.global_batch_size, 2);
+  EXPECT_TRUE(m.bf16);
+  EXPECT_EQ(r.config.shardbench.compute_dtype, "bf16");
+  EXPECT_EQ(r.recipe_name, "llama3_bench_1p5b_pretrain_1gpu_h200_bf16_config");
+}
+
+TEST(Recipes, TinyCpu) {
+  const ResolvedConfig r = resolve_recipe("llama3_tiny_cpu", "2", {"-g", "cpu"});
+  EXPECT_EQ(r.config.model.num_layers, 2);
+  EXPECT_EQ(r.config.model.hidden_size, 64);
+  EXPECT_EQ(r.config.model.num_attention_heads, 4);
+  EXPECT_EQ(r.config.model.num_query_groups, 2);
+  EXPECT_EQ(r.config.model.ffn_hidden_size, 176);
+  EXPECT_EQ(r.config.model.vocab_size, 512);
+  EXPECT_EQ(r.config.model.seq_length, 32);
+  EXPECT_EQ(r.config.train.micro_batch_size, 2);
+  EXPECT_EQ(r.config.train.global_batch_size, 8);
+  EXPECT_EQ(r.config.train.train_iters, 5);
+  EXPECT_EQ(r.config.shardbench.device, "cpu");
+  EXPECT_EQ(r.config.shardbench.backend, "gloo");
+  EXPECT_EQ(r.config.shardbench.compute_dtype, "fp32");
+  EXPECT_FALSE(r.config.model.bf16);
+  EXPECT_EQ(r.gpus_per_node, 2);
+}
+
+TEST(Recipes, FlatNames) {
+  EXPECT_EQ(flat_recipe_name("llama3_70b", "pretrain", 64, "gb200", "fp8_cs"),
+            "llama3_70b_pretrain_64gpu_gb200_fp8cs_config");
+  EXPECT_EQ(flat_recipe_name("llama3_8b", "pretrain", 8, "h100", "bf16"),
+            "llama3_8b_pretrain_8gpu_h100_bf16_config");
+  EXPECT_EQ(precision_name("fp8_mx"), "fp8mx");
+  EXPECT_EQ(precision_name("nvfp4"), "nvfp4");
+  EXPECT_EQ(resolve_recipe("llama3_8b", "4").recipe_name, "llama3_8b_pretrain_4gpu_h100_bf16_config");
+}
+
+TEST(Recipes, WeakScaling) {
+  EXPECT_EQ(weak_scaled_global_batch_size(128, 16, 8), 256);
+  EXPECT_EQ(weak_scaled_global_batch_size(256, 8, 64), 32);
+  EXPECT_THROW(weak_scaled_global_batch_size(1536, 1, 1024), UsageError);
+
+  const ResolvedConfig r = resolve_recipe("llama3_8b", "4");
+  EXPECT_EQ(r.config.train.global_batch_size, 64);
+  EXPECT_EQ(r.data_parallel_size, 4);
+  EXPECT_EQ(r.provenance.last_source("train.global_batch_size"),
+            "weak scaling (128 * DP 4 / base DP 8)");
+  // An explicit GBS is not scaled.
+  EXPECT_EQ(resolve_recipe("llama3_8b", "4", {"-gb", "32"}).config.train.global_batch_size, 32);
+  EXPECT_EQ(resolve_recipe("llama3_8b", "4", {"train.global_batch_size=8"})
+                .config.train.global_batch_size,
+            8);
+  try {
+    resolve_recipe("llama31_405b", "1");
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("1536 * DP 1 / base DP 1024 is not an integer"),
+              std::string::npos);
+  }
+}
+
+TEST(Recipes, FamilyMustMatchAndUnknownRecipeSuggests) {
+  try {
+    resolve_from_args({"-m", "llama3", "-mr", "llama3_8b", "-ng", "8", "-g", "h100"}, clean_env());
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("belongs to family 'llama'"), std::string::npos);
+  }
+  try {
+    find_recipe("llama3_8");
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'llama3_8b'?"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace shardbench

@@ -1,0 +1,334 @@
+// Every validation rule of megatron-reference.md 3.2 that applies to a data-parallel run.
+#include <gtest/gtest.h>
+
+#include "harness/config/errors.hpp"
+#include "harness/config/validate.hpp"
+
+namespace shardbench {
+namespace {
+
+// A config that passes validation on 8 GPUs: DP 8, GBS 16 = MBS 2 * DP 8.
+ConfigContainer valid_config() {
+  ConfigContainer c;
+  c.model.num_layers = 4;
+  c.model.hidden_size = 64;
+  c.model.num_attention_heads = 4;
+  c.model.num_query_groups = 2;
+  c.model.seq_length = 32;
+  c.train.micro_batch_size = 2;
+  c.train.global_batch_size = 16;
+  c.train.train_iters = 5;
+  return c;
+}
+
+ValidationContext context(std::map<std::string, std::string> process_env = {},
+                          int64_t num_gpus = 8) {
+  ValidationContext ctx;
+  ctx.num_gpus = num_gpus;
+  ctx.getenv = [process_env](const std::string& name) -> std::optional<std::string> {
+    const auto it = process_env.find(name);
+    if (it == process_env.end()) return std::nullopt;
+    return it->second;
+  };
+  return ctx;
+}
+
+std::string error_of(ConfigContainer c, const ValidationContext& ctx = context()) {
+  Provenance p;
+  try {
+    validate_config(c, p, ctx);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+ConfigContainer fsdp_config() {
+  ConfigContainer c = valid_config();
+  c.ddp.use_megatron_fsdp = true;
+  c.ddp.data_parallel_sharding_strategy = "optim_grads_params";
+  return c;
+}
+
+TEST(Validation, ValidConfigPasses) { EXPECT_EQ(error_of(valid_config()), "(no error)"); }
+
+TEST(Validation, FsdpAndFsdp2AreExclusive) {
+  ConfigContainer c = valid_config();
+  c.dist.use_megatron_fsdp = true;
+  c.dist.use_torch_fsdp2 = true;
+  EXPECT_TRUE(contains(error_of(c), "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive."));
+}
+
+TEST(Validation, FsdpForcesBothFlagsAndDistributedOptimizer) {
+  ConfigContainer c = fsdp_config();
+  Provenance p;
+  const auto notices = validate_config(c, p, context());
+  EXPECT_TRUE(c.dist.use_megatron_fsdp);
+  EXPECT_TRUE(c.ddp.use_distributed_optimizer);
+  EXPECT_TRUE(c.optimizer.use_distributed_optimizer);
+  EXPECT_EQ(p.last_source("ddp.use_distributed_optimizer"), "validation: megatron_fsdp_v1");
+  EXPECT_EQ(p.last_source("optimizer.use_distributed_optimizer"), "validation: megatron_fsdp_v1");
+  EXPECT_EQ(p.last_source("dist.use_megatron_fsdp"), "validation: megatron_fsdp_flags");
+  EXPECT_NE(std::find(notices.begin(), notices.end(),
+                      "use_distributed_optimizer=True is required for Megatron-FSDP. Activating..."),
+            notices.end());
+  // dist.use_megatron_fsdp alone also turns on the ddp flag.
+  ConfigContainer d = valid_config();
+  d.dist.use_megatron_fsdp = true;
+  d.ddp.data_parallel_sharding_strategy = "optim";
+  Provenance q;
+  validate_config(d, q, context());
+  EXPECT_TRUE(d.ddp.use_megatron_fsdp);
+}
+
+TEST(Validation, FsdpVersionMustBeOneOrTwo) {
+  ConfigContainer c = valid_config();
+  c.ddp.megatron_fsdp_version = 3;
+  EXPECT_TRUE(contains(error_of(c), "megatron_fsdp_version must be either 1 or 2"));
+  ConfigContainer v2 = fsdp_config();
+  v2.ddp.megatron_fsdp_version = 2;
+  EXPECT_TRUE(contains(error_of(v2), "not supported by shardbench yet; accepted: 1"));
+}
+
+TEST(Validation, PrecisionAwareOptimizerUsesDecoupledGrad) {
+  ConfigContainer c = fsdp_config();
+  c.optimizer.use_precision_aware_optimizer = true;
+  Provenance p;
+  validate_config(c, p, context());
+  EXPECT_TRUE(c.ddp.megatron_fsdp_use_decoupled_grad);
+}
+
+TEST(Validation, AverageInCollectiveOffUnderFsdpWithSymmetricRegistration) {
+  ConfigContainer c = fsdp_config();
+  c.ddp.average_in_collective = true;
+  Provenance p;
+  const auto notices = validate_config(c, p, context());
+  EXPECT_FALSE(c.ddp.average_in_collective);
+  EXPECT_NE(std::find(notices.begin(), notices.end(),
+                      "average_in_collective not supported with NCCL symmetric registration. "
+                      "Deactivating..."),
+            notices.end());
+  ConfigContainer kept = fsdp_config();
+  kept.ddp.average_in_collective = true;
+  kept.ddp.disable_symmetric_registration = true;
+  Provenance q;
+  validate_config(kept, q, context());
+  EXPECT_TRUE(kept.ddp.average_in_collective);
+}
+
+TEST(Validation, FsdpCheckpointNeedsFsdpDtensor) {
+  ConfigContainer c = fsdp_config();
+  c.checkpoint.save = "/ckpt";
+  EXPECT_TRUE(contains(error_of(c), "Megatron-FSDP requires the fsdp_dtensor checkpointing format!"));
+  c.checkpoint.ckpt_format = "fsdp_dtensor";
+  EXPECT_EQ(error_of(c), "(no error)");
+  ConfigContainer ddp = valid_config();
+  ddp.checkpoint.load = "/ckpt";
+  ddp.checkpoint.ckpt_format = "fsdp_dtensor";
+  EXPECT_TRUE(contains(error_of(ddp), "fsdp_dtensor checkpoint format only supports Megatron FSDP"));
+}
+
+TEST(Validation, AsyncSaveNeedsDistributedFormat) {
+  ConfigContainer c = valid_config();
+  c.checkpoint.async_save = true;
+  c.checkpoint.ckpt_format = "torch";
+  EXPECT_TRUE(contains(error_of(c), "async save supports torch_dist or fsdp_dtensor"));
+}
+
+TEST(Validation, FsdpRejectsCudaDeviceMaxConnectionsOne) {
+  ConfigContainer c = fsdp_config();
+  c.env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1";
+  EXPECT_EQ(error_of(c),
+            "CUDA_DEVICE_MAX_CONNECTIONS=1 (from env.CUDA_DEVICE_MAX_CONNECTIONS): FSDP requires "
+            "CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.");
+  // The launching shell wins over the config's env, both ways.
+  EXPECT_EQ(error_of(c, context({{"CUDA_DEVICE_MAX_CONNECTIONS", "32"}})), "(no error)");
+  ConfigContainer d = fsdp_config();
+  EXPECT_TRUE(contains(error_of(d, context({{"CUDA_DEVICE_MAX_CONNECTIONS", "1"}})),
+                       "(from the environment)"));
+}
+
+TEST(Validation, ManualRegistrationRequiresNcclUb) {
+  ConfigContainer c = fsdp_config();
+  c.ddp.fsdp_manual_registration = true;
+  EXPECT_TRUE(contains(error_of(c), "DDP.fsdp_manual_registration requires DDP.nccl_ub!"));
+  c.ddp.nccl_ub = true;
+  EXPECT_EQ(error_of(c), "(no error)");
+  ConfigContainer forced = fsdp_config();
+  forced.ddp.nccl_ub = true;
+  Provenance p;
+  validate_config(forced, p, context());
+  EXPECT_TRUE(forced.ddp.fsdp_manual_registration);
+}
+
+TEST(Validation, TpPpDpMappingNotWithFsdp) {
+  ConfigContainer c = fsdp_config();
+  c.dist.use_tp_pp_dp_mapping = true;
+  EXPECT_TRUE(contains(error_of(c), "use_tp_pp_dp_mapping is not supported with Megatron FSDP"));
+}
+
+TEST(Validation, WeightHashCheckNotWithOptimGradsParams) {
+  ConfigContainer c = fsdp_config();
+  c.train.check_weight_hash_across_dp_replicas_interval = 10;
+  EXPECT_TRUE(contains(error_of(c), "no replicas to hash"));
+  c.ddp.data_parallel_sharding_strategy = "optim_grads";
+  EXPECT_EQ(error_of(c), "(no error)");
+}
+
+TEST(Validation, MetaDeviceInitNotWithNoShard) {
+  ConfigContainer c = fsdp_config();
+  c.ddp.data_parallel_sharding_strategy = "no_shard";
+  c.model.init_model_with_meta_device = true;
+  EXPECT_TRUE(contains(error_of(c), "meta-device initialization is not supported"));
+}
+
+TEST(Validation, ReuseGradBufNeedsFp8ParamGatherAndIsOffUnderFsdp) {
+  ConfigContainer c = valid_config();
+  c.ddp.reuse_grad_buf_for_mxfp8_param_ag = true;
+  EXPECT_TRUE(contains(error_of(c), "Reuse grad buffer only when keeping params in MXFP8."));
+  ConfigContainer f = fsdp_config();
+  f.ddp.fp8_param_gather = true;
+  f.ddp.reuse_grad_buf_for_mxfp8_param_ag = true;
+  f.optimizer.reuse_grad_buf_for_mxfp8_param_ag = true;
+  Provenance p;
+  validate_config(f, p, context());
+  EXPECT_FALSE(f.ddp.reuse_grad_buf_for_mxfp8_param_ag);
+  EXPECT_FALSE(f.optimizer.reuse_grad_buf_for_mxfp8_param_ag);
+}
+
+TEST(Validation, NcclUbWithExpandableSegmentsOnlyOnOldTorch) {
+  ConfigContainer c = valid_config();
+  c.ddp.nccl_ub = true;
+  c.env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True";
+  EXPECT_EQ(error_of(c), "(no error)");  // torch 2.11: the rule is recorded but does not fire
+  ValidationContext old = context();
+  old.torch_minor = 10;
+  EXPECT_TRUE(contains(error_of(c, old), "not supported with nccl_ub due to compatibility issue "
+                                         "with torch.cuda.MemPool API"));
+}
+
+TEST(Validation, BucketSizeAndNumBucketsExclusive) {
+  ConfigContainer c = valid_config();
+  c.ddp.bucket_size = 1000;
+  c.ddp.num_buckets = 4;
+  EXPECT_TRUE(contains(error_of(c), "are exclusive"));
+}
+
+TEST(Validation, DistributedOptimizerAndOverlapParamGatherSync) {
+  ConfigContainer c = valid_config();
+  c.ddp.use_distributed_optimizer = true;
+  c.optimizer.overlap_param_gather = true;
+  Provenance p;
+  const auto notices = validate_config(c, p, context());
+  EXPECT_TRUE(c.optimizer.use_distributed_optimizer);
+  EXPECT_TRUE(c.ddp.overlap_param_gather);
+  EXPECT_EQ(p.last_source("optimizer.use_distributed_optimizer"),
+            "validation: sync_distributed_optimizer");
+  EXPECT_EQ(notices.size(), 2u);
+  EXPECT_TRUE(contains(notices[0], "were not in sync"));
+}
+
+TEST(Validation, MixedPrecisionPresetIsCopiedAndConsistent) {
+  ConfigContainer c = valid_config();
+  c.mixed_precision.name = "bf16_mixed";
+  c.mixed_precision.bf16 = true;
+  c.mixed_precision.params_dtype = "bf16";
+  c.mixed_precision.grad_reduce_in_fp32 = false;
+  c.ddp.grad_reduce_in_fp32 = true;
+  Provenance p;
+  validate_config(c, p, context());
+  EXPECT_TRUE(c.model.bf16);
+  EXPECT_TRUE(c.optimizer.bf16);
+  EXPECT_EQ(c.model.params_dtype, "bf16");
+  EXPECT_FALSE(c.ddp.grad_reduce_in_fp32);
+  EXPECT_EQ(p.last_source("model.bf16"), "validation: mixed_precision_setup (bf16_mixed)");
+  ConfigContainer both = valid_config();
+  both.model.bf16 = true;
+  both.model.fp16 = true;
+  EXPECT_TRUE(contains(error_of(both), "model.bf16 and model.fp16 cannot both be true"));
+}
+
+TEST(Validation, CpuOffloadRules) {
+  ConfigContainer c = valid_config();
+  c.model.cpu_offloading = true;
+  c.model.cpu_offloading_num_layers = 4;
+  EXPECT_TRUE(contains(error_of(c), "CPU offloading can be done only for layers less than 4"));
+  c.model.cpu_offloading_num_layers = 2;
+  EXPECT_EQ(error_of(c), "(no error)");
+  ConfigContainer pp = c;
+  pp.model.pipeline_model_parallel_size = 2;
+  EXPECT_TRUE(contains(error_of(pp), "no support for Pipeline parallelism with CPU offloading"));
+  ConfigContainer recompute = c;
+  recompute.model.recompute_granularity = "full";
+  EXPECT_TRUE(contains(error_of(recompute),
+                       "CPU offloading does not work when activation recomputation is enabled"));
+  ConfigContainer graphs = c;
+  graphs.model.cuda_graph_impl = "local";
+  EXPECT_TRUE(contains(error_of(graphs), "CUDA graphs not supported with CPU offloading."));
+}
+
+TEST(Validation, GpusDivisibleByModelParallelism) {
+  ConfigContainer c = valid_config();
+  c.model.tensor_model_parallel_size = 3;
+  EXPECT_EQ(error_of(c),
+            "Requested 8 GPUs is not divisible by TP * PP * CP (3 * 1 * 1 = 3)");
+  EXPECT_EQ(data_parallel_size(valid_config(), 8), 8);
+}
+
+TEST(Validation, GlobalBatchDivisibleByMicroBatchTimesDp) {
+  ConfigContainer c = valid_config();
+  c.train.global_batch_size = 12;
+  EXPECT_EQ(error_of(c),
+            "train.global_batch_size=12 is not divisible by train.micro_batch_size (2) times data "
+            "parallel size (8)");
+}
+
+TEST(Validation, ContextParallelNeedsSequenceMultipleOfTwoCp) {
+  ConfigContainer c = valid_config();
+  c.model.context_parallel_size = 2;
+  c.model.seq_length = 30;
+  c.train.global_batch_size = 8;  // DP 4
+  EXPECT_TRUE(contains(error_of(c), "must be a multiple of 2 * context_parallel_size (4)"));
+}
+
+TEST(Validation, ProfilingRules) {
+  ConfigContainer both = valid_config();
+  both.profiling.use_nsys_profiler = true;
+  both.profiling.use_pytorch_profiler = true;
+  EXPECT_TRUE(contains(error_of(both), "Exactly one of pytorch or nsys profiler"));
+  ConfigContainer negative = valid_config();
+  negative.profiling.profile_step_start = -1;
+  EXPECT_TRUE(contains(error_of(negative), "profile_step_start must be >= 0"));
+  ConfigContainer reversed = valid_config();
+  reversed.profiling.profile_step_end = 5;
+  EXPECT_TRUE(contains(error_of(reversed), "profile_step_end must be >= profile_step_start (10)"));
+}
+
+TEST(Validation, FullIterationGraphNeedsNanCheckOff) {
+  ConfigContainer c = valid_config();
+  c.model.cuda_graph_impl = "local";
+  c.model.cuda_graph_scope = {"full_iteration"};
+  EXPECT_TRUE(contains(error_of(c), "check_for_nan_in_loss=false"));
+}
+
+TEST(Validation, ShardbenchDeviceAndBackend) {
+  ConfigContainer c = valid_config();
+  c.shardbench.device = "cpu";
+  c.shardbench.backend = "nccl";
+  EXPECT_TRUE(contains(error_of(c), "NCCL needs GPUs"));
+}
+
+TEST(Validation, ModelShape) {
+  ConfigContainer c = valid_config();
+  c.model.num_query_groups = 3;
+  EXPECT_TRUE(contains(error_of(c), "not divisible by model.num_query_groups=3"));
+  ConfigContainer empty;
+  EXPECT_TRUE(contains(error_of(empty), "model.num_layers=0: must be > 0"));
+}
+
+}  // namespace
+}  // namespace shardbench
