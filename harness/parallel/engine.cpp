@@ -155,7 +155,12 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
   const int64_t lo = g.shard_offset(rank_);
 
   g.model_full = at::zeros({padded}, compute);
-  g.main = at::zeros({g.spec.main_weights_sharded ? shard : padded}, dev.dtype(at::kFloat));
+  // With fp32 compute the main weights are the compute weights (no second copy), as in
+  // Megatron when params_dtype is fp32.
+  g.main_aliases_model = options_.compute_dtype == at::kFloat;
+  if (!g.main_aliases_model) {
+    g.main = at::zeros({g.spec.main_weights_sharded ? shard : padded}, dev.dtype(at::kFloat));
+  }
   g.grad = at::zeros({g.spec.grads_sharded ? shard : padded}, dev.dtype(grad_dtype));
   if (g.spec.grads_sharded) {
     g.grad_full = at::empty({padded}, dev.dtype(grad_dtype));
@@ -169,6 +174,7 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     init_param(spec, slot.spec_index, options_.seed, full);
     auto flat = full.view({-1});
     g.model_full.narrow(0, slot.offset, slot.numel).copy_(flat);
+    if (g.main_aliases_model) continue;
     if (!g.spec.main_weights_sharded) {
       g.main.narrow(0, slot.offset, slot.numel).copy_(flat);
     } else {
@@ -196,6 +202,11 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     g.gathered = false;
   } else {
     g.gathered = true;
+  }
+  if (g.main_aliases_model) {
+    g.main = g.spec.model_weights_sharded  ? g.model_shard
+             : g.spec.main_weights_sharded ? g.model_full.narrow(0, lo, shard)
+                                           : g.model_full;
   }
 
   // Optimizer segments in the coordinates of this rank's main buffer.

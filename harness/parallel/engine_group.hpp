@@ -31,6 +31,7 @@ struct EngineGroup {
   at::Tensor param_sync_input;                     // kept alive until param_sync_work completes
 
   at::Tensor main;  // fp32 main weights: full or this rank's shard
+  bool main_aliases_model = false;  // fp32 compute: main is (a view of) the compute weights
   std::unique_ptr<FlatAdamW> optimizer;
 
   at::Tensor grad;       // main grads: full or shard

@@ -280,17 +280,17 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
 
 void DataParallelEngine::refresh_model_weights(EngineGroup& g) {
   if (g.spec.model_weights_sharded) {
-    g.model_shard.copy_(g.main);
+    if (!g.main_aliases_model) g.model_shard.copy_(g.main);
     return;
   }
   if (!g.spec.main_weights_sharded) {
-    g.model_full.copy_(g.main);
+    if (!g.main_aliases_model) g.model_full.copy_(g.main);
     return;
   }
   // Sharded main weights, full compute weights: write this rank's shard, then all-gather the
   // buffer (waited on before the module's next forward).
   at::Tensor mine = g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
-  mine.copy_(g.main);
+  if (!g.main_aliases_model) mine.copy_(g.main);
   // gloo's all-gather copies through its own buffers; give it a separate input to stay safe
   // from aliasing. NCCL gathers in place.
   g.param_sync_input = pgs_.all_gather->backend_kind() == CommBackend::kNccl ? mine : mine.clone();
@@ -326,7 +326,7 @@ EngineMemory DataParallelEngine::memory() const {
     m.model_weight_bytes += g.spec.model_weights_sharded
                                 ? static_cast<int64_t>(g.model_shard.nbytes())
                                 : g.model_full.numel() * elem_bytes(g.model_full);
-    m.main_weight_bytes += static_cast<int64_t>(g.main.nbytes());
+    if (!g.main_aliases_model) m.main_weight_bytes += static_cast<int64_t>(g.main.nbytes());
     m.main_grad_bytes += static_cast<int64_t>(g.grad.nbytes());
     m.optimizer_state_bytes += g.optimizer->state_bytes();
   }
