@@ -30,7 +30,8 @@ const RecipeSpec& find_recipe(const std::string& name);
 
 // Megatron-Bridge _PRECISION_NAME_MAP: bf16->bf16, fp8_cs->fp8cs, fp8_mx->fp8mx, ...
 std::string precision_name(const std::string& compute_dtype);
-// f"{model_recipe_name}_{task}_{num_gpus}gpu_{gpu}_{precision}_config" (utils._recipe_function_name)
+// f"{model_recipe_name}_{task}_{num_gpus}gpu_{gpu}_{precision}_config"
+// (utils._recipe_function_name)
 std::string flat_recipe_name(const std::string& model_recipe_name, const std::string& task,
                              int64_t num_gpus, const std::string& gpu,
                              const std::string& compute_dtype);

@@ -17,7 +17,7 @@ namespace shardbench::flag_store {
 using Store = decltype(FlagSpec::store);
 
 [[noreturn]] inline void bad_value(const std::string& flag, const std::string& value,
-                            const std::string& accepted) {
+                                   const std::string& accepted) {
   throw UsageError(flag + ": invalid value '" + value + "'; expected " + accepted);
 }
 
@@ -86,7 +86,7 @@ inline Store int_list(std::optional<std::vector<int64_t>> LaunchArgs::*member) {
 }
 
 inline Store str_list(std::optional<std::vector<std::string>> LaunchArgs::*member,
-               std::vector<std::string> choices = {}) {
+                      std::vector<std::string> choices = {}) {
   return [=](LaunchArgs& a, const std::string& flag, const std::string& v) {
     std::vector<std::string> items = split_trimmed(v, ',');
     for (const std::string& item : items) {

@@ -18,7 +18,8 @@ std::vector<FlagSpec> general_training_parallel_slurm_flags() {
   return {
       // ---- General
       {"", "--domain", "General", K::kValue, "{llm,vlm,qwen3vl,diffusion}", "llm",
-       "Forward-step domain", false, choice(&LaunchArgs::domain, {"llm", "vlm", "qwen3vl", "diffusion"})},
+       "Forward-step domain", false,
+       choice(&LaunchArgs::domain, {"llm", "vlm", "qwen3vl", "diffusion"})},
       {"-m", "--model_family_name", "General", K::kValue, "TEXT", "", "Model family, e.g. llama",
        true, text(&LaunchArgs::model_family_name, true)},
       {"-mr", "--model_recipe_name", "General", K::kValue, "TEXT", "",
@@ -46,15 +47,14 @@ std::vector<FlagSpec> general_training_parallel_slurm_flags() {
        "Custom pipeline layout", false,
        not_supported("pipeline parallelism is not implemented (data parallelism only)"), true},
       {"-d", "--dryrun", "General", K::kSwitch, "", "false",
-       "Print the resolved config and its provenance, run nothing", false,
-       on(&LaunchArgs::dryrun)},
+       "Print the resolved config and its provenance, run nothing", false, on(&LaunchArgs::dryrun)},
       // ---- Training / optimizer / checkpoint / data / tokenizer
       {"", "--task", "Training", K::kValue, "{pretrain,sft,peft}", "pretrain", "Training task",
        false, choice(&LaunchArgs::task, {"pretrain", "sft", "peft"})},
-      {"-ms", "--max_steps", "Training", K::kValue, "INT", "None (recipe: 50)",
-       "train.train_iters", false, integer(&LaunchArgs::max_steps)},
-      {"-gb", "--global_batch_size", "Training", K::kValue, "INT", "None", "train.global_batch_size",
-       false, integer(&LaunchArgs::global_batch_size)},
+      {"-ms", "--max_steps", "Training", K::kValue, "INT", "None (recipe: 50)", "train.train_iters",
+       false, integer(&LaunchArgs::max_steps)},
+      {"-gb", "--global_batch_size", "Training", K::kValue, "INT", "None",
+       "train.global_batch_size", false, integer(&LaunchArgs::global_batch_size)},
       {"-mb", "--micro_batch_size", "Training", K::kValue, "INT", "None", "train.micro_batch_size",
        false, integer(&LaunchArgs::micro_batch_size)},
       {"-sl", "--seq_length", "Training", K::kValue, "INT", "None", "model.seq_length", false,
@@ -66,8 +66,8 @@ std::vector<FlagSpec> general_training_parallel_slurm_flags() {
        real(&LaunchArgs::lr)},
       {"", "--min_lr", "Training", K::kValue, "FLOAT", "None", "optimizer.min_lr", false,
        real(&LaunchArgs::min_lr)},
-      {"", "--warmup_iters", "Training", K::kValue, "INT", "10", "optimizer.lr_warmup_iters",
-       false, integer(&LaunchArgs::warmup_iters)},
+      {"", "--warmup_iters", "Training", K::kValue, "INT", "10", "optimizer.lr_warmup_iters", false,
+       integer(&LaunchArgs::warmup_iters)},
       {"", "--pretrained_checkpoint", "Training", K::kValue, "PATH", "None",
        "checkpoint.pretrained_checkpoint", false, text(&LaunchArgs::pretrained_checkpoint)},
       {"", "--save_dir", "Training", K::kValue, "PATH", "None", "checkpoint.save", false,
@@ -88,8 +88,8 @@ std::vector<FlagSpec> general_training_parallel_slurm_flags() {
        not_supported(kTokenizerData), true},
       {"", "--dataset_root", "Training", K::kValue, "PATH", "None", "Dataset root", false,
        not_supported(kTokenizerData), true},
-      {"", "--index_mapping_dir", "Training", K::kValue, "PATH", "None", "Index mapping dir",
-       false, not_supported(kTokenizerData), true},
+      {"", "--index_mapping_dir", "Training", K::kValue, "PATH", "None", "Index mapping dir", false,
+       not_supported(kTokenizerData), true},
       {"", "--dataset_name", "Training", K::kValue, "TEXT", "None", "Dataset name", false,
        not_supported(kTokenizerData), true},
       {"", "--packed_sequence", "Training", K::kSwitch, "", "false", "Packed sequences", false,
@@ -103,8 +103,8 @@ std::vector<FlagSpec> general_training_parallel_slurm_flags() {
        not_supported(kTokenizerData), true},
       {"", "--tokenizer_model", "Training", K::kValue, "TEXT", "None", "Tokenizer model", false,
        not_supported(kTokenizerData), true},
-      {"", "--vocab_size", "Training", K::kValue, "INT", "32000", "NullTokenizer vocabulary",
-       false, not_supported(kTokenizerData), true},
+      {"", "--vocab_size", "Training", K::kValue, "INT", "32000", "NullTokenizer vocabulary", false,
+       not_supported(kTokenizerData), true},
       {"-hf", "--hf_token", "Training", K::kValue, "TEXT", "None", "Hugging Face token", false,
        not_supported(kTokenizerData), true},
       {"", "--offline", "Training", K::kSwitch, "", "false", "Hugging Face offline mode", false,
@@ -149,12 +149,13 @@ std::vector<FlagSpec> general_training_parallel_slurm_flags() {
        text(&LaunchArgs::account)},
       {"-p", "--partition", "Slurm", K::kValue, "TEXT", "None", "Slurm partition", false,
        text(&LaunchArgs::partition)},
-      {"-t", "--time_limit", "Slurm", K::kValue, "HH:MM:SS", "00:30:00", "Slurm time limit",
-       false, text(&LaunchArgs::time_limit)},
-      {"", "--preempt_time", "Slurm", K::kValue, "INT", "60", "Seconds of preemption notice",
-       false, integer(&LaunchArgs::preempt_time)},
+      {"-t", "--time_limit", "Slurm", K::kValue, "HH:MM:SS", "00:30:00", "Slurm time limit", false,
+       text(&LaunchArgs::time_limit)},
+      {"", "--preempt_time", "Slurm", K::kValue, "INT", "60", "Seconds of preemption notice", false,
+       integer(&LaunchArgs::preempt_time)},
       {"-gn", "--gpus_per_node", "Slurm", K::kValue, "INT", "from -g",
-       "GPUs per node (h100/h200/b200/b300 8, gb200/gb300/vr200 4, r100 1, cpu: -ng)", false, integer(&LaunchArgs::gpus_per_node)},
+       "GPUs per node (h100/h200/b200/b300 8, gb200/gb300/vr200 4, r100 1, cpu: -ng)", false,
+       integer(&LaunchArgs::gpus_per_node)},
       {"-i", "--container_image", "Slurm", K::kValue, "TEXT", "nvcr.io/nvidia/nemo:dev",
        "Container image", false, text(&LaunchArgs::container_image)},
       {"-cm", "--custom_mounts", "Slurm", K::kValue, "CSV", "None", "Container mounts", false,
@@ -177,16 +178,16 @@ std::vector<FlagSpec> general_training_parallel_slurm_flags() {
        }},
       {"-cs", "--custom_srun_args", "Slurm", K::kValue, "TEXT", "None", "Extra srun arguments",
        false, text(&LaunchArgs::custom_srun_args)},
-      {"-cb", "--custom_bash_cmds", "Slurm", K::kValue, "TEXT", "None", "Commands run first",
-       false, text(&LaunchArgs::custom_bash_cmds)},
+      {"-cb", "--custom_bash_cmds", "Slurm", K::kValue, "TEXT", "None", "Commands run first", false,
+       text(&LaunchArgs::custom_bash_cmds)},
       {"", "--gres", "Slurm", K::kValue, "INT", "None", "Slurm --gres GPUs", false,
        integer(&LaunchArgs::gres)},
       {"", "--additional_slurm_params", "Slurm", K::kValue, "K=V;K=V", "None",
        "Extra sbatch parameters", false, text(&LaunchArgs::additional_slurm_params)},
       {"", "--packager", "Slurm", K::kValue, "{git,none}", "git", "Code packager", false,
        choice(&LaunchArgs::packager, {"git", "none"})},
-      {"", "--enable_pct_binding", "Slurm", K::kValue, "BOOL", "true", "numactl CPU binding",
-       false, boolean(&LaunchArgs::enable_pct_binding)},
+      {"", "--enable_pct_binding", "Slurm", K::kValue, "BOOL", "true", "numactl CPU binding", false,
+       boolean(&LaunchArgs::enable_pct_binding)},
   };
 }
 
@@ -213,9 +214,9 @@ const FlagSpec* find_flag(const std::string& spelling) {
 }
 
 const std::vector<std::string>& flag_groups() {
-  static const std::vector<std::string> groups = {
-      "General", "Training", "Parallelism", "Slurm", "Performance", "Logging/testing",
-      "shardbench"};
+  static const std::vector<std::string> groups = {"General",   "Training",    "Parallelism",
+                                                  "Slurm",     "Performance", "Logging/testing",
+                                                  "shardbench"};
   return groups;
 }
 

@@ -26,7 +26,8 @@ struct FlagSpec {
   std::string default_text;  // as --help shows it; "" for none
   std::string help;
   bool required = false;
-  // Converts and stores one occurrence. `flag` is the spelling to name in errors ("-ng/--num_gpus").
+  // Converts and stores one occurrence. `flag` is the spelling to name in errors
+  // ("-ng/--num_gpus").
   std::function<void(LaunchArgs& args, const std::string& flag, const std::string& value)> store;
   // A Megatron-Bridge flag shardbench does not implement: accepted by the parser only so that
   // `store` can reject it with a reason; --help marks it.

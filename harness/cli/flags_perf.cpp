@@ -18,9 +18,8 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
   using K = FlagKind;
   return {
       // ---- Performance
-      {"-g", "--gpu", "Performance", K::kValue,
-       "{h100,b200,b300,gb200,gb300,vr200,r100,h200,cpu}", "",
-       "GPU type (h200: 8 per node; cpu: CPU ranks, gpus-per-node = -ng)", true,
+      {"-g", "--gpu", "Performance", K::kValue, "{h100,b200,b300,gb200,gb300,vr200,r100,h200,cpu}",
+       "", "GPU type (h200: 8 per node; cpu: CPU ranks, gpus-per-node = -ng)", true,
        choice(&LaunchArgs::gpu,
               {"h100", "b200", "b300", "gb200", "gb300", "vr200", "r100", "h200", "cpu"})},
       {"-c", "--compute_dtype", "Performance", K::kValue, "{bf16,fp8_cs,fp8_mx,fp8_sc,nvfp4}",
@@ -31,8 +30,8 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
        choice(&LaunchArgs::optimizer_type, {"adam", "muon"})},
       {"-vb", "--enable_vboost", "Performance", K::kValue, "BOOL", "None", "GPU vboost", false,
        not_supported(kClocks), true},
-      {"-lgc", "--lock_gpu_freq", "Performance", K::kValue, "INT", "None", "Lock GPU clock",
-       false, not_supported(kClocks), true},
+      {"-lgc", "--lock_gpu_freq", "Performance", K::kValue, "INT", "None", "Lock GPU clock", false,
+       not_supported(kClocks), true},
       {"-lmc", "--peak_mem_clk", "Performance", K::kValue, "INT", "None", "Memory clock", false,
        not_supported(kClocks), true},
       {"-en", "--enable_nsys", "Performance", K::kSwitch, "", "false",
@@ -66,14 +65,13 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
       {"", "--nccl_ub", "Performance", K::kValue, "BOOL", "None",
        "NCCL user buffers for FSDP communication (applies the nccl_ub override set)", false,
        boolean(&LaunchArgs::nccl_ub)},
-      {"", "--cuda_graph_impl", "Performance", K::kValue, "{none,local,transformer_engine}",
-       "None", "CUDA graphs (only none is supported yet)", false,
+      {"", "--cuda_graph_impl", "Performance", K::kValue, "{none,local,transformer_engine}", "None",
+       "CUDA graphs (only none is supported yet)", false,
        choice(&LaunchArgs::cuda_graph_impl, {"none", "local", "transformer_engine"})},
       {"", "--cuda_graph_scope", "Performance", K::kValue, "CSV", "None",
        "CUDA graph scopes (needs CUDA graphs)", false,
        str_list(&LaunchArgs::cuda_graph_scope,
-                {"full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess",
-                 "mamba"})},
+                {"full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"})},
       {"", "--moe_a2a_overlap", "Performance", K::kValue, "BOOL", "None", "MoE all-to-all overlap",
        false, not_supported("the Llama recipes are dense; MoE is not implemented"), true},
       {"-rl", "--recompute_num_layers", "Performance", K::kValue, "INT", "None",
@@ -94,8 +92,8 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
       // ---- Logging / variants / testing
       {"-wdk", "--wandb_key", "Logging/testing", K::kValue, "TEXT", "None", "W&B key", false,
        not_supported(kWandb), true},
-      {"-wdp", "--wandb_project_name", "Logging/testing", K::kValue, "TEXT", "None",
-       "W&B project", false, not_supported(kWandb), true},
+      {"-wdp", "--wandb_project_name", "Logging/testing", K::kValue, "TEXT", "None", "W&B project",
+       false, not_supported(kWandb), true},
       {"-wde", "--wandb_entity_name", "Logging/testing", K::kValue, "TEXT", "None", "W&B entity",
        false, not_supported(kWandb), true},
       {"-wdj", "--wandb_experiment_name", "Logging/testing", K::kValue, "TEXT", "None",
@@ -109,8 +107,8 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
        not_supported("use `perf-launch ... --dryrun > config.txt`; every report also stores "
                      "the resolved config"),
        true},
-      {"", "--dump_env", "Logging/testing", K::kSwitch, "", "false", "Dump the environment",
-       false, not_supported("the report records the relevant environment variables"), true},
+      {"", "--dump_env", "Logging/testing", K::kSwitch, "", "false", "Dump the environment", false,
+       not_supported("the report records the relevant environment variables"), true},
       {"-cv", "--config_variant", "Logging/testing", K::kValue, "TEXT", "None", "Config variant",
        false, not_supported(kVariants), true},
       {"", "--list_config_variants", "Logging/testing", K::kSwitch, "", "false",
@@ -168,8 +166,8 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
        [](LaunchArgs& a, const std::string&, const std::string& v) {
          a.override_sets.push_back(v);
        }},
-      {"", "--sdpa_backend", "shardbench", K::kValue, "{auto,flash,efficient,cudnn,math}",
-       "auto", "Attention kernel (shardbench.sdpa_backend)", false,
+      {"", "--sdpa_backend", "shardbench", K::kValue, "{auto,flash,efficient,cudnn,math}", "auto",
+       "Attention kernel (shardbench.sdpa_backend)", false,
        choice(&LaunchArgs::sdpa_backend, {"auto", "flash", "efficient", "cudnn", "math"})},
   };
 }

@@ -83,7 +83,7 @@ struct LaunchArgs {
   std::optional<bool> nccl_ub;
   std::optional<std::string> cuda_graph_impl;
   std::optional<std::vector<std::string>> cuda_graph_scope;
-  std::optional<int64_t> recompute_num_layers;      // -rl
+  std::optional<int64_t> recompute_num_layers;       // -rl
   std::optional<int64_t> activation_offload_layers;  // -ol
   std::optional<std::vector<std::string>> recompute_modules;
   bool deterministic = false;

@@ -99,7 +99,8 @@ class AliasFormatter : public CLI::Formatter {
  public:
   std::string make_option_name(const CLI::Option* opt, bool is_positional) const override {
     const FlagSpec* spec = find_flag("--" + opt->get_lnames().front());
-    if (spec == nullptr || is_positional) return CLI::Formatter::make_option_name(opt, is_positional);
+    if (spec == nullptr || is_positional)
+      return CLI::Formatter::make_option_name(opt, is_positional);
     return spec->short_name.empty() ? spec->long_name : spec->short_name + ", " + spec->long_name;
   }
 };
@@ -107,7 +108,7 @@ class AliasFormatter : public CLI::Formatter {
 // CLI11 sees the rewritten argv: it enforces required flags and renders --help.
 struct Cli11App {
   CLI::App app{"perf-launch: Megatron-style FSDP vs DDP benchmark (shardbench " +
-               std::string(SHARDBENCH_VERSION) + ")",
+                   std::string(SHARDBENCH_VERSION) + ")",
                "perf-launch"};
   std::vector<std::vector<std::string>> values;
 
@@ -119,7 +120,8 @@ struct Cli11App {
         "Trailing arguments key=value are config overrides (type-checked; dotted names as in "
         "--dryrun, e.g. ddp.bucket_size=40000000 env.NCCL_DEBUG=INFO checkpoint.load=null).\n"
         "Order: recipe (+precision_<c>, common_perf) -> megatron_fsdp -> nccl_ub -> cuda_graphs "
-        "-> recompute_offload -> CLI flags -> --override_set files -> key=value -> finalize, post_overrides -> "
+        "-> recompute_offload -> CLI flags -> --override_set files -> key=value -> finalize, "
+        "post_overrides -> "
         "weak scaling -> validation.\n"
         "Bool values accept " +
         std::string(kBoolSpellings) + " (case-insensitive).");

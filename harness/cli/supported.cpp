@@ -50,7 +50,8 @@ void check_supported(const LaunchArgs& a) {
     throw UsageError("-ng/--num_gpus: invalid value '" + std::to_string(a.num_gpus) +
                      "'; expected a positive number of GPUs");
   }
-  if (a.domain != "llm") unsupported(a, "--domain", "only the llm forward step exists; accepted: llm");
+  if (a.domain != "llm")
+    unsupported(a, "--domain", "only the llm forward step exists; accepted: llm");
   if (a.task != "pretrain") {
     unsupported(a, "--task", "fine-tuning is not implemented; accepted: pretrain");
   }

@@ -29,7 +29,7 @@ using StringMap = std::map<std::string, std::string>;
 
 // MCore TransformerConfig / GPTModelProvider fields (MLM:megatron/core/transformer/
 // transformer_config.py). Dims default to 0 so that a recipe must set them.
-#define SHARDBENCH_MODEL_FIELDS(X, E)                                                             \
+#define SHARDBENCH_MODEL_FIELDS(X, E)                                                            \
   X(int64_t, num_layers, 0, "Number of transformer layers")                                      \
   X(int64_t, hidden_size, 0, "Transformer hidden size")                                          \
   X(OptInt, ffn_hidden_size, std::nullopt, "MLP hidden size; null means 4 * hidden_size")        \
@@ -40,7 +40,7 @@ using StringMap = std::map<std::string, std::string>;
   X(int64_t, make_vocab_size_divisible_by, 128, "Pad the vocabulary to a multiple of this")      \
   X(bool, should_pad_vocab, false, "Pad the vocabulary (Megatron perf recipes do)")              \
   X(int64_t, seq_length, 1024, "Sequence length in tokens")                                      \
-  E(std::string, normalization, "LayerNorm", "LayerNorm|RMSNorm", "Normalization layer")        \
+  E(std::string, normalization, "LayerNorm", "LayerNorm|RMSNorm", "Normalization layer")         \
   X(double, layernorm_epsilon, 1e-5, "Epsilon of the normalization layers")                      \
   E(std::string, position_embedding_type, "learned_absolute", "learned_absolute|rope|none",      \
     "Position embedding")                                                                        \
@@ -83,20 +83,20 @@ using StringMap = std::map<std::string, std::string>;
   X(bool, deterministic_mode, false, "Deterministic kernels only")
 
 // Megatron-Bridge TrainingConfig.
-#define SHARDBENCH_TRAIN_FIELDS(X, E)                                                        \
-  X(int64_t, micro_batch_size, 1, "Sequences per micro-batch per data-parallel rank")       \
-  X(int64_t, global_batch_size, 1, "Sequences per optimizer step, all ranks")               \
-  X(int64_t, train_iters, 0, "Optimizer steps to run")                                      \
-  X(int64_t, eval_iters, 100, "Evaluation iterations (perf runs use 0)")                    \
-  X(OptInt, eval_interval, 1000, "Steps between evaluations")                              \
-  X(bool, manual_gc, false, "Disable automatic GC and collect every manual_gc_interval")    \
-  X(int64_t, manual_gc_interval, 0, "Steps between manual GC passes")                       \
-  X(OptInt, check_weight_hash_across_dp_replicas_interval, std::nullopt,                    \
-    "Steps between checks that DP replicas hold identical weights")                         \
+#define SHARDBENCH_TRAIN_FIELDS(X, E)                                                    \
+  X(int64_t, micro_batch_size, 1, "Sequences per micro-batch per data-parallel rank")    \
+  X(int64_t, global_batch_size, 1, "Sequences per optimizer step, all ranks")            \
+  X(int64_t, train_iters, 0, "Optimizer steps to run")                                   \
+  X(int64_t, eval_iters, 100, "Evaluation iterations (perf runs use 0)")                 \
+  X(OptInt, eval_interval, 1000, "Steps between evaluations")                            \
+  X(bool, manual_gc, false, "Disable automatic GC and collect every manual_gc_interval") \
+  X(int64_t, manual_gc_interval, 0, "Steps between manual GC passes")                    \
+  X(OptInt, check_weight_hash_across_dp_replicas_interval, std::nullopt,                 \
+    "Steps between checks that DP replicas hold identical weights")                      \
   X(int64_t, empty_unused_memory_level, 0, "Empty the allocator cache (0 never, 1, 2)")
 
 // MCore OptimizerConfig plus the scheduler fields the perf recipes set.
-#define SHARDBENCH_OPTIMIZER_FIELDS(X, E)                                                       \
+#define SHARDBENCH_OPTIMIZER_FIELDS(X, E)                                                      \
   E(std::string, optimizer, "adam", "adam|sgd", "Optimizer (adam is AdamW)")                   \
   X(double, lr, 3e-4, "Peak learning rate")                                                    \
   X(double, min_lr, 3e-5, "Minimum learning rate after decay")                                 \
@@ -125,7 +125,7 @@ using StringMap = std::map<std::string, std::string>;
 
 // MCore DistributedDataParallelConfig (megatron-reference.md 3.1), every field that affects
 // data parallelism, with its default.
-#define SHARDBENCH_DDP_FIELDS(X, E)                                                               \
+#define SHARDBENCH_DDP_FIELDS(X, E)                                                              \
   X(bool, use_megatron_fsdp, false, "Use the Megatron FSDP code path")                           \
   X(int64_t, megatron_fsdp_version, 1, "Megatron FSDP implementation (1, or 2 = experimental)")  \
   E(std::string, data_parallel_sharding_strategy, "no_shard",                                    \
@@ -169,42 +169,43 @@ using StringMap = std::map<std::string, std::string>;
   X(bool, megatron_fsdp_max_pool_double_buffer, false, "MaxPool allocator (forces double buf)")
 
 // Megatron-Bridge DistributedInitConfig.
-#define SHARDBENCH_DIST_FIELDS(X, E)                                                      \
-  X(bool, use_megatron_fsdp, false, "Megatron FSDP (kept in sync with ddp's flag)")      \
-  X(bool, use_torch_fsdp2, false, "PyTorch FSDP2 (exclusive with Megatron FSDP)")        \
-  X(bool, use_tp_pp_dp_mapping, false, "Rank order tp-cp-ep-pp-dp instead of ...-dp-pp") \
+#define SHARDBENCH_DIST_FIELDS(X, E)                                                           \
+  X(bool, use_megatron_fsdp, false, "Megatron FSDP (kept in sync with ddp's flag)")            \
+  X(bool, use_torch_fsdp2, false, "PyTorch FSDP2 (exclusive with Megatron FSDP)")              \
+  X(bool, use_tp_pp_dp_mapping, false, "Rank order tp-cp-ep-pp-dp instead of ...-dp-pp")       \
   E(std::string, distributed_backend, "nccl", "nccl|gloo", "Megatron's process-group backend") \
   X(int64_t, distributed_timeout_minutes, 10, "Collective timeout in minutes")
 
 // Megatron-Bridge CheckpointConfig.
-#define SHARDBENCH_CHECKPOINT_FIELDS(X, E)                                                       \
-  X(OptString, save, std::nullopt, "Checkpoint save folder; null: never save")                  \
-  X(OptString, load, std::nullopt, "Checkpoint load folder; null: start from scratch")          \
-  X(OptString, pretrained_checkpoint, std::nullopt, "Pretrained weights to start from")         \
-  E(std::string, ckpt_format, "torch_dist", "torch_dist|fsdp_dtensor|torch|zarr", "On-disk format") \
-  X(OptInt, save_interval, std::nullopt, "Steps between saves")                                 \
-  X(int64_t, most_recent_k, -1, "Keep only the k newest checkpoints (-1 keeps all)")            \
-  X(bool, async_save, false, "Save in the background")                                          \
+#define SHARDBENCH_CHECKPOINT_FIELDS(X, E)                                              \
+  X(OptString, save, std::nullopt, "Checkpoint save folder; null: never save")          \
+  X(OptString, load, std::nullopt, "Checkpoint load folder; null: start from scratch")  \
+  X(OptString, pretrained_checkpoint, std::nullopt, "Pretrained weights to start from") \
+  E(std::string, ckpt_format, "torch_dist", "torch_dist|fsdp_dtensor|torch|zarr",       \
+    "On-disk format")                                                                   \
+  X(OptInt, save_interval, std::nullopt, "Steps between saves")                         \
+  X(int64_t, most_recent_k, -1, "Keep only the k newest checkpoints (-1 keeps all)")    \
+  X(bool, async_save, false, "Save in the background")                                  \
   X(bool, fully_parallel_save, true, "Every DP rank writes a slice")
 
 // Megatron-Bridge ProfilingConfig (+ the launcher's nsys trace list).
-#define SHARDBENCH_PROFILING_FIELDS(X, E)                                                 \
+#define SHARDBENCH_PROFILING_FIELDS(X, E)                                                     \
   X(bool, use_nsys_profiler, false, "Bracket the profiled steps with cudaProfilerStart/Stop") \
-  X(bool, use_pytorch_profiler, false, "PyTorch profiler")                                \
-  X(int64_t, profile_step_start, 10, "First profiled step")                               \
-  X(int64_t, profile_step_end, 11, "Last profiled step")                                  \
-  X(IntList, profile_ranks, (IntList{0}), "Ranks that profile")                           \
-  X(bool, record_shapes, false, "Record op shapes (PyTorch profiler)")                    \
-  X(bool, record_memory_history, false, "Record CUDA allocator history")                  \
+  X(bool, use_pytorch_profiler, false, "PyTorch profiler")                                    \
+  X(int64_t, profile_step_start, 10, "First profiled step")                                   \
+  X(int64_t, profile_step_end, 11, "Last profiled step")                                      \
+  X(IntList, profile_ranks, (IntList{0}), "Ranks that profile")                               \
+  X(bool, record_shapes, false, "Record op shapes (PyTorch profiler)")                        \
+  X(bool, record_memory_history, false, "Record CUDA allocator history")                      \
   X(StringList, nsys_trace, (StringList{"cuda-sw", "nvtx"}), "nsys --trace list")
 
-#define SHARDBENCH_LOGGER_FIELDS(X, E)                              \
-  X(int64_t, log_interval, 100, "Steps between log lines")         \
+#define SHARDBENCH_LOGGER_FIELDS(X, E)                     \
+  X(int64_t, log_interval, 100, "Steps between log lines") \
   X(OptString, tensorboard_dir, std::nullopt, "TensorBoard folder")
 
 // Megatron-Bridge MixedPrecisionConfig; its fields are copied onto model/optimizer/ddp when the
 // config is validated (MixedPrecisionConfig.setup), see validate.cpp.
-#define SHARDBENCH_MIXED_PRECISION_FIELDS(X, E)                                                  \
+#define SHARDBENCH_MIXED_PRECISION_FIELDS(X, E)                                                 \
   X(OptString, name, std::nullopt, "Preset name (bf16_mixed, ...); null: full fp32")            \
   X(bool, bf16, false, "bf16 compute")                                                          \
   X(bool, fp16, false, "fp16 compute")                                                          \
@@ -219,50 +220,50 @@ using StringMap = std::map<std::string, std::string>;
   E(OptString, fp4, std::nullopt, "e2m1", "FP4 format; null: no FP4")                           \
   X(bool, fp4_param_gather, false, "All-gather params in fp4 (copied to ddp)")
 
-#define SHARDBENCH_RNG_FIELDS(X, E)                      \
-  X(int64_t, seed, 1234, "Random seed")                 \
+#define SHARDBENCH_RNG_FIELDS(X, E)     \
+  X(int64_t, seed, 1234, "Random seed") \
   X(bool, te_rng_tracker, false, "TE RNG tracker (CUDA graphs)")
 
 #define SHARDBENCH_RERUN_FIELDS(X, E) \
   X(bool, check_for_nan_in_loss, true, "Fail the step on a NaN loss")
 
-#define SHARDBENCH_COMM_OVERLAP_FIELDS(X, E)                                          \
+#define SHARDBENCH_COMM_OVERLAP_FIELDS(X, E)                                             \
   X(bool, defer_embedding_wgrad_compute, false, "Defer embedding wgrad (not with FSDP)") \
   X(bool, tp_comm_overlap, false, "TP communication overlap")
 
 // What only shardbench has.
-#define SHARDBENCH_TOOL_FIELDS(X, E)                                                            \
-  E(std::string, device, "auto", "auto|cpu|cuda", "Where ranks compute; auto: cuda if present") \
+#define SHARDBENCH_TOOL_FIELDS(X, E)                                                               \
+  E(std::string, device, "auto", "auto|cpu|cuda", "Where ranks compute; auto: cuda if present")    \
   E(std::string, backend, "auto", "auto|nccl|gloo", "c10d backend; auto: nccl on cuda, else gloo") \
   E(std::string, compute_dtype, "bf16", "bf16|fp32", "Compute dtype (fp32: CPU correctness runs)") \
-  X(bool, compare_with_ddp, true, "An FSDP run also measures its DDP baseline")                \
-  X(std::string, report_dir, "results/local", "Folder for the JSON report")                    \
-  X(OptString, report_path, std::nullopt, "Explicit report file (overrides report_dir)")       \
-  X(int64_t, hang_timeout_s, 300, "A rank silent this long fails the run")                     \
-  E(std::string, sdpa_backend, "auto", "auto|flash|efficient|cudnn|math", "Attention kernel")  \
+  X(bool, compare_with_ddp, true, "An FSDP run also measures its DDP baseline")                    \
+  X(std::string, report_dir, "results/local", "Folder for the JSON report")                        \
+  X(OptString, report_path, std::nullopt, "Explicit report file (overrides report_dir)")           \
+  X(int64_t, hang_timeout_s, 300, "A rank silent this long fails the run")                         \
+  E(std::string, sdpa_backend, "auto", "auto|flash|efficient|cudnn|math", "Attention kernel")      \
   X(bool, log_per_step, true, "Print a Megatron-style line per step")
 
 // Sections: (member name, struct name, field table).
-#define SHARDBENCH_CONFIG_SECTIONS(S)                                        \
-  S(model, ModelConfig, SHARDBENCH_MODEL_FIELDS)                             \
-  S(train, TrainingConfig, SHARDBENCH_TRAIN_FIELDS)                          \
-  S(optimizer, OptimizerConfig, SHARDBENCH_OPTIMIZER_FIELDS)                 \
-  S(ddp, DistributedDataParallelConfig, SHARDBENCH_DDP_FIELDS)               \
-  S(dist, DistributedInitConfig, SHARDBENCH_DIST_FIELDS)                     \
-  S(checkpoint, CheckpointConfig, SHARDBENCH_CHECKPOINT_FIELDS)              \
-  S(profiling, ProfilingConfig, SHARDBENCH_PROFILING_FIELDS)                 \
-  S(logger, LoggerConfig, SHARDBENCH_LOGGER_FIELDS)                          \
+#define SHARDBENCH_CONFIG_SECTIONS(S)                                         \
+  S(model, ModelConfig, SHARDBENCH_MODEL_FIELDS)                              \
+  S(train, TrainingConfig, SHARDBENCH_TRAIN_FIELDS)                           \
+  S(optimizer, OptimizerConfig, SHARDBENCH_OPTIMIZER_FIELDS)                  \
+  S(ddp, DistributedDataParallelConfig, SHARDBENCH_DDP_FIELDS)                \
+  S(dist, DistributedInitConfig, SHARDBENCH_DIST_FIELDS)                      \
+  S(checkpoint, CheckpointConfig, SHARDBENCH_CHECKPOINT_FIELDS)               \
+  S(profiling, ProfilingConfig, SHARDBENCH_PROFILING_FIELDS)                  \
+  S(logger, LoggerConfig, SHARDBENCH_LOGGER_FIELDS)                           \
   S(mixed_precision, MixedPrecisionConfig, SHARDBENCH_MIXED_PRECISION_FIELDS) \
-  S(rng, RngConfig, SHARDBENCH_RNG_FIELDS)                                   \
-  S(rerun_state_machine, RerunStateMachineConfig, SHARDBENCH_RERUN_FIELDS)   \
-  S(comm_overlap, CommOverlapConfig, SHARDBENCH_COMM_OVERLAP_FIELDS)         \
+  S(rng, RngConfig, SHARDBENCH_RNG_FIELDS)                                    \
+  S(rerun_state_machine, RerunStateMachineConfig, SHARDBENCH_RERUN_FIELDS)    \
+  S(comm_overlap, CommOverlapConfig, SHARDBENCH_COMM_OVERLAP_FIELDS)          \
   S(shardbench, ShardbenchConfig, SHARDBENCH_TOOL_FIELDS)
 
 #define SHARDBENCH_DECLARE_FIELD(type, name, default_value, ...) type name = default_value;
-#define SHARDBENCH_DECLARE_SECTION(member, Struct, FIELDS) \
-  struct Struct {                                          \
+#define SHARDBENCH_DECLARE_SECTION(member, Struct, FIELDS)     \
+  struct Struct {                                              \
     FIELDS(SHARDBENCH_DECLARE_FIELD, SHARDBENCH_DECLARE_FIELD) \
-    bool operator==(const Struct&) const = default;        \
+    bool operator==(const Struct&) const = default;            \
   };
 SHARDBENCH_CONFIG_SECTIONS(SHARDBENCH_DECLARE_SECTION)
 #undef SHARDBENCH_DECLARE_SECTION

@@ -69,7 +69,9 @@ void add_field(std::vector<FieldInfo>& out, const char* section_name,
   info.nullable = is_optional<T>::value;
   info.choices = split_trimmed(choices, '|');
   info.doc = doc;
-  info.get = [section, member](const ConfigContainer& c) { return to_json_value(c.*section.*member); };
+  info.get = [section, member](const ConfigContainer& c) {
+    return to_json_value(c.*section.*member);
+  };
   info.set = [section, member](ConfigContainer& c, const json& v) {
     from_json_value(v, c.*section.*member);
   };
@@ -130,8 +132,8 @@ bool is_integral_number(const json& v) {
 // Returns the value normalised to the field's type, or throws naming key, value and accepted.
 json check_value(const FieldInfo& field, std::string_view key, const json& value) {
   const auto reject = [&]() -> json {
-    throw UsageError("config key '" + std::string(key) + "': got " + value.dump() +
-                     ", expected " + field.accepted());
+    throw UsageError("config key '" + std::string(key) + "': got " + value.dump() + ", expected " +
+                     field.accepted());
   };
   if (value.is_null()) return field.nullable ? value : reject();
   switch (field.type) {
@@ -139,8 +141,7 @@ json check_value(const FieldInfo& field, std::string_view key, const json& value
       return value.is_boolean() ? value : reject();
     case FieldType::kInt:
       if (value.is_number_integer()) return json(value.get<int64_t>());
-      return is_integral_number(value) ? json(static_cast<int64_t>(value.get<double>()))
-                                       : reject();
+      return is_integral_number(value) ? json(static_cast<int64_t>(value.get<double>())) : reject();
     case FieldType::kDouble:
       return value.is_number() ? json(value.get<double>()) : reject();
     case FieldType::kString:
@@ -284,8 +285,8 @@ json parse_field_value(std::string_view key, std::string_view raw_text) {
   const FieldInfo& field = require_field(key);
   const std::string text = trim(raw_text);
   const auto reject = [&]() -> json {
-    throw UsageError("config key '" + std::string(key) + "': cannot use '" + text +
-                     "', expected " + (is_env_key(key) ? "a string or null" : field.accepted()));
+    throw UsageError("config key '" + std::string(key) + "': cannot use '" + text + "', expected " +
+                     (is_env_key(key) ? "a string or null" : field.accepted()));
   };
   const bool is_null_text = text == "null" || text == "None";
   if (is_env_key(key)) return is_null_text ? json(nullptr) : json(unquote(text));

@@ -138,8 +138,8 @@ bool evaluate(const std::string& condition, const ConfigEditor& editor, const Cl
 }
 
 // Replaces ${cli.NAME} and ${section.key} with their current values, as text.
-std::string substitute(const std::string& value, const ConfigEditor& editor,
-                       const CliValues& cli, const Location& where) {
+std::string substitute(const std::string& value, const ConfigEditor& editor, const CliValues& cli,
+                       const Location& where) {
   std::string out;
   size_t pos = 0;
   while (true) {
@@ -192,7 +192,8 @@ OverrideSet parse_override_set(const std::string& name, const std::string& path,
         text = trim(text.substr(0, i));
         break;
       }
-      if (text[i] == '"' || text[i] == '\'') quote = quote == text[i] ? 0 : (quote ? quote : text[i]);
+      if (text[i] == '"' || text[i] == '\'')
+        quote = quote == text[i] ? 0 : (quote ? quote : text[i]);
     }
     if (text.empty()) continue;
     OverrideDirective d;
@@ -239,9 +240,8 @@ OverrideSet load_override_set(const std::string& name_or_path) {
   if (!in) {
     if (is_path) throw UsageError("override set file '" + path + "' cannot be read");
     throw UsageError("unknown override set '" + name_or_path + "'" +
-                     did_you_mean(name_or_path, builtin_override_sets()) +
-                     "; built-in sets (in " + overrides_dir() +
-                     "): " + join(builtin_override_sets(), ", "));
+                     did_you_mean(name_or_path, builtin_override_sets()) + "; built-in sets (in " +
+                     overrides_dir() + "): " + join(builtin_override_sets(), ", "));
   }
   std::ostringstream content;
   content << in.rdbuf();

@@ -33,9 +33,9 @@ struct OverrideDirective {
   enum class Kind { kAssign, kWarn, kWhen, kAlways };
   Kind kind = Kind::kAssign;
   int line_number = 0;
-  std::string text;       // the line as written, for messages
-  std::string key;        // kAssign
-  std::string value;      // kAssign: raw value text; kWarn: the message; kWhen: the condition
+  std::string text;   // the line as written, for messages
+  std::string key;    // kAssign
+  std::string value;  // kAssign: raw value text; kWarn: the message; kWhen: the condition
 };
 
 struct OverrideSet {

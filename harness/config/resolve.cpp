@@ -66,16 +66,17 @@ struct Resolver {
            "model.pipeline_model_parallel_size");
     set_if(a.context_parallel_size, "--context_parallel_size", "model.context_parallel_size");
     if (a.vp_given) {
-      set_flag("--virtual_pipeline_model_parallel_size", "model.virtual_pipeline_model_parallel_size",
-               a.virtual_pipeline_model_parallel_size ? json(*a.virtual_pipeline_model_parallel_size)
-                                                      : json(nullptr));
+      set_flag(
+          "--virtual_pipeline_model_parallel_size", "model.virtual_pipeline_model_parallel_size",
+          a.virtual_pipeline_model_parallel_size ? json(*a.virtual_pipeline_model_parallel_size)
+                                                 : json(nullptr));
     }
     set_if(a.expert_model_parallel_size, "--expert_model_parallel_size",
            "model.expert_model_parallel_size");
     if (a.et_given) {
-      set_flag("--expert_tensor_parallel_size", "model.expert_tensor_parallel_size",
-               a.expert_tensor_parallel_size ? json(*a.expert_tensor_parallel_size)
-                                             : json(nullptr));
+      set_flag(
+          "--expert_tensor_parallel_size", "model.expert_tensor_parallel_size",
+          a.expert_tensor_parallel_size ? json(*a.expert_tensor_parallel_size) : json(nullptr));
     }
     cuda_device_max_connections();
     set_if(a.micro_batch_size, "--micro_batch_size", "train.micro_batch_size");
@@ -119,12 +120,12 @@ struct Resolver {
     if (!a.tensor_model_parallel_size && !a.context_parallel_size) return;
     const bool blackwell = a.gpu == "b200" || a.gpu == "b300" || a.gpu == "gb200" ||
                            a.gpu == "gb300" || a.gpu == "vr200";
-    const bool model_parallel = a.tensor_model_parallel_size.value_or(1) > 1 ||
-                                a.context_parallel_size.value_or(1) > 1;
+    const bool model_parallel =
+        a.tensor_model_parallel_size.value_or(1) > 1 || a.context_parallel_size.value_or(1) > 1;
     const std::string value = blackwell ? "32" : (model_parallel ? "1" : "8");
-    set_flag(a.tensor_model_parallel_size ? "--tensor_model_parallel_size"
-                                          : "--context_parallel_size",
-             "env.CUDA_DEVICE_MAX_CONNECTIONS", value);
+    set_flag(
+        a.tensor_model_parallel_size ? "--tensor_model_parallel_size" : "--context_parallel_size",
+        "env.CUDA_DEVICE_MAX_CONNECTIONS", value);
   }
 
   // perf_plugins.NsysPlugin's overrides, and the explicit profiling flags.
@@ -195,8 +196,8 @@ ResolvedConfig resolve(const LaunchArgs& args, const ValidationContext& context)
   r.out.args = args;
   r.out.model_recipe_name = recipe.name;
   r.out.recipe_base_num_gpus = recipe.base_num_gpus;
-  r.out.recipe_name = flat_recipe_name(recipe.name, args.task, args.num_gpus, args.gpu,
-                                       args.compute_dtype);
+  r.out.recipe_name =
+      flat_recipe_name(recipe.name, args.task, args.num_gpus, args.gpu, args.compute_dtype);
   r.recipe_stage(recipe);
   const int64_t base_gbs = r.out.config.train.global_batch_size;
   const size_t entries_after_recipe = r.out.provenance.entries().size();

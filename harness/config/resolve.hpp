@@ -28,7 +28,7 @@ struct ResolvedConfig {
   Provenance provenance;
   LaunchArgs args;          // the parsed CLI (num_gpus, gpu, gpus_per_node, dryrun, executor, ...)
   std::string recipe_name;  // flat name, e.g. llama3_8b_pretrain_8gpu_h100_bf16_config
-  std::string model_recipe_name;  // -mr, e.g. llama3_8b
+  std::string model_recipe_name;     // -mr, e.g. llama3_8b
   int64_t recipe_base_num_gpus = 1;  // GPU count the recipe's GBS was tuned for
   int world_size = 1;                // = num_gpus
   int data_parallel_size = 1;

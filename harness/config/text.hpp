@@ -25,7 +25,8 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep);
 
 size_t edit_distance(std::string_view a, std::string_view b);
 // The candidate closest to `word` when it is close enough to be a plausible typo.
-std::optional<std::string> nearest(std::string_view word, const std::vector<std::string>& candidates);
+std::optional<std::string> nearest(std::string_view word,
+                                   const std::vector<std::string>& candidates);
 // " (did you mean 'x'?)" or "".
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
 

@@ -13,8 +13,7 @@ using nlohmann::json;
 // Applies forced values and collects notices for one validate_config call.
 class Rules {
  public:
-  Rules(ConfigContainer& config, Provenance& provenance)
-      : c(config), editor_(config, provenance) {}
+  Rules(ConfigContainer& config, Provenance& provenance) : c(config), editor_(config, provenance) {}
 
   // Sets `key` to `value` under rule `rule`. `always_record`: record provenance even when the
   // value was already right (a requirement the rule imposes, e.g. FSDP -> distributed optimizer).
@@ -69,8 +68,9 @@ void ddp_post_init(Rules& r, const ValidationContext& ctx) {
          ": megatron_fsdp_version must be either 1 or 2");
   }
   if (ddp.reuse_grad_buf_for_mxfp8_param_ag && !ddp.fp8_param_gather) {
-    fail("ddp.reuse_grad_buf_for_mxfp8_param_ag=true needs ddp.fp8_param_gather=true: Reuse grad "
-         "buffer only when keeping params in MXFP8.");
+    fail(
+        "ddp.reuse_grad_buf_for_mxfp8_param_ag=true needs ddp.fp8_param_gather=true: Reuse grad "
+        "buffer only when keeping params in MXFP8.");
   }
   if (ddp.num_buckets && ddp.bucket_size) {
     fail("ddp.num_buckets=" + std::to_string(*ddp.num_buckets) + " and ddp.bucket_size=" +
@@ -98,28 +98,32 @@ void ddp_post_init(Rules& r, const ValidationContext& ctx) {
 void megatron_fsdp(Rules& r, const ValidationContext& ctx) {
   auto& c = r.c;
   if (c.dist.use_megatron_fsdp && c.dist.use_torch_fsdp2) {
-    fail("dist.use_megatron_fsdp=true and dist.use_torch_fsdp2=true: use_megatron_fsdp and "
-         "use_torch_fsdp2 are mutually exclusive.");
+    fail(
+        "dist.use_megatron_fsdp=true and dist.use_torch_fsdp2=true: use_megatron_fsdp and "
+        "use_torch_fsdp2 are mutually exclusive.");
   }
   if (!c.dist.use_megatron_fsdp && !c.ddp.use_megatron_fsdp) return;
   r.force("dist.use_megatron_fsdp", true, "megatron_fsdp_flags", true);
   r.force("ddp.use_megatron_fsdp", true, "megatron_fsdp_flags", true);
   if (c.ddp.megatron_fsdp_version == 2) {
-    fail("ddp.megatron_fsdp_version=2: the experimental Megatron FSDP v2 is not supported by "
-         "shardbench yet; accepted: 1");
+    fail(
+        "ddp.megatron_fsdp_version=2: the experimental Megatron FSDP v2 is not supported by "
+        "shardbench yet; accepted: 1");
   }
   const std::string rule = "megatron_fsdp_v1";
   const bool was_off = !c.ddp.use_distributed_optimizer || !c.optimizer.use_distributed_optimizer;
   r.force("ddp.use_distributed_optimizer", true, rule, true);
   r.force("optimizer.use_distributed_optimizer", true, rule, true);
-  if (was_off) r.notice("use_distributed_optimizer=True is required for Megatron-FSDP. Activating...");
+  if (was_off)
+    r.notice("use_distributed_optimizer=True is required for Megatron-FSDP. Activating...");
   if (c.optimizer.use_precision_aware_optimizer) {
     r.force("ddp.megatron_fsdp_use_decoupled_grad", true, rule + " (precision-aware optimizer)");
   }
   if (c.ddp.average_in_collective && !c.ddp.disable_symmetric_registration) {
     r.force("ddp.average_in_collective", false, rule);
-    r.notice("average_in_collective not supported with NCCL symmetric registration. "
-             "Deactivating...");
+    r.notice(
+        "average_in_collective not supported with NCCL symmetric registration. "
+        "Deactivating...");
   }
   r.force("ddp.reuse_grad_buf_for_mxfp8_param_ag", false, rule);
   r.force("optimizer.reuse_grad_buf_for_mxfp8_param_ag", false, rule);
@@ -139,8 +143,9 @@ void megatron_fsdp(Rules& r, const ValidationContext& ctx) {
   if (c.ddp.nccl_ub) {
     r.force("ddp.fsdp_manual_registration", true, rule + " (nccl_ub)");
   } else if (c.ddp.fsdp_manual_registration) {
-    fail("ddp.fsdp_manual_registration=true with ddp.nccl_ub=false: "
-         "DDP.fsdp_manual_registration requires DDP.nccl_ub!");
+    fail(
+        "ddp.fsdp_manual_registration=true with ddp.nccl_ub=false: "
+        "DDP.fsdp_manual_registration requires DDP.nccl_ub!");
   }
   if (c.ddp.data_parallel_sharding_strategy == "optim_grads_params" &&
       c.train.check_weight_hash_across_dp_replicas_interval) {
@@ -150,13 +155,15 @@ void megatron_fsdp(Rules& r, const ValidationContext& ctx) {
          "there are no replicas to hash; accepted: null");
   }
   if (c.dist.use_tp_pp_dp_mapping) {
-    fail("dist.use_tp_pp_dp_mapping=true: use_tp_pp_dp_mapping is not supported with Megatron "
-         "FSDP");
+    fail(
+        "dist.use_tp_pp_dp_mapping=true: use_tp_pp_dp_mapping is not supported with Megatron "
+        "FSDP");
   }
   if (c.model.init_model_with_meta_device && c.ddp.data_parallel_sharding_strategy == "no_shard") {
-    fail("model.init_model_with_meta_device=true with ddp.data_parallel_sharding_strategy="
-         "no_shard: meta-device initialization is not supported with Megatron FSDP no_shard; use "
-         "optim, optim_grads or optim_grads_params, or model.init_model_with_meta_device=false");
+    fail(
+        "model.init_model_with_meta_device=true with ddp.data_parallel_sharding_strategy="
+        "no_shard: meta-device initialization is not supported with Megatron FSDP no_shard; use "
+        "optim, optim_grads or optim_grads_params, or model.init_model_with_meta_device=false");
   }
 }
 
@@ -178,16 +185,18 @@ void mixed_precision_consistency(const ConfigContainer& c) {
   }
   if (c.optimizer.use_precision_aware_optimizer &&
       (c.optimizer.bf16 != c.model.bf16 || c.optimizer.fp16 != c.model.fp16)) {
-    fail("optimizer.use_precision_aware_optimizer=true needs optimizer.bf16/fp16 to match "
-         "model.bf16/fp16");
+    fail(
+        "optimizer.use_precision_aware_optimizer=true needs optimizer.bf16/fp16 to match "
+        "model.bf16/fp16");
   }
 }
 
 void checkpoint_rules(const ConfigContainer& c) {
   if (saves_or_loads(c) && c.checkpoint.ckpt_format == "fsdp_dtensor" &&
       (!c.ddp.use_megatron_fsdp || c.dist.use_torch_fsdp2)) {
-    fail("checkpoint.ckpt_format=fsdp_dtensor: fsdp_dtensor checkpoint format only supports "
-         "Megatron FSDP (set ddp.use_megatron_fsdp=true or another ckpt_format)");
+    fail(
+        "checkpoint.ckpt_format=fsdp_dtensor: fsdp_dtensor checkpoint format only supports "
+        "Megatron FSDP (set ddp.use_megatron_fsdp=true or another ckpt_format)");
   }
   if (c.checkpoint.async_save && c.checkpoint.ckpt_format != "torch_dist" &&
       c.checkpoint.ckpt_format != "fsdp_dtensor") {
@@ -210,9 +219,8 @@ void cpu_offload_rules(const ConfigContainer& c) {
   if (!m.cpu_offloading) return;
   if (m.cpu_offloading_num_layers < 0 || m.cpu_offloading_num_layers >= m.num_layers) {
     fail("model.cpu_offloading_num_layers=" + std::to_string(m.cpu_offloading_num_layers) +
-         ": CPU offloading can be done only for layers less than " +
-         std::to_string(m.num_layers) + " (accepted: 0.." + std::to_string(m.num_layers - 1) +
-         ")");
+         ": CPU offloading can be done only for layers less than " + std::to_string(m.num_layers) +
+         " (accepted: 0.." + std::to_string(m.num_layers - 1) + ")");
   }
   if (m.pipeline_model_parallel_size > 1) {
     fail("model.cpu_offloading=true with model.pipeline_model_parallel_size=" +
@@ -220,8 +228,7 @@ void cpu_offload_rules(const ConfigContainer& c) {
          ": Currently there is no support for Pipeline parallelism with CPU offloading");
   }
   if (m.recompute_granularity) {
-    fail("model.cpu_offloading=true with model.recompute_granularity=" +
-         *m.recompute_granularity +
+    fail("model.cpu_offloading=true with model.recompute_granularity=" + *m.recompute_granularity +
          ": CPU offloading does not work when activation recomputation is enabled (-ol and -rl "
          "exclude each other)");
   }
@@ -245,8 +252,8 @@ void model_shape_rules(const ConfigContainer& c) {
   positive("train.train_iters", c.train.train_iters);
   if (!m.kv_channels && m.hidden_size % m.num_attention_heads != 0) {
     fail("model.hidden_size=" + std::to_string(m.hidden_size) +
-         " is not divisible by model.num_attention_heads=" +
-         std::to_string(m.num_attention_heads) + " (or set model.kv_channels)");
+         " is not divisible by model.num_attention_heads=" + std::to_string(m.num_attention_heads) +
+         " (or set model.kv_channels)");
   }
   if (m.num_query_groups && m.num_attention_heads % *m.num_query_groups != 0) {
     fail("model.num_attention_heads=" + std::to_string(m.num_attention_heads) +
@@ -272,8 +279,9 @@ void parallel_and_batch_rules(const ConfigContainer& c, int64_t num_gpus) {
 void profiling_rules(Rules& r) {
   const auto& p = r.c.profiling;
   if (p.use_nsys_profiler && p.use_pytorch_profiler) {
-    fail("profiling.use_nsys_profiler=true and profiling.use_pytorch_profiler=true: Exactly one "
-         "of pytorch or nsys profiler should be enabled, not both.");
+    fail(
+        "profiling.use_nsys_profiler=true and profiling.use_pytorch_profiler=true: Exactly one "
+        "of pytorch or nsys profiler should be enabled, not both.");
   }
   if (p.profile_step_start < 0) {
     fail("profiling.profile_step_start=" + std::to_string(p.profile_step_start) +
@@ -285,16 +293,18 @@ void profiling_rules(Rules& r) {
          std::to_string(p.profile_step_start) + ")");
   }
   if (full_iteration_graph(r.c) && r.c.rerun_state_machine.check_for_nan_in_loss) {
-    fail("model.cuda_graph_scope=[full_iteration] requires "
-         "rerun_state_machine.check_for_nan_in_loss=false");
+    fail(
+        "model.cuda_graph_scope=[full_iteration] requires "
+        "rerun_state_machine.check_for_nan_in_loss=false");
   }
 }
 
 void shardbench_rules(const ConfigContainer& c) {
   const auto& s = c.shardbench;
   if (s.device == "cpu" && s.backend == "nccl") {
-    fail("shardbench.backend=nccl with shardbench.device=cpu: NCCL needs GPUs; accepted on CPU: "
-         "gloo or auto");
+    fail(
+        "shardbench.backend=nccl with shardbench.device=cpu: NCCL needs GPUs; accepted on CPU: "
+        "gloo or auto");
   }
   if (s.hang_timeout_s <= 0) {
     fail("shardbench.hang_timeout_s=" + std::to_string(s.hang_timeout_s) + ": must be > 0");
@@ -327,8 +337,8 @@ int64_t data_parallel_size(const ConfigContainer& c, int64_t num_gpus) {
          std::to_string(m.context_parallel_size) + " = " + std::to_string(model_parallel) + ")");
   }
   const int64_t etp = m.expert_tensor_parallel_size.value_or(m.tensor_model_parallel_size);
-  const int64_t expert_parallel = etp * m.expert_model_parallel_size *
-                                  m.pipeline_model_parallel_size;
+  const int64_t expert_parallel =
+      etp * m.expert_model_parallel_size * m.pipeline_model_parallel_size;
   if (expert_parallel <= 0 || num_gpus % expert_parallel != 0) {
     fail("Requested " + std::to_string(num_gpus) + " GPUs is not divisible by ETP * EP * PP (" +
          std::to_string(expert_parallel) + ")");
@@ -343,9 +353,11 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   ddp_post_init(r, context);
   megatron_fsdp(r, context);
   if (!config.ddp.use_megatron_fsdp && config.ddp.fp8_param_gather &&
-      config.mixed_precision.fp8_recipe == "mxfp8" && !config.ddp.reuse_grad_buf_for_mxfp8_param_ag) {
-    fail("ddp.fp8_param_gather=true with fp8_recipe=mxfp8 needs "
-         "ddp.reuse_grad_buf_for_mxfp8_param_ag=true");
+      config.mixed_precision.fp8_recipe == "mxfp8" &&
+      !config.ddp.reuse_grad_buf_for_mxfp8_param_ag) {
+    fail(
+        "ddp.fp8_param_gather=true with fp8_recipe=mxfp8 needs "
+        "ddp.reuse_grad_buf_for_mxfp8_param_ag=true");
   }
   sync_pair(r, "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer",
             "distributed_optimizer");

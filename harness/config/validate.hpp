@@ -37,7 +37,6 @@ int64_t data_parallel_size(const ConfigContainer& config, int64_t num_gpus);
 
 // The value a run will see for an environment variable: the process's if set, else config.env's.
 std::optional<std::string> effective_env(const ConfigContainer& config,
-                                         const ValidationContext& context,
-                                         const std::string& name);
+                                         const ValidationContext& context, const std::string& name);
 
 }  // namespace shardbench

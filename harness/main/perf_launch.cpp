@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
     if (env.is_worker) return run_worker(resolved, env);
 
     // Workers resolve the same argv again; only the launcher reports forced values once.
-    for (const std::string& notice : resolved.notices) std::cerr << "perf-launch: " << notice << "\n";
+    for (const std::string& notice : resolved.notices)
+      std::cerr << "perf-launch: " << notice << "\n";
     check_local_launch(resolved);
     LocalLaunchOptions o;
     o.nproc = resolved.world_size;

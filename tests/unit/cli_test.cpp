@@ -55,16 +55,15 @@ TEST(CliParse, MissingRequiredFlagNamesShortAndLong) {
     parse_launch_args(std::vector<std::string>{"-m", "llama", "-ng", "8", "-g", "h100"});
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("-mr/--model_recipe_name is required"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("-mr/--model_recipe_name is required"), std::string::npos)
         << e.what();
   }
 }
 
 TEST(CliParse, MultiLetterShortNamesAndAttachedValues) {
-  const LaunchArgs a = parse_launch_args(std::vector<std::string>{
-      "-m=LLAMA", "-mr=llama3_8b", "-ng=4", "--gpu=h200", "-mb", "2", "-gb=64", "-sl", "4096",
-      "-ms", "20", "-d"});
+  const LaunchArgs a = parse_launch_args(
+      std::vector<std::string>{"-m=LLAMA", "-mr=llama3_8b", "-ng=4", "--gpu=h200", "-mb", "2",
+                               "-gb=64", "-sl", "4096", "-ms", "20", "-d"});
   EXPECT_EQ(a.model_family_name, "llama");  // lower-cased like argparse type=str.lower
   EXPECT_EQ(a.num_gpus, 4);
   EXPECT_EQ(a.gpu, "h200");
@@ -144,8 +143,7 @@ TEST(CliParse, UnsupportedValuesAreRejectedWithReason) {
   EXPECT_NE(error_of({"--domain", "vlm"}).find("accepted: llm"), std::string::npos);
   EXPECT_NE(error_of({"--task", "sft"}).find("accepted: pretrain"), std::string::npos);
   EXPECT_NE(error_of({"--data", "c4"}).find("accepted: mock"), std::string::npos);
-  EXPECT_NE(error_of({"--use_recipes"}).find("--use_recipes is not supported"),
-            std::string::npos);
+  EXPECT_NE(error_of({"--use_recipes"}).find("--use_recipes is not supported"), std::string::npos);
   EXPECT_NE(error_of({"-pyp", "true"}).find("PyTorch profiler is not implemented"),
             std::string::npos);
   EXPECT_NE(error_of({"--optimizer_type", "muon"}).find("the llama recipes use adam"),
@@ -155,18 +153,16 @@ TEST(CliParse, UnsupportedValuesAreRejectedWithReason) {
             std::string::npos);
   EXPECT_NE(error_of({"--vocab_size", "32000"}).find("model.vocab_size"), std::string::npos);
   EXPECT_NE(error_of({"-wdk", "key"}).find("Weights & Biases"), std::string::npos);
-  EXPECT_NE(error_of({"--kubeflow_namespace", "ns"}).find("Kubeflow executor"),
-            std::string::npos);
+  EXPECT_NE(error_of({"--kubeflow_namespace", "ns"}).find("Kubeflow executor"), std::string::npos);
   EXPECT_NE(error_of({"--executor", "slurm"}).find("Slurm executor is not implemented"),
             std::string::npos);
   EXPECT_NE(error_of({"-lgc", "1980"}).find("clock"), std::string::npos);
 }
 
 TEST(CliParse, SlurmFlagsAreStored) {
-  const LaunchArgs a = parse_with({"-a", "acct", "-p", "batch", "-t", "01:00:00", "-gn", "4",
-                                   "-E", "NCCL_DEBUG=INFO", "-cs", "--mpi=pmix",
-                                   "--additional_slurm_params", "exclusive=1;mem=0", "-ce",
-                                   "A=1,B=2"});
+  const LaunchArgs a = parse_with(
+      {"-a", "acct", "-p", "batch", "-t", "01:00:00", "-gn", "4", "-E", "NCCL_DEBUG=INFO", "-cs",
+       "--mpi=pmix", "--additional_slurm_params", "exclusive=1;mem=0", "-ce", "A=1,B=2"});
   EXPECT_EQ(a.account, "acct");
   EXPECT_EQ(a.partition, "batch");
   EXPECT_EQ(a.time_limit, "01:00:00");
@@ -178,12 +174,36 @@ TEST(CliParse, SlurmFlagsAreStored) {
 }
 
 TEST(CliParse, PerformanceAndShardbenchFlags) {
-  const LaunchArgs a = parse_with(
-      {"--use_megatron_fsdp", "true", "--nccl_ub", "1", "-rl", "2", "-en",
-       "--profiling_ranks", "0,1", "--nsys_trace", "cuda,nvtx", "--cuda_graph_impl", "none",
-       "--backend", "gloo", "--device", "cpu", "--compare_ddp", "no", "--report", "r.json",
-       "--override_set", "a.set", "--override_set", "b.set", "--sdpa_backend", "flash",
-       "--deterministic", "--timing_threshold", "0.1"});
+  const LaunchArgs a = parse_with({"--use_megatron_fsdp",
+                                   "true",
+                                   "--nccl_ub",
+                                   "1",
+                                   "-rl",
+                                   "2",
+                                   "-en",
+                                   "--profiling_ranks",
+                                   "0,1",
+                                   "--nsys_trace",
+                                   "cuda,nvtx",
+                                   "--cuda_graph_impl",
+                                   "none",
+                                   "--backend",
+                                   "gloo",
+                                   "--device",
+                                   "cpu",
+                                   "--compare_ddp",
+                                   "no",
+                                   "--report",
+                                   "r.json",
+                                   "--override_set",
+                                   "a.set",
+                                   "--override_set",
+                                   "b.set",
+                                   "--sdpa_backend",
+                                   "flash",
+                                   "--deterministic",
+                                   "--timing_threshold",
+                                   "0.1"});
   EXPECT_EQ(a.use_megatron_fsdp, true);
   EXPECT_EQ(a.nccl_ub, true);
   EXPECT_EQ(a.recompute_num_layers, 2);

@@ -86,7 +86,8 @@ TEST(ConfigRegistry, WrongTypesNameKeyValueAndAccepted) {
     set_field(c, "ddp.bucket_size", "big");
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "config key 'ddp.bucket_size': cannot use 'big', expected an integer or null");
+    EXPECT_STREQ(e.what(),
+                 "config key 'ddp.bucket_size': cannot use 'big', expected an integer or null");
   }
   try {
     set_field(c, "ddp.overlap_grad_reduce", "maybe");

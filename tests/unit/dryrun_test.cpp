@@ -72,15 +72,16 @@ TEST(DryrunAcceptance, MegatronFsdpOnLlama3_8b) {
   const std::string table = text.substr(end_of_json);
   const auto row = [&](const std::string& key) {
     const size_t at = table.find("\n" + key + " ");
-    return at == std::string::npos ? std::string() : table.substr(at + 1, table.find('\n', at + 1) - at - 1);
+    return at == std::string::npos ? std::string()
+                                   : table.substr(at + 1, table.find('\n', at + 1) - at - 1);
   };
-  EXPECT_NE(row("ddp.data_parallel_sharding_strategy").find("optim_grads_params"), std::string::npos);
+  EXPECT_NE(row("ddp.data_parallel_sharding_strategy").find("optim_grads_params"),
+            std::string::npos);
   EXPECT_NE(row("ddp.data_parallel_sharding_strategy").find("override set megatron_fsdp"),
             std::string::npos);
   EXPECT_NE(row("model.init_model_with_meta_device").find("override set megatron_fsdp"),
             std::string::npos);
-  EXPECT_NE(row("ddp.average_in_collective").find("override set megatron_fsdp"),
-            std::string::npos);
+  EXPECT_NE(row("ddp.average_in_collective").find("override set megatron_fsdp"), std::string::npos);
   EXPECT_NE(row("ddp.use_distributed_optimizer").find("validation: megatron_fsdp_v1"),
             std::string::npos);
   EXPECT_NE(row("optimizer.use_distributed_optimizer").find("validation: megatron_fsdp_v1"),
@@ -117,9 +118,9 @@ TEST(DryrunPipeline, OrderSetsThenUserFilesThenTrailingOverrides) {
     std::ofstream out(path);
     out << "# a user's own set\nddp.bucket_size = 1000\ntrain.manual_gc_interval = 7\n";
   }
-  const ResolvedConfig r = resolve_8b({"--use_megatron_fsdp", "true", "--override_set", path,
-                                       "ddp.bucket_size=2000",
-                                       "ddp.data_parallel_sharding_strategy=optim"});
+  const ResolvedConfig r =
+      resolve_8b({"--use_megatron_fsdp", "true", "--override_set", path, "ddp.bucket_size=2000",
+                  "ddp.data_parallel_sharding_strategy=optim"});
   EXPECT_EQ(r.config.ddp.bucket_size, 2000);
   EXPECT_EQ(r.config.train.manual_gc_interval, 7);
   EXPECT_EQ(sources(r, "ddp.bucket_size"),

@@ -43,9 +43,9 @@ std::string parse_error(const std::string& content) {
 
 TEST(OverrideSets, BuiltinSetsExistAndParse) {
   const auto names = builtin_override_sets();
-  for (const char* expected : {"megatron_fsdp", "nccl_ub", "common_perf", "recompute_offload",
-                               "cuda_graphs", "precision_bf16", "finalize", "post_overrides",
-                               "deterministic"}) {
+  for (const char* expected :
+       {"megatron_fsdp", "nccl_ub", "common_perf", "recompute_offload", "cuda_graphs",
+        "precision_bf16", "finalize", "post_overrides", "deterministic"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
     EXPECT_NO_THROW(load_override_set(expected)) << expected;
   }
@@ -163,8 +163,8 @@ TEST(OverrideSets, CudaGraphsNoneClearsTrackerAndScope) {
   EXPECT_FALSE(none.config.model.use_te_rng_tracker);
   EXPECT_FALSE(none.config.rng.te_rng_tracker);
   EXPECT_TRUE(none.config.model.cuda_graph_scope.empty());
-  const Applied full = apply("cuda_graphs", {},
-                             {{"cuda_graph_impl", "local"}, {"cuda_graph_scope", "[full_iteration]"}});
+  const Applied full = apply(
+      "cuda_graphs", {}, {{"cuda_graph_impl", "local"}, {"cuda_graph_scope", "[full_iteration]"}});
   EXPECT_TRUE(full.config.model.use_te_rng_tracker);
   EXPECT_EQ(full.config.model.cuda_graph_scope, StringList{"full_iteration"});
   EXPECT_FALSE(full.config.rerun_state_machine.check_for_nan_in_loss);
@@ -184,16 +184,17 @@ TEST(OverrideSets, DeterministicAndPostOverrides) {
 }
 
 TEST(OverrideSetFormat, ConditionsReferencesAndComments) {
-  const OverrideSet set = parse_override_set("mine", "mine.set",
-                                             "# header\n"
-                                             "train.micro_batch_size = 4   # inline comment\n"
-                                             "[when train.micro_batch_size >= 4 and not ddp.nccl_ub]\n"
-                                             "train.global_batch_size = ${train.micro_batch_size}\n"
-                                             "env.TAG = \"a # b\"\n"
-                                             "[when cli.gpu == h200]\n"
-                                             "ddp.bucket_size = 8e6\n"
-                                             "[always]\n"
-                                             "warn done\n");
+  const OverrideSet set =
+      parse_override_set("mine", "mine.set",
+                         "# header\n"
+                         "train.micro_batch_size = 4   # inline comment\n"
+                         "[when train.micro_batch_size >= 4 and not ddp.nccl_ub]\n"
+                         "train.global_batch_size = ${train.micro_batch_size}\n"
+                         "env.TAG = \"a # b\"\n"
+                         "[when cli.gpu == h200]\n"
+                         "ddp.bucket_size = 8e6\n"
+                         "[always]\n"
+                         "warn done\n");
   ConfigContainer c;
   Provenance p;
   ConfigEditor editor(c, p);
@@ -218,8 +219,8 @@ TEST(OverrideSetFormat, ErrorsCarryFileLineTextAndAccepted) {
             std::string::npos);
   EXPECT_NE(parse_error("[if x]\n").find("unknown section 'if x'"), std::string::npos);
   // A reference to an unset CLI value fails when applied, naming the line.
-  const OverrideSet set =
-      parse_override_set("t", "t.set", "model.recompute_num_layers = ${cli.recompute_num_layers}\n");
+  const OverrideSet set = parse_override_set(
+      "t", "t.set", "model.recompute_num_layers = ${cli.recompute_num_layers}\n");
   ConfigContainer c;
   Provenance p;
   ConfigEditor editor(c, p);

@@ -27,8 +27,9 @@ TEST(Recipes, Llama3Dims) {
     const char* name;
     int64_t layers, hidden, ffn, heads;
   };
-  for (const Dims d : {Dims{"llama3_8b", 32, 4096, 14336, 32}, Dims{"llama3_70b", 80, 8192, 28672, 64},
-                       Dims{"llama31_405b", 126, 16384, 53248, 128}}) {
+  for (const Dims d :
+       {Dims{"llama3_8b", 32, 4096, 14336, 32}, Dims{"llama3_70b", 80, 8192, 28672, 64},
+        Dims{"llama31_405b", 126, 16384, 53248, 128}}) {
     ConfigContainer c;
     find_recipe(d.name).canonical(c);
     EXPECT_EQ(c.model.num_layers, d.layers) << d.name;
@@ -104,7 +105,8 @@ TEST(Recipes, FlatNames) {
             "llama3_8b_pretrain_8gpu_h100_bf16_config");
   EXPECT_EQ(precision_name("fp8_mx"), "fp8mx");
   EXPECT_EQ(precision_name("nvfp4"), "nvfp4");
-  EXPECT_EQ(resolve_recipe("llama3_8b", "4").recipe_name, "llama3_8b_pretrain_4gpu_h100_bf16_config");
+  EXPECT_EQ(resolve_recipe("llama3_8b", "4").recipe_name,
+            "llama3_8b_pretrain_4gpu_h100_bf16_config");
 }
 
 TEST(Recipes, WeakScaling) {

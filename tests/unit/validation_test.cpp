@@ -60,7 +60,8 @@ TEST(Validation, FsdpAndFsdp2AreExclusive) {
   ConfigContainer c = valid_config();
   c.dist.use_megatron_fsdp = true;
   c.dist.use_torch_fsdp2 = true;
-  EXPECT_TRUE(contains(error_of(c), "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive."));
+  EXPECT_TRUE(
+      contains(error_of(c), "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive."));
 }
 
 TEST(Validation, FsdpForcesBothFlagsAndDistributedOptimizer) {
@@ -73,9 +74,10 @@ TEST(Validation, FsdpForcesBothFlagsAndDistributedOptimizer) {
   EXPECT_EQ(p.last_source("ddp.use_distributed_optimizer"), "validation: megatron_fsdp_v1");
   EXPECT_EQ(p.last_source("optimizer.use_distributed_optimizer"), "validation: megatron_fsdp_v1");
   EXPECT_EQ(p.last_source("dist.use_megatron_fsdp"), "validation: megatron_fsdp_flags");
-  EXPECT_NE(std::find(notices.begin(), notices.end(),
-                      "use_distributed_optimizer=True is required for Megatron-FSDP. Activating..."),
-            notices.end());
+  EXPECT_NE(
+      std::find(notices.begin(), notices.end(),
+                "use_distributed_optimizer=True is required for Megatron-FSDP. Activating..."),
+      notices.end());
   // dist.use_megatron_fsdp alone also turns on the ddp flag.
   ConfigContainer d = valid_config();
   d.dist.use_megatron_fsdp = true;
@@ -123,13 +125,15 @@ TEST(Validation, AverageInCollectiveOffUnderFsdpWithSymmetricRegistration) {
 TEST(Validation, FsdpCheckpointNeedsFsdpDtensor) {
   ConfigContainer c = fsdp_config();
   c.checkpoint.save = "/ckpt";
-  EXPECT_TRUE(contains(error_of(c), "Megatron-FSDP requires the fsdp_dtensor checkpointing format!"));
+  EXPECT_TRUE(
+      contains(error_of(c), "Megatron-FSDP requires the fsdp_dtensor checkpointing format!"));
   c.checkpoint.ckpt_format = "fsdp_dtensor";
   EXPECT_EQ(error_of(c), "(no error)");
   ConfigContainer ddp = valid_config();
   ddp.checkpoint.load = "/ckpt";
   ddp.checkpoint.ckpt_format = "fsdp_dtensor";
-  EXPECT_TRUE(contains(error_of(ddp), "fsdp_dtensor checkpoint format only supports Megatron FSDP"));
+  EXPECT_TRUE(
+      contains(error_of(ddp), "fsdp_dtensor checkpoint format only supports Megatron FSDP"));
 }
 
 TEST(Validation, AsyncSaveNeedsDistributedFormat) {
@@ -207,8 +211,9 @@ TEST(Validation, NcclUbWithExpandableSegmentsOnlyOnOldTorch) {
   EXPECT_EQ(error_of(c), "(no error)");  // torch 2.11: the rule is recorded but does not fire
   ValidationContext old = context();
   old.torch_minor = 10;
-  EXPECT_TRUE(contains(error_of(c, old), "not supported with nccl_ub due to compatibility issue "
-                                         "with torch.cuda.MemPool API"));
+  EXPECT_TRUE(contains(error_of(c, old),
+                       "not supported with nccl_ub due to compatibility issue "
+                       "with torch.cuda.MemPool API"));
 }
 
 TEST(Validation, BucketSizeAndNumBucketsExclusive) {
@@ -274,8 +279,7 @@ TEST(Validation, CpuOffloadRules) {
 TEST(Validation, GpusDivisibleByModelParallelism) {
   ConfigContainer c = valid_config();
   c.model.tensor_model_parallel_size = 3;
-  EXPECT_EQ(error_of(c),
-            "Requested 8 GPUs is not divisible by TP * PP * CP (3 * 1 * 1 = 3)");
+  EXPECT_EQ(error_of(c), "Requested 8 GPUs is not divisible by TP * PP * CP (3 * 1 * 1 = 3)");
   EXPECT_EQ(data_parallel_size(valid_config(), 8), 8);
 }
 
