@@ -1,8 +1,9 @@
-// Megatron's OptimizerParamScheduler for the default pretraining settings: linear warmup from 0
-// over lr_warmup_iters, then cosine decay to min_lr at lr_decay_iters.
+// Megatron's OptimizerParamScheduler: linear warmup from 0 over lr_warmup_iters, then decay to
+// min_lr at lr_decay_iters ("cosine", "linear" or "constant").
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace shardbench {
 
@@ -11,6 +12,7 @@ struct LrSchedule {
   double min_lr = 3e-5;
   int64_t warmup_iters = 0;
   int64_t decay_iters = 0;  // 0: no decay after warmup
+  std::string style = "cosine";
 
   // Learning rate used by 0-based iteration `step` (Megatron's num_steps before the increment).
   double at(int64_t step) const;

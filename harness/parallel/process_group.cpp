@@ -24,7 +24,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const c10::intrusive_ptr<c10d
     // Options::create() has no device and a 30-minute default timeout: set both.
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
     gloo_options->devices.push_back(
-        c10d::ProcessGroupGloo::createDeviceForHostname(options.gloo_hostname));
+        options.gloo_hostname.empty()
+            ? c10d::ProcessGroupGloo::createDefaultDevice()
+            : c10d::ProcessGroupGloo::createDeviceForHostname(options.gloo_hostname));
     backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world, gloo_options);
   } else {
 #ifdef SHARDBENCH_WITH_NCCL

@@ -23,7 +23,8 @@ enum class Reduction { kSum, kAvg };
 struct ProcessGroupOptions {
   CommBackend backend = CommBackend::kGloo;
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
-  // Address the gloo transport binds to: loopback for single-host runs.
+  // Address the gloo transport binds to: loopback for single-host runs; empty: this host's
+  // default interface (multi-node).
   std::string gloo_hostname = "127.0.0.1";
   // CUDA device index for NCCL (LOCAL_RANK).
   int device_index = 0;

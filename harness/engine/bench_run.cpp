@@ -1,0 +1,225 @@
+#include "harness/engine/bench_run.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <stdexcept>
+
+#include "harness/config/field_registry.hpp"
+#include "harness/engine/device_runtime.hpp"
+#include "harness/engine/lr_schedule.hpp"
+#include "harness/engine/mock_data.hpp"
+#include "harness/engine/train_step.hpp"
+#include "harness/launch/heartbeat.hpp"
+#include "harness/measure/flops.hpp"
+#include "harness/measure/zero_model.hpp"
+#include "harness/report/console.hpp"
+
+namespace shardbench {
+namespace {
+
+void reject(bool unsupported, const std::string& field, const std::string& value,
+            const std::string& accepted) {
+  if (unsupported) {
+    throw std::invalid_argument(field + "=" + value +
+                                " is not implemented by the shardbench engine yet; accepted: " +
+                                accepted);
+  }
+}
+
+int64_t round_up(int64_t v, int64_t m) { return m > 0 ? (v + m - 1) / m * m : v; }
+
+}  // namespace
+
+LlamaDims llama_dims_from(const ConfigContainer& c) {
+  const auto& m = c.model;
+  LlamaDims d;
+  d.num_layers = m.num_layers;
+  d.hidden = m.hidden_size;
+  d.ffn = m.ffn_hidden_size.value_or(4 * m.hidden_size);
+  d.heads = m.num_attention_heads;
+  d.kv_heads = m.num_query_groups.value_or(m.num_attention_heads);
+  d.head_dim = m.kv_channels.value_or(m.hidden_size / std::max<int64_t>(1, m.num_attention_heads));
+  const int64_t vocab = m.vocab_size.value_or(0);
+  // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by * TP.
+  d.vocab = m.should_pad_vocab ? round_up(vocab, m.make_vocab_size_divisible_by) : vocab;
+  d.seq_length = m.seq_length;
+  d.rope_base = m.rotary_base;
+  d.norm_eps = m.layernorm_epsilon;
+  d.init_std = m.init_method_std;
+  if (d.num_layers <= 0 || d.hidden <= 0 || d.heads <= 0 || d.vocab <= 0 || d.head_dim <= 0) {
+    throw std::invalid_argument("model dims incomplete: num_layers, hidden_size, "
+                                "num_attention_heads and vocab_size must be positive");
+  }
+  return d;
+}
+
+EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext& ctx) {
+  reject(c.model.recompute_granularity.has_value(), "model.recompute_granularity",
+         c.model.recompute_granularity.value_or(""), "null");
+  reject(c.model.cpu_offloading, "model.cpu_offloading", "true", "false");
+  reject(c.mixed_precision.fp8.has_value(), "mixed_precision.fp8",
+         c.mixed_precision.fp8.value_or(""), "null (bf16 or fp32 compute)");
+  reject(c.dist.use_torch_fsdp2, "dist.use_torch_fsdp2", "true", "false");
+  reject(c.optimizer.optimizer != "adam", "optimizer.optimizer", c.optimizer.optimizer, "adam");
+  reject(c.checkpoint.save.has_value(), "checkpoint.save", c.checkpoint.save.value_or(""), "null");
+  reject(c.checkpoint.load.has_value(), "checkpoint.load", c.checkpoint.load.value_or(""), "null");
+  reject(c.ddp.num_distributed_optimizer_instances != 1, "ddp.num_distributed_optimizer_instances",
+         std::to_string(c.ddp.num_distributed_optimizer_instances), "1");
+  EngineOptions o;
+  o.wrapper = c.ddp.use_megatron_fsdp ? "megatron_fsdp" : "ddp";
+  o.strategy = c.ddp.data_parallel_sharding_strategy;
+  o.use_distributed_optimizer = c.ddp.use_distributed_optimizer;
+  o.overlap_grad_reduce = c.ddp.overlap_grad_reduce;
+  o.overlap_param_gather = c.ddp.overlap_param_gather;
+  o.average_in_collective = c.ddp.average_in_collective;
+  o.grad_reduce_in_fp32 = c.ddp.grad_reduce_in_fp32;
+  o.bucket_size_elems = c.ddp.bucket_size.value_or(0);
+  if (c.ddp.suggested_communication_unit_size) {
+    o.rs_queue_capacity_elems = *c.ddp.suggested_communication_unit_size;
+  }
+  // 128 elements: 256-byte aligned bf16 parameter starts for the GPU kernels.
+  o.align_elems = ctx.device.is_cuda() ? 128 : 1;
+  if (c.shardbench.compute_dtype == "fp32") {
+    o.compute_dtype = at::kFloat;
+  } else if (c.shardbench.compute_dtype == "bf16") {
+    o.compute_dtype = at::kBFloat16;
+  } else {
+    reject(true, "shardbench.compute_dtype", c.shardbench.compute_dtype, "bf16, fp32");
+  }
+  o.device = ctx.device;
+  o.seed = static_cast<uint64_t>(c.rng.seed);
+  o.clip_grad = c.optimizer.clip_grad;
+  o.adam.beta1 = c.optimizer.adam_beta1;
+  o.adam.beta2 = c.optimizer.adam_beta2;
+  o.adam.eps = c.optimizer.adam_eps;
+  o.adam.weight_decay = c.optimizer.weight_decay;
+  o.adam.lr = c.optimizer.lr;
+  return o;
+}
+
+ConfigContainer ddp_baseline_config(const ConfigContainer& fsdp) {
+  ConfigContainer c = fsdp;
+  c.ddp.use_megatron_fsdp = false;
+  c.dist.use_megatron_fsdp = false;
+  c.ddp.data_parallel_sharding_strategy = "no_shard";
+  c.ddp.use_distributed_optimizer = true;
+  c.optimizer.use_distributed_optimizer = true;
+  c.ddp.overlap_grad_reduce = true;
+  c.ddp.overlap_param_gather = true;
+  c.optimizer.overlap_param_gather = true;
+  return c;
+}
+
+RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& provenance,
+                        const std::string& recipe, WorkerContext& ctx) {
+  const LlamaDims dims = llama_dims_from(config);
+  const EngineOptions options = engine_options_from(config, ctx);
+  const int64_t iters = config.train.train_iters;
+  const int64_t gbs = config.train.global_batch_size;
+  const int64_t mbs = config.train.micro_batch_size;
+  const bool rank0 = ctx.rank == 0;
+  const bool print = rank0 && config.shardbench.log_per_step;
+
+  RunRecord rec;
+  rec.recipe = recipe;
+  rec.world_size = ctx.world_size;
+  rec.global_batch_size = gbs;
+  rec.micro_batch_size = mbs;
+  rec.seq_length = dims.seq_length;
+  rec.train_iters = iters;
+  rec.compute_dtype = config.shardbench.compute_dtype;
+  rec.device = device_name(ctx.device);
+  rec.backend = to_string(ctx.backend);
+  rec.config = config_to_json(config);
+  rec.provenance = provenance;
+  DecoderDims fd{dims.num_layers, dims.hidden, dims.ffn, dims.heads, dims.kv_heads, dims.head_dim,
+                 dims.vocab};
+  rec.model_flops_per_step = model_flops_per_step(fd, gbs, dims.seq_length);
+  rec.dtype_policy = DtypePolicy::for_compute_dtype(
+      rec.compute_dtype, options.grad_reduce_in_fp32 || options.compute_dtype == at::kFloat);
+
+  heartbeat("building engine");
+  reset_allocator_peaks(ctx.device);
+  LlamaModel model(dims, ctx.device);
+  DataParallelEngine engine(dims, options, ctx.pgs);
+  rec.label = engine.label();
+  rec.wrapper = options.wrapper;
+  rec.strategy = engine.strategy_name();
+  rec.distributed_optimizer = options.wrapper == "megatron_fsdp" || options.use_distributed_optimizer;
+  rec.num_parameters = engine.num_parameters();
+  rec.sdpa_backend = sdpa_backend_name(dims, mbs, options.compute_dtype, ctx.device);
+
+  LrSchedule lr;
+  lr.max_lr = config.optimizer.lr;
+  lr.min_lr = config.optimizer.min_lr;
+  lr.warmup_iters = config.optimizer.lr_warmup_iters;
+  lr.decay_iters = config.optimizer.lr_decay_iters.value_or(iters);
+  lr.style = config.optimizer.lr_decay_style;
+
+  std::vector<double> my_step_ms;
+  for (int64_t it = 0; it < iters; ++it) {
+    heartbeat("step " + std::to_string(it + 1));
+    StepInputs in{mock_global_batch(static_cast<uint64_t>(config.rng.seed), it, gbs,
+                                    dims.seq_length, dims.vocab),
+                  mbs, lr.at(it)};
+    // Megatron's interval timer: barrier, start; step; barrier-aligned stop.
+    ctx.pgs.world->barrier();
+    synchronize_device(ctx.device);
+    const auto t0 = std::chrono::steady_clock::now();
+    StepOutputs out = train_step(model, engine, in);
+    synchronize_device(ctx.device);
+    const double mine_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ctx.pgs.world->barrier();
+    const double elapsed_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    my_step_ms.push_back(mine_ms);
+
+    at::Tensor metrics = at::stack({out.loss.to(at::kFloat), out.grad_norm.to(at::kFloat)});
+    at::Tensor loss_avg = metrics.narrow(0, 0, 1).clone();
+    wait_work(ctx.pgs.world->all_reduce(loss_avg, Reduction::kAvg), "loss all-reduce");
+    StepRecord step;
+    step.iteration = static_cast<int>(it + 1);
+    step.elapsed_ms = elapsed_ms;
+    step.loss = loss_avg.item<double>();
+    step.grad_norm = metrics[1].item<double>();
+    step.learning_rate = in.lr;
+    rec.steps.push_back(step);
+    if (print) {
+      std::cout << format_iteration_line(iteration_log(rec, rec.steps.back(), 0)) << "\n";
+      std::cout << format_step_time_line(step.elapsed_ms,
+                                         rec.model_flops_per_step /
+                                             (step.elapsed_ms * 1e-3 * 1e12 * ctx.world_size))
+                << std::endl;
+    }
+    if (ctx.device.is_cuda() && (it == 0 || it == 1)) {
+      auto snap = allocator_snapshot(ctx.device, "after_iteration_" + std::to_string(it + 1),
+                                     ctx.rank);
+      if (rank0) std::cout << format_memory_line(snap, it + 1) << std::endl;
+      rec.allocator.push_back(snap);
+    }
+  }
+  if (ctx.device.is_cuda()) rec.allocator.push_back(allocator_snapshot(ctx.device, "end", ctx.rank));
+
+  // Every rank's own step times, gathered to all (small: iters doubles per rank).
+  at::Tensor mine = at::tensor(my_step_ms, at::kDouble).to(ctx.device);
+  at::Tensor all = at::empty({ctx.world_size * iters}, mine.options());
+  if (iters > 0) wait_work(ctx.pgs.world->all_gather(all, mine), "step-time all-gather");
+  all = all.to(at::kCPU).view({ctx.world_size, iters});
+  for (int r = 0; r < ctx.world_size; ++r) {
+    std::vector<double> row(static_cast<size_t>(iters));
+    for (int64_t i = 0; i < iters; ++i) row[static_cast<size_t>(i)] = all[r][i].item<double>();
+    rec.per_rank_step_ms.push_back(row);
+  }
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int r = 0; r < ctx.world_size; ++r) {
+      rec.steps[static_cast<size_t>(i)].per_rank_elapsed_ms.push_back(
+          rec.per_rank_step_ms[static_cast<size_t>(r)][static_cast<size_t>(i)]);
+    }
+  }
+  rec.memory = engine.memory();
+  return rec;
+}
+
+}  // namespace shardbench

@@ -1,0 +1,29 @@
+// One measured training run on this rank: build the engine for `config`, train
+// train.train_iters iterations, time each one, and return what the report needs (complete on
+// rank 0; other ranks return their own view).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/config/config.hpp"
+#include "harness/engine/worker_context.hpp"
+#include "harness/parallel/engine.hpp"
+#include "harness/report/run_record.hpp"
+
+namespace shardbench {
+
+// The engine's settings for `config`; throws std::invalid_argument naming a field that asks for
+// something the engine does not implement.
+EngineOptions engine_options_from(const ConfigContainer& config, const WorkerContext& ctx);
+LlamaDims llama_dims_from(const ConfigContainer& config);
+
+RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& provenance,
+                        const std::string& recipe, WorkerContext& ctx);
+
+// Megatron's perf baseline for an FSDP run: the same model, batch, dtype policy and seed under
+// DDP with the distributed optimizer and overlapped reduce-scatter / all-gather.
+ConfigContainer ddp_baseline_config(const ConfigContainer& fsdp_config);
+
+}  // namespace shardbench

@@ -1,0 +1,60 @@
+#include "harness/engine/device_runtime.hpp"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <nccl.h>
+#include <torch/version.h>
+
+namespace shardbench {
+
+bool cuda_available() { return at::hasCUDA() && c10::cuda::device_count() > 0; }
+
+int cuda_device_count() { return c10::cuda::device_count(); }
+
+void set_cuda_device(int index) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
+
+std::string device_name(const at::Device& device) {
+  if (!device.is_cuda()) return "cpu";
+  return at::cuda::getDeviceProperties(device.index())->name;
+}
+
+void synchronize_device(const at::Device& device) {
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+}
+
+AllocatorSnapshot allocator_snapshot(const at::Device& device, const std::string& when, int rank) {
+  AllocatorSnapshot s;
+  s.when = when;
+  s.rank = rank;
+  if (!device.is_cuda()) return s;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  constexpr size_t kAll = 0;  // StatType::AGGREGATE
+  s.allocated_bytes = stats.allocated_bytes[kAll].current;
+  s.max_allocated_bytes = stats.allocated_bytes[kAll].peak;
+  s.reserved_bytes = stats.reserved_bytes[kAll].current;
+  s.max_reserved_bytes = stats.reserved_bytes[kAll].peak;
+  s.num_alloc_retries = stats.num_alloc_retries;
+  s.num_ooms = stats.num_ooms;
+  return s;
+}
+
+void reset_allocator_peaks(const at::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+}
+
+RuntimeVersions runtime_versions() {
+  RuntimeVersions v;
+  v.torch = TORCH_VERSION;
+  int runtime = 0;
+  if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) {
+    v.cuda = std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10);
+  }
+  v.nccl = std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
+           std::to_string(NCCL_PATCH);
+  const long cudnn = at::detail::getCUDAHooks().versionCuDNN();
+  if (cudnn > 0) v.cudnn = std::to_string(cudnn);
+  return v;
+}
+
+}  // namespace shardbench

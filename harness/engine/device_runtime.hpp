@@ -1,0 +1,29 @@
+// What the worker needs from the device runtime, behind plain types: device selection,
+// synchronisation, allocator statistics and library versions. The CUDA calls live in
+// device_runtime.cpp only.
+#pragma once
+
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "harness/report/run_record.hpp"
+
+namespace shardbench {
+
+bool cuda_available();
+int cuda_device_count();
+void set_cuda_device(int index);
+std::string device_name(const at::Device& device);  // GPU name, or the CPU model
+// Waits for all work queued on `device` (no-op on CPU).
+void synchronize_device(const at::Device& device);
+// Caching-allocator statistics of `device` (CUDA only; zeros elsewhere).
+AllocatorSnapshot allocator_snapshot(const at::Device& device, const std::string& when, int rank);
+void reset_allocator_peaks(const at::Device& device);
+
+struct RuntimeVersions {
+  std::string torch, cuda, nccl, cudnn;
+};
+RuntimeVersions runtime_versions();
+
+}  // namespace shardbench

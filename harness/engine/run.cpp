@@ -1,0 +1,96 @@
+#include "harness/engine/run.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <vector>
+
+#include "harness/config/resolve.hpp"
+#include "harness/engine/bench_run.hpp"
+#include "harness/engine/device_runtime.hpp"
+#include "harness/engine/worker_context.hpp"
+#include "harness/launch/heartbeat.hpp"
+#include "harness/launch/launch_env.hpp"
+#include "harness/report/console.hpp"
+#include "harness/report/environment.hpp"
+#include "harness/report/report.hpp"
+#include "harness/report/report_path.hpp"
+
+namespace shardbench {
+namespace {
+
+// This process's argv, for the report (perf-launch workers run the user's own command line).
+std::vector<std::string> own_command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> words;
+  std::string word;
+  while (std::getline(in, word, '\0')) words.push_back(word);
+  return words;
+}
+
+}  // namespace
+
+int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env) {
+  const auto start = std::chrono::system_clock::now();
+  try {
+    // Before any communicator or worker thread exists: this forks git.
+    EnvironmentInfo info = env.rank == 0 ? collect_environment(own_command_line(), start)
+                                         : EnvironmentInfo{};
+    const ConfigContainer& config = resolved.config;
+    WorkerContext ctx = make_worker_context(config, env);
+    if (env.rank == 0) {
+      const RuntimeVersions v = runtime_versions();
+      info.torch_version = v.torch;
+      info.cuda_version = ctx.device.is_cuda() ? v.cuda : "";
+      info.nccl_version = ctx.backend == CommBackend::kNccl ? v.nccl : "";
+      info.cudnn_version = ctx.device.is_cuda() ? v.cudnn : "";
+      info.world_size = env.world_size;
+      info.node_count = std::max(1, env.world_size / std::max(1, env.local_world_size));
+      if (ctx.device.is_cuda()) {
+        info.gpu_names.push_back(device_name(ctx.device));
+        info.gpu_count = env.world_size;
+      }
+    }
+
+    std::vector<RunRecord> runs;
+    const nlohmann::json provenance = resolved.provenance.to_json();
+    runs.push_back(run_benchmark(config, provenance, resolved.model_recipe_name, ctx));
+    if (config.ddp.use_megatron_fsdp && config.shardbench.compare_with_ddp) {
+      if (env.rank == 0) {
+        std::cout << "perf-launch: measuring the DDP baseline (distributed optimizer, overlapped "
+                     "reduce-scatter and all-gather)"
+                  << std::endl;
+      }
+      nlohmann::json base_prov = provenance;
+      base_prov["baseline"] = "derived from the FSDP run: ddp.use_megatron_fsdp=false, "
+                              "ddp.use_distributed_optimizer=true, overlap_grad_reduce=true, "
+                              "overlap_param_gather=true";
+      runs.push_back(
+          run_benchmark(ddp_baseline_config(config), base_prov, resolved.model_recipe_name, ctx));
+    }
+    ctx.pgs.world->barrier();
+    if (env.rank == 0) {
+      const nlohmann::json report = build_report(info, runs);
+      const RunRecord& head = runs.front();
+      const std::filesystem::path path =
+          config.shardbench.report_path
+              ? std::filesystem::path(*config.shardbench.report_path)
+              : default_report_path(config.shardbench.report_dir, head.recipe, head.wrapper,
+                                    head.strategy, head.distributed_optimizer, head.world_size,
+                                    start);
+      write_report(path, report);
+      const std::string summary = format_comparison_summary(report);
+      if (!summary.empty()) std::cout << "\n" << summary;
+      std::cout << "perf-launch: report written to " << path.string() << std::endl;
+    }
+    heartbeat("done");
+    return 0;
+  } catch (const std::exception& e) {
+    const std::string message = std::string("rank ") + std::to_string(env.rank) + ": " + e.what();
+    std::cerr << "perf-launch: " << message << std::endl;
+    heartbeat_error(e.what());
+    return 1;
+  }
+}
+
+}  // namespace shardbench
