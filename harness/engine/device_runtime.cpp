@@ -23,11 +23,22 @@ void synchronize_device(const at::Device& device) {
   if (device.is_cuda()) c10::cuda::device_synchronize();
 }
 
+namespace {
+
+// The caching allocator sets up its per-device state on the first allocation; its statistics
+// calls reject a device it has not seen yet ("Invalid device argument").
+void touch_allocator(const at::Device& device) {
+  (void)at::empty({1}, at::TensorOptions().device(device).dtype(at::kByte));
+}
+
+}  // namespace
+
 AllocatorSnapshot allocator_snapshot(const at::Device& device, const std::string& when, int rank) {
   AllocatorSnapshot s;
   s.when = when;
   s.rank = rank;
   if (!device.is_cuda()) return s;
+  touch_allocator(device);
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
   constexpr size_t kAll = 0;  // StatType::AGGREGATE
   s.allocated_bytes = stats.allocated_bytes[kAll].current;
@@ -40,7 +51,9 @@ AllocatorSnapshot allocator_snapshot(const at::Device& device, const std::string
 }
 
 void reset_allocator_peaks(const at::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  if (!device.is_cuda()) return;
+  touch_allocator(device);
+  c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 }
 
 RuntimeVersions runtime_versions() {
