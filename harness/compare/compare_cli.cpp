@@ -1,0 +1,213 @@
+#include "harness/compare/compare_cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+
+#include "harness/compare/compare_sides.hpp"
+#include "harness/compare/history.hpp"
+#include "harness/compare/render.hpp"
+#include "harness/compare/report_reader.hpp"
+#include "harness/report/atomic_write.hpp"
+#include "harness/report/golden_values.hpp"
+
+namespace shardbench {
+namespace {
+
+constexpr const char* kDescription =
+    "perf-compare: compare shardbench reports (base vs head) and gate regressions.\n"
+    "  perf-compare BASE HEAD          each a report, a folder of reports, or (BASE) golden values\n"
+    "  perf-compare --base A --base B --head C ...   several reports or folders per side\n"
+    "  perf-compare --export_golden REPORT [--run LABEL] [-o FILE]\n"
+    "Runs match by identity (recipe, strategy, world size, GPU, dtype, batch, relevant config).\n"
+    "Exit: 0 no regression, 1 regression / NaN loss / failed run, 2 bad input.";
+
+struct Options {
+  std::vector<std::string> positional, base, head;
+  std::string thresholds_file;
+  double timing_threshold = 0, memory_threshold = 0, skip_first_percent_time = 0, alpha = 0;
+  bool no_utest = false, fail_on_improvement = false, list_runs = false;
+  std::vector<std::string> ignore_identity, match_config;
+  std::string run_label, format = "table", json_path, markdown_path, html_path, history_dir;
+  std::string color = "auto", export_golden, output;
+};
+
+void write_output(const std::string& path, const std::string& contents) {
+  try {
+    write_file_atomically(path, contents);
+  } catch (const std::exception& e) {
+    throw InputError(std::string("cannot write output: ") + e.what());
+  }
+}
+
+int export_golden(const Options& o, std::ostream& out) {
+  const LoadedReport report = read_report(o.export_golden);
+  if (report.golden) throw InputError(o.export_golden + ": already golden values, not a report");
+  const nlohmann::json& runs = report.doc.at("runs");
+  std::string labels;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const std::string label = runs[i].value("label", std::string());
+    labels += (labels.empty() ? "" : ", ") + label;
+    if (o.run_label.empty() ? i == 0 : label == o.run_label) {
+      const std::string text = golden_values(runs[i]).dump(2) + "\n";
+      if (o.output.empty()) {
+        out << text;
+      } else {
+        write_output(o.output, text);
+      }
+      return 0;
+    }
+  }
+  throw InputError(o.export_golden + ": no run labelled \"" + o.run_label + "\"; the report's runs: " +
+                   (labels.empty() ? "(none)" : labels));
+}
+
+std::vector<RunView> load_side(const std::vector<std::string>& paths, const MatchOptions& match,
+                               std::vector<std::string>& files, std::vector<std::string>& skipped) {
+  std::vector<std::filesystem::path> fs_paths(paths.begin(), paths.end());
+  const ReportSet set = read_reports(fs_paths);
+  std::vector<RunView> runs;
+  for (const LoadedReport& report : set.reports) {
+    files.push_back(report.path.string());
+    for (RunView& run : runs_of(report, match)) runs.push_back(std::move(run));
+  }
+  skipped.insert(skipped.end(), set.skipped.begin(), set.skipped.end());
+  return runs;
+}
+
+void list_runs(const std::vector<RunView>& runs, const char* side, std::ostream& out) {
+  for (const RunView& run : runs) {
+    out << side << "  " << run.name << "  [" << run.file << " #" << run.index << " \"" << run.label
+        << "\"]\n    identity " << run.identity.dump() << "\n";
+  }
+}
+
+bool use_color(const std::string& mode, bool terminal) {
+  if (mode == "always") return true;
+  if (mode == "never") return false;
+  const char* no_color = std::getenv("NO_COLOR");
+  return terminal && !(no_color && *no_color);
+}
+
+int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal) {
+  if (!o.export_golden.empty()) return export_golden(o, out);
+
+  std::vector<std::string> base = o.base, head = o.head;
+  if (!o.positional.empty()) {
+    if (o.positional.size() != 2 || !base.empty() || !head.empty()) {
+      throw CLI::ValidationError("BASE HEAD",
+                                 "give exactly two positional paths (BASE HEAD), or use --base and "
+                                 "--head instead; got " + std::to_string(o.positional.size()) + " positional");
+    }
+    base.push_back(o.positional[0]);
+    head.push_back(o.positional[1]);
+  }
+  if (base.empty() || head.empty()) {
+    throw CLI::ValidationError("BASE HEAD", "both sides are needed: BASE HEAD, or --base .. --head ..");
+  }
+
+  Thresholds t;
+  if (!o.thresholds_file.empty()) apply_thresholds_file(o.thresholds_file, t);
+  // Flags given on the command line win over the file.
+  if (app.count("--timing_threshold")) t.timing_threshold = o.timing_threshold;
+  if (app.count("--memory_threshold")) t.memory_threshold = o.memory_threshold;
+  if (app.count("--skip_first_percent_time")) t.skip_first_percent_time = o.skip_first_percent_time;
+  if (app.count("--alpha")) t.alpha = o.alpha;
+  if (o.no_utest) t.utest = false;
+  if (o.fail_on_improvement) t.fail_on_improvement = true;
+  validate_thresholds(t, "command line");
+
+  MatchOptions match{o.ignore_identity, o.match_config};
+  CompareResult result_files;
+  std::vector<std::string> base_files, head_files, skipped;
+  std::vector<RunView> base_runs = load_side(base, match, base_files, skipped);
+  std::vector<RunView> head_runs = load_side(head, match, head_files, skipped);
+  if (o.list_runs) {
+    list_runs(base_runs, "base", out);
+    list_runs(head_runs, "head", out);
+    return 0;
+  }
+  CompareResult result = compare_sides(std::move(base_runs), std::move(head_runs), t, o.run_label);
+  result.base_files = base_files;
+  result.head_files = head_files;
+  result.skipped_files = skipped;
+
+  std::optional<History> history;
+  if (!o.history_dir.empty()) history = load_history(o.history_dir, t, match);
+
+  if (o.format == "table") {
+    out << render_table(result, use_color(o.color, terminal));
+  } else if (o.format == "markdown") {
+    out << render_markdown(result);
+  } else if (o.format == "json") {
+    out << render_json(result).dump(2) << "\n";
+  } else if (o.format == "html") {
+    out << render_html(result, history ? &*history : nullptr);
+  }
+  if (!o.json_path.empty()) write_output(o.json_path, render_json(result).dump(2) + "\n");
+  if (!o.markdown_path.empty()) write_output(o.markdown_path, render_markdown(result));
+  if (!o.html_path.empty()) write_output(o.html_path, render_html(result, history ? &*history : nullptr));
+  return result.exit_code();
+}
+
+}  // namespace
+
+int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                      bool stdout_is_terminal) {
+  CLI::App app(kDescription, "perf-compare");
+  Options o;
+  app.add_option("paths", o.positional, "BASE HEAD: report files, folders of reports, or golden values (BASE)");
+  app.add_option("--base", o.base, "A base-side report or folder; repeatable");
+  app.add_option("--head", o.head, "A head-side report or folder; repeatable");
+  app.add_option("--thresholds", o.thresholds_file,
+                 "JSON file with any of timing_threshold, memory_threshold, skip_first_percent_time, "
+                 "alpha, utest, fail_on_improvement; flags given here win");
+  app.add_option("--timing_threshold", o.timing_threshold, "Relative band of mean TFLOP/s/GPU (default: 0.05)");
+  app.add_option("--memory_threshold", o.memory_threshold, "Relative band of each memory figure (default: 0.05)");
+  app.add_option("--skip_first_percent_time", o.skip_first_percent_time,
+                 "Fraction of steps skipped before the timing mean (default: 0.70)");
+  app.add_option("--alpha", o.alpha, "U-test significance level (default: 0.05)");
+  app.add_flag("--no_utest", o.no_utest, "The threshold alone decides (no Mann-Whitney U test)");
+  app.add_flag("--fail_on_improvement", o.fail_on_improvement,
+               "Exit 1 on an unexpected improvement too, as Megatron-Bridge's evaluate.py does");
+  app.add_option("--ignore_identity", o.ignore_identity,
+                 "Identity field left out of matching, e.g. gpu, sdpa_backend, config.ddp.bucket_size; repeatable");
+  app.add_option("--match_config", o.match_config,
+                 "Extra resolved-config field that must agree, dotted (ddp.num_buckets); repeatable");
+  app.add_option("--run", o.run_label,
+                 "Run label: the head run golden values stand for, or the run --export_golden exports "
+                 "(default: each report's first run)");
+  app.add_option("--format", o.format, "What goes to stdout (default: table)")
+      ->check(CLI::IsMember({"table", "markdown", "json", "html"}));
+  app.add_option("--json", o.json_path, "Also write the JSON result to this file");
+  app.add_option("--markdown", o.markdown_path, "Also write markdown to this file");
+  app.add_option("--html", o.html_path, "Also write the self-contained HTML page to this file");
+  app.add_option("--history", o.history_dir,
+                 "Folder of nightly reports (results/<branch>): adds history charts to the HTML page");
+  app.add_option("--color", o.color, "Colour in the table: auto (terminal only), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  app.add_flag("--list_runs", o.list_runs, "Print each side's runs and identities, compare nothing");
+  app.add_option("--export_golden", o.export_golden,
+                 "Write a report run as Megatron-Bridge golden values (stdout or -o)");
+  app.add_option("-o,--output", o.output, "File for --export_golden");
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes argv reversed
+  try {
+    app.parse(reversed);
+    return run(o, app, out, stdout_is_terminal);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    err << "perf-compare: error: " << e.what() << "\n  (perf-compare --help lists the options)\n";
+    return 2;
+  } catch (const InputError& e) {
+    err << "perf-compare: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    err << "perf-compare: error: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace shardbench

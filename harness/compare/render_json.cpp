@@ -1,0 +1,79 @@
+#include "harness/compare/render.hpp"
+#include "harness/report/units.hpp"
+
+namespace shardbench {
+namespace {
+
+using nlohmann::json;
+
+json refs_json(const std::vector<RunRef>& runs) {
+  json out = json::array();
+  for (const RunRef& r : runs) {
+    out.push_back({{"file", r.file},
+                   {"label", r.label},
+                   {"start_time_utc", r.start_time_utc},
+                   {"git_revision", r.git_revision}});
+  }
+  return out;
+}
+
+json gate_name(Gate g) {
+  switch (g) {
+    case Gate::kTiming: return "timing";
+    case Gate::kMemory: return "memory";
+    case Gate::kNone: break;
+  }
+  return nullptr;
+}
+
+json unmatched_json(const std::vector<UnmatchedRun>& runs) {
+  json out = json::array();
+  for (const UnmatchedRun& u : runs) out.push_back({{"name", u.name}, {"file", u.file}, {"label", u.label}});
+  return out;
+}
+
+}  // namespace
+
+json render_json(const CompareResult& result) {
+  json pairs = json::array();
+  for (const PairResult& pair : result.pairs) {
+    json metrics = json::object();
+    for (const MetricRow& row : pair.metrics) {
+      metrics[row.name] = {{"title", row.title},
+                           {"unit", row.unit},
+                           {"better", row.higher_is_better ? "higher" : "lower"},
+                           {"gate", gate_name(row.gate)},
+                           {"base", number_or_null(row.base)},
+                           {"head", number_or_null(row.head)},
+                           {"relative_change", number_or_null(row.relative_change)},
+                           {"p_value", number_or_null(row.p_value)},
+                           {"verdict", row.gate == Gate::kNone ? json(nullptr) : json(verdict_name(row.verdict))},
+                           {"note", row.note}};
+    }
+    pairs.push_back({{"name", pair.name},
+                     {"identity", pair.identity},
+                     {"verdict", verdict_name(pair.verdict)},
+                     {"base_runs", refs_json(pair.base_runs)},
+                     {"head_runs", refs_json(pair.head_runs)},
+                     {"samples", {{"base", pair.base_samples}, {"head", pair.head_samples}}},
+                     {"metrics", metrics},
+                     {"notes", pair.notes},
+                     {"config_differences", pair.config_differences}});
+  }
+  json counts = json::object();
+  for (Verdict v : {Verdict::kOk, Verdict::kNoise, Verdict::kImprovement, Verdict::kRegression,
+                    Verdict::kFailed, Verdict::kNan, Verdict::kMissing}) {
+    counts[std::string(verdict_name(v))] = result.count(v);
+  }
+  return {{"generator", "perf-compare"},
+          {"format_version", kCompareJsonVersion},
+          {"thresholds", thresholds_to_json(result.thresholds)},
+          {"base", {{"files", result.base_files}}},
+          {"head", {{"files", result.head_files}}},
+          {"skipped_files", result.skipped_files},
+          {"pairs", pairs},
+          {"unmatched", {{"base", unmatched_json(result.unmatched_base)}, {"head", unmatched_json(result.unmatched_head)}}},
+          {"summary", {{"matched", result.pairs.size()}, {"verdicts", counts}, {"exit_code", result.exit_code()}}}};
+}
+
+}  // namespace shardbench

@@ -1,0 +1,32 @@
+// Number and label formatting shared by every perf-compare output, so a figure reads the same in
+// the terminal table, markdown, and the HTML page.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "harness/compare/verdict.hpp"
+
+namespace shardbench {
+
+// `digits` significant digits in fixed notation (no exponent): 0.003189, 41.19, 4119.
+std::string format_significant_fixed(double x, int digits = 4);
+
+// A metric value in its unit: bytes as KiB/MiB/GiB, others to 4 significant digits; "-" when
+// absent.
+std::string format_metric_value(const std::optional<double>& value, const std::string& unit);
+
+// Signed relative change as a percentage ("+5.2%", "-0.3%"); "n/a" when absent.
+std::string format_change(const std::optional<double>& change);
+
+// "0.029", "<0.001", or "-" when absent.
+std::string format_p_value(const std::optional<double>& p);
+
+// Upper-case verdict words for pair headings ("REGRESSION", "NaN LOSS", ..).
+std::string verdict_heading(Verdict v);
+
+// A short description of the gate, for headings: "timing 5% (mean TFLOP/s/GPU over steps after
+// the first 70%), memory 5%, U test alpha 0.05".
+std::string describe_thresholds(const Thresholds& t);
+
+}  // namespace shardbench
