@@ -1,6 +1,11 @@
 #include "harness/engine/bench_run.hpp"
 
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <iostream>
 #include <stdexcept>
@@ -28,6 +33,25 @@ void reject(bool unsupported, const std::string& field, const std::string& value
 }
 
 int64_t round_up(int64_t v, int64_t m) { return m > 0 ? (v + m - 1) / m * m : v; }
+
+// Failure drills for the launcher's fail-fast path: SHARDBENCH_FAULT="kill:<rank>:<step>" makes
+// that rank SIGKILL itself when the step starts, "hang:<rank>:<step>" makes it stop forever.
+void maybe_inject_fault(int rank, int64_t step) {
+  const char* spec = std::getenv("SHARDBENCH_FAULT");
+  if (!spec) return;
+  char kind[8] = {0};
+  int fault_rank = -1;
+  long long fault_step = -1;
+  if (std::sscanf(spec, "%7[a-z]:%d:%lld", kind, &fault_rank, &fault_step) != 3) {
+    throw std::invalid_argument(std::string("SHARDBENCH_FAULT=\"") + spec +
+                                "\" is invalid; accepted: kill:<rank>:<step>, hang:<rank>:<step>");
+  }
+  if (fault_rank != rank || fault_step != step) return;
+  if (std::string(kind) == "kill") std::raise(SIGKILL);
+  if (std::string(kind) == "hang") {
+    for (;;) pause();
+  }
+}
 
 }  // namespace
 
@@ -160,6 +184,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   std::vector<double> my_step_ms;
   for (int64_t it = 0; it < iters; ++it) {
     heartbeat("step " + std::to_string(it + 1));
+    maybe_inject_fault(ctx.rank, it + 1);
     StepInputs in{mock_global_batch(static_cast<uint64_t>(config.rng.seed), it, gbs,
                                     dims.seq_length, dims.vocab),
                   mbs, lr.at(it)};

@@ -105,6 +105,11 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return n;
 }
 
+// Readable test names in ctest output instead of raw bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.wrapper << "/" << c.strategy << (c.distopt ? "+distopt" : "") << " ws" << c.world;
+}
+
 class StrategyParity : public ::testing::TestWithParam<Case> {};
 
 TEST_P(StrategyParity, MatchesSingleProcessReference) {

@@ -1,0 +1,110 @@
+// perf-launch end to end on CPU: real worker processes over gloo, the report they write, and the
+// launcher's fail-fast path when a worker dies or hangs mid-run.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace shardbench {
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+Result run(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " " + SHARDBENCH_PERF_LAUNCH + " " + args + " 2>&1";
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::filesystem::path temp_report(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("shardbench_e2e_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto path = dir / name;
+  std::filesystem::remove(path);
+  return path;
+}
+
+class PerfLaunchE2E : public ::testing::TestWithParam<int> {};
+
+TEST_P(PerfLaunchE2E, FsdpRunAndDdpBaselineWriteOneReport) {
+  const int world = GetParam();
+  const auto report = temp_report("fsdp_ws" + std::to_string(world) + ".json");
+  const Result r = run("-m llama -mr llama3_tiny_cpu -ng " + std::to_string(world) +
+                       " -g cpu --use_megatron_fsdp true -gb 8 -ms 3 shardbench.report_path=" +
+                       report.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" iteration        3/       3 |"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("report written to"), std::string::npos);
+  std::ifstream in(report);
+  ASSERT_TRUE(in.good()) << report;
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_EQ(j["runs"][0]["identity"]["wrapper"], "megatron_fsdp");
+  EXPECT_EQ(j["runs"][1]["identity"]["wrapper"], "ddp");
+  for (const auto& run : j["runs"]) {
+    EXPECT_EQ(run["identity"]["world_size"], world);
+    EXPECT_EQ(run["status"], "ok");
+    ASSERT_EQ(run["per_rank_step_ms"].size(), static_cast<size_t>(world));
+    for (const auto& rank_times : run["per_rank_step_ms"]) {
+      ASSERT_EQ(rank_times.size(), 3u);
+      for (const auto& t : rank_times) EXPECT_GT(t.get<double>(), 0.0);
+    }
+    for (const auto& step : run["steps"]) EXPECT_TRUE(std::isfinite(step["loss"].get<double>()));
+  }
+  // Same seed, same data, fp32: FSDP and its DDP baseline see identical first-step losses.
+  EXPECT_NEAR(j["runs"][0]["steps"][0]["loss"].get<double>(),
+              j["runs"][1]["steps"][0]["loss"].get<double>(), 1e-5);
+  EXPECT_FALSE(j["comparison"].is_null());
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, PerfLaunchE2E, ::testing::Values(2, 4));
+
+TEST(PerfLaunchFailFast, KilledWorkerFailsTheRunNamingItsRank) {
+  const auto report = temp_report("killed.json");
+  const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 50 shardbench.hang_timeout_s=30 "
+                       "shardbench.report_path=" + report.string(),
+                       "SHARDBENCH_FAULT=kill:1:3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("rank 1 (pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("SIGKILL"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30.0);
+  EXPECT_FALSE(std::filesystem::exists(report));  // nothing half-written
+}
+
+TEST(PerfLaunchFailFast, HungWorkerFailsTheRunWithinTheTimeout) {
+  const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 50 shardbench.hang_timeout_s=3",
+                       "SHARDBENCH_FAULT=hang:0:2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("sent no heartbeat for 3 s"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 20.0);
+}
+
+TEST(PerfLaunchInput, BadOverrideExitsTwoWithOneClearMessage) {
+  const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu ddp.bucket_sise=5");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("ddp.bucket_size"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace shardbench
