@@ -1,0 +1,201 @@
+// perf-compare end to end in-process: every exit code, each output format, golden export and
+// comparison, and the nightly history on the HTML page.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "harness/compare/compare_cli.hpp"
+#include "tests/compare/fixtures.hpp"
+
+namespace shardbench {
+namespace {
+
+using nlohmann::json;
+using compare_fixtures::ddp_run;
+using compare_fixtures::fsdp_run;
+using compare_fixtures::steady_steps;
+using compare_fixtures::TempDir;
+
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+CliResult cli(const std::vector<std::string>& args, bool terminal = false) {
+  std::ostringstream out, err;
+  CliResult r;
+  r.code = perf_compare_main(args, out, err, terminal);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class CompareCli : public ::testing::Test {
+ protected:
+  CompareCli() : dir_("cli") {
+    base_ = dir_.write("base.json", compare_fixtures::make_report({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(18, 20))}));
+    same_ = dir_.write("same.json", compare_fixtures::make_report({fsdp_run(steady_steps(20.2, 20)), ddp_run(steady_steps(18, 20))}));
+    slower_ = dir_.write("slower.json", compare_fixtures::make_report({fsdp_run(steady_steps(23, 20)), ddp_run(steady_steps(18, 20))}));
+  }
+  TempDir dir_;
+  std::string base_, same_, slower_;
+};
+
+TEST_F(CompareCli, ExitZeroWithoutRegression) {
+  const CliResult r = cli({base_, same_});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("2 matched"), std::string::npos);
+  EXPECT_NE(r.out.find("exit 0"), std::string::npos);
+}
+
+TEST_F(CompareCli, ExitOneOnRegression) {
+  const CliResult r = cli({base_, slower_});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("REGRESSION"), std::string::npos);
+  EXPECT_NE(r.out.find("regression"), std::string::npos);
+  // A looser timing threshold from the command line turns it into a pass.
+  EXPECT_EQ(cli({base_, slower_, "--timing_threshold", "0.2"}).code, 0);
+  // .. and from a file; the command line wins over the file.
+  const std::string file = dir_.write("t.json", json{{"timing_threshold", 0.2}});
+  EXPECT_EQ(cli({base_, slower_, "--thresholds", file}).code, 0);
+  EXPECT_EQ(cli({base_, slower_, "--thresholds", file, "--timing_threshold", "0.05"}).code, 1);
+}
+
+TEST_F(CompareCli, ExitTwoOnBadInputNamingTheFileAndProblem) {
+  const CliResult missing = cli({base_, (dir_.path() / "nope.json").string()});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("nope.json: no such file or folder"), std::string::npos) << missing.err;
+
+  json future = json::parse(slurp(base_));
+  future["schema_version"] = "2.0";
+  const CliResult major = cli({dir_.write("future.json", future), same_});
+  EXPECT_EQ(major.code, 2);
+  EXPECT_NE(major.err.find("future.json: schema_version \"2.0\" has major version 2"), std::string::npos) << major.err;
+
+  const CliResult unreadable = cli({dir_.write_text("broken.json", "{"), same_});
+  EXPECT_EQ(unreadable.code, 2);
+  EXPECT_NE(unreadable.err.find("broken.json: not valid JSON"), std::string::npos);
+
+}
+
+TEST_F(CompareCli, ExitTwoWhenNothingMatchedOrFlagsAreWrong) {
+  const std::string other = dir_.write("other.json", compare_fixtures::make_report([] {
+    auto f = fsdp_run(steady_steps(20, 20));
+    f.world_size = 8;
+    return std::vector{f};
+  }()));
+  const CliResult none = cli({base_, other});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("nothing matched"), std::string::npos);
+  EXPECT_EQ(cli({base_}).code, 2);
+  EXPECT_EQ(cli({base_, same_, "--format", "pdf"}).code, 2);
+  EXPECT_EQ(cli({base_, same_, "--alpha", "2"}).code, 2);
+  EXPECT_EQ(cli({base_, same_, "--bogus"}).code, 2);
+  EXPECT_EQ(cli({"--help"}).code, 0);
+}
+
+TEST_F(CompareCli, SeveralReportsAndFoldersPerSide) {
+  dir_.write("nightly/a.json", json::parse(slurp(base_)));
+  dir_.write("nightly/b.json", json::parse(slurp(same_)));
+  const CliResult r = cli({"--base", (dir_.path() / "nightly").string(), "--head", same_, "--head", slower_, "--format", "json"});
+  EXPECT_EQ(r.code, 1);
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j.at("pairs").size(), 2u);
+  EXPECT_EQ(j.at("pairs")[0].at("base_runs").size(), 2u);
+  EXPECT_EQ(j.at("pairs")[0].at("head_runs").size(), 2u);
+}
+
+TEST_F(CompareCli, TableUsesColourOnlyOnATerminal) {
+  EXPECT_EQ(cli({base_, slower_}).out.find("\033["), std::string::npos);
+  EXPECT_NE(cli({base_, slower_}, true).out.find("\033[1;31m"), std::string::npos);
+  EXPECT_EQ(cli({base_, slower_, "--color", "never"}, true).out.find("\033["), std::string::npos);
+  EXPECT_NE(cli({base_, slower_, "--color", "always"}).out.find("\033["), std::string::npos);
+}
+
+TEST_F(CompareCli, MarkdownJsonAndHtmlOutputs) {
+  const std::string md = (dir_.path() / "out.md").string();
+  const std::string js = (dir_.path() / "out.json").string();
+  const std::string html = (dir_.path() / "out.html").string();
+  const CliResult r = cli({base_, slower_, "--markdown", md, "--json", js, "--html", html});
+  EXPECT_EQ(r.code, 1);
+  const std::string markdown = slurp(md);
+  EXPECT_NE(markdown.find("## perf-compare: **regression**"), std::string::npos);
+  EXPECT_NE(markdown.find("| metric | base | head | change | p | verdict |"), std::string::npos);
+  EXPECT_NE(markdown.find("| **regression** |"), std::string::npos);
+
+  const json j = json::parse(slurp(js));
+  EXPECT_EQ(j.at("generator"), "perf-compare");
+  EXPECT_EQ(j.at("summary").at("exit_code"), 1);
+  EXPECT_EQ(j.at("summary").at("verdicts").at("regression"), 1);
+  const json& tf = j.at("pairs")[0].at("metrics").at("tflops_per_gpu");
+  EXPECT_EQ(tf.at("verdict"), "regression");
+  EXPECT_LT(tf.at("relative_change").get<double>(), -0.05);
+  EXPECT_LT(tf.at("p_value").get<double>(), 0.05);
+
+  const std::string page = slurp(html);
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(page.find("data-chart=\"throughput\""), std::string::npos);
+  EXPECT_NE(page.find("data-chart=\"memory-engine_static_bytes\""), std::string::npos);
+  EXPECT_NE(page.find("data-chart=\"ddp-vs-fsdp-0-throughput\""), std::string::npos);
+  // Self-contained: nothing is fetched (the SVG namespace URI is an identifier, not a fetch).
+  EXPECT_EQ(page.find("src="), std::string::npos);
+  EXPECT_EQ(page.find("<link"), std::string::npos);
+  EXPECT_EQ(page.find("https://"), std::string::npos);
+  // stdout formats too.
+  EXPECT_NE(cli({base_, slower_, "--format", "markdown"}).out.find("### `"), std::string::npos);
+  EXPECT_NE(cli({base_, slower_, "--format", "html"}).out.find("<svg class=\"chart\""), std::string::npos);
+}
+
+TEST_F(CompareCli, ExportGoldenValuesAndCompareAgainstThem) {
+  const std::string golden = (dir_.path() / "golden.json").string();
+  ASSERT_EQ(cli({"--export_golden", base_, "-o", golden}).code, 0);
+  const json g = json::parse(slurp(golden));
+  EXPECT_TRUE(g.contains("0"));
+  EXPECT_TRUE(g.at("19").contains("GPU utilization"));
+  EXPECT_EQ(cli({golden, same_}).code, 0);
+  EXPECT_EQ(cli({golden, slower_}).code, 1);
+  // The DDP run exported and compared by label.
+  const CliResult ddp = cli({"--export_golden", base_, "--run", "ddp+distopt"});
+  EXPECT_EQ(ddp.code, 0);
+  EXPECT_NE(ddp.out.find("\"GPU utilization\""), std::string::npos);
+  const CliResult unknown = cli({"--export_golden", base_, "--run", "zero3"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("no run labelled \"zero3\"; the report's runs: megatron_fsdp/optim_grads_params, ddp+distopt"),
+            std::string::npos) << unknown.err;
+}
+
+TEST_F(CompareCli, ListRunsShowsIdentities) {
+  const CliResult r = cli({base_, same_, "--list_runs"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("\"recipe\":\"llama3_tiny_cpu\""), std::string::npos);
+}
+
+TEST_F(CompareCli, HtmlHistoryMarksRegressions) {
+  // Three nightlies: steady, then a 15% slowdown of FSDP.
+  const std::string days[] = {"2026-11-29", "2026-11-30", "2026-12-01"};
+  const double fsdp_ms[] = {20, 20.1, 23};
+  for (int d = 0; d < 3; ++d) {
+    dir_.write("results/main/" + days[d] + "/r.json",
+               compare_fixtures::make_report({fsdp_run(steady_steps(fsdp_ms[d], 20)), ddp_run(steady_steps(18, 20))},
+                                    days[d] + "T03:00:00Z", "rev" + std::to_string(d)));
+  }
+  const std::string html = (dir_.path() / "h.html").string();
+  const CliResult r = cli({base_, slower_, "--html", html, "--history", (dir_.path() / "results/main").string()});
+  EXPECT_EQ(r.code, 1) << r.err;
+  const std::string page = slurp(html);
+  EXPECT_NE(page.find("data-chart=\"history-tflops_per_gpu\""), std::string::npos);
+  EXPECT_NE(page.find("data-chart=\"history-step_time_median_ms\""), std::string::npos);
+  EXPECT_NE(page.find("mark-regression"), std::string::npos);
+  EXPECT_NE(page.find("2026-11-30"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardbench

@@ -1,0 +1,229 @@
+// Matching and verdicts: regression, noise, improvement, NaN loss, failed run, memory, and the
+// thresholds file.
+#include <gtest/gtest.h>
+
+#include "harness/compare/compare_sides.hpp"
+#include "harness/compare/report_reader.hpp"
+#include "tests/compare/fixtures.hpp"
+
+namespace shardbench {
+namespace {
+
+using nlohmann::json;
+using compare_fixtures::ddp_run;
+using compare_fixtures::FixtureRun;
+using compare_fixtures::fsdp_run;
+using compare_fixtures::steady_steps;
+
+std::vector<RunView> views(const std::vector<FixtureRun>& runs, const std::string& file,
+                           const MatchOptions& match = {}) {
+  return runs_of(LoadedReport{file, compare_fixtures::make_report(runs), false}, match);
+}
+
+CompareResult compare(const std::vector<FixtureRun>& base, const std::vector<FixtureRun>& head,
+                      const Thresholds& t = {}) {
+  return compare_sides(views(base, "base.json"), views(head, "head.json"), t);
+}
+
+TEST(CompareMatching, MatchesByIdentityAndListsTheRest) {
+  FixtureRun fsdp_ws4 = fsdp_run(steady_steps(20, 20));
+  fsdp_ws4.world_size = 4;
+  FixtureRun optim = fsdp_run(steady_steps(20, 20));
+  optim.strategy = "optim";
+  optim.label = "megatron_fsdp/optim";
+  const CompareResult r = compare({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(18, 20)), optim},
+                                  {ddp_run(steady_steps(18, 20)), fsdp_run(steady_steps(20, 20)), fsdp_ws4});
+  ASSERT_EQ(r.pairs.size(), 2u);
+  EXPECT_EQ(r.pairs[0].head_runs[0].label, "ddp+distopt");  // head order
+  EXPECT_EQ(r.pairs[1].head_runs[0].label, "megatron_fsdp/optim_grads_params");
+  ASSERT_EQ(r.unmatched_head.size(), 1u);
+  EXPECT_NE(r.unmatched_head[0].name.find("ws4"), std::string::npos);
+  ASSERT_EQ(r.unmatched_base.size(), 1u);
+  EXPECT_EQ(r.unmatched_base[0].label, "megatron_fsdp/optim");
+  EXPECT_EQ(r.exit_code(), 0);
+}
+
+TEST(CompareMatching, GpuDtypeAndConfigArePartOfTheIdentity) {
+  FixtureRun h100 = fsdp_run(steady_steps(20, 20));
+  h100.device = "NVIDIA H100";
+  FixtureRun h200 = fsdp_run(steady_steps(20, 20));
+  h200.device = "NVIDIA H200";
+  EXPECT_THROW(compare({h100}, {h200}), InputError);
+  MatchOptions ignore_gpu{{"gpu", "device", "backend"}, {}};
+  const CompareResult r = compare_sides(views({h100}, "a", ignore_gpu), views({h200}, "b", ignore_gpu), {});
+  EXPECT_EQ(r.pairs.size(), 1u);
+
+  FixtureRun bf16 = fsdp_run(steady_steps(20, 20));
+  bf16.compute_dtype = "bf16";
+  EXPECT_THROW(compare({fsdp_run(steady_steps(20, 20))}, {bf16}), InputError);
+}
+
+TEST(CompareMatching, NothingMatchedNamesBothSides) {
+  try {
+    compare({ddp_run(steady_steps(20, 10))}, {fsdp_run(steady_steps(20, 10))});
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("nothing matched"), std::string::npos);
+    EXPECT_NE(m.find("ddp+distopt"), std::string::npos);
+    EXPECT_NE(m.find("head.json"), std::string::npos);
+  }
+}
+
+TEST(CompareMatching, RunsOfOneIdentityArePooled) {
+  const CompareResult r = compare({ddp_run(steady_steps(20, 10)), ddp_run(steady_steps(20, 10))},
+                                  {ddp_run(steady_steps(20, 10))});
+  ASSERT_EQ(r.pairs.size(), 1u);
+  EXPECT_EQ(r.pairs[0].base_runs.size(), 2u);
+  EXPECT_EQ(r.pairs[0].base_samples, 18u);  // 2 x (10 steps - 1 warm-up)
+  EXPECT_EQ(r.pairs[0].head_samples, 9u);
+}
+
+TEST(CompareVerdict, SlowerAndSignificantIsARegression) {
+  // 10% longer steps: TFLOP/s -9.1%, every head step slower than every base step.
+  const CompareResult r = compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(22, 20))});
+  const PairResult& p = r.pairs.at(0);
+  const MetricRow* tf = p.metric("tflops_per_gpu");
+  ASSERT_TRUE(tf);
+  EXPECT_EQ(tf->gate, Gate::kTiming);
+  EXPECT_NEAR(*tf->relative_change, 20.0 / 22.0 - 1, 2e-3);
+  EXPECT_LT(*tf->p_value, 0.001);
+  EXPECT_EQ(tf->verdict, Verdict::kRegression);
+  EXPECT_EQ(p.verdict, Verdict::kRegression);
+  EXPECT_GT(*p.metric("step_time_median_ms")->relative_change, 0.09);
+  EXPECT_EQ(r.exit_code(), 1);
+}
+
+TEST(CompareVerdict, BeyondThresholdButNotSignificantIsNoise) {
+  // One slow step in the evaluation window pulls the mean TFLOP/s down ~8%, but the step
+  // distributions are the same: the U test does not see a difference.
+  std::vector<double> head = steady_steps(20, 20);
+  head.back() = 40;
+  const CompareResult r = compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(head)});
+  const MetricRow* tf = r.pairs.at(0).metric("tflops_per_gpu");
+  EXPECT_LT(*tf->relative_change, -0.05);
+  EXPECT_GT(*tf->p_value, 0.05);
+  EXPECT_EQ(tf->verdict, Verdict::kNoise);
+  EXPECT_EQ(r.pairs[0].verdict, Verdict::kNoise);
+  EXPECT_EQ(r.exit_code(), 0);
+  // Without the U test the threshold alone decides.
+  Thresholds no_utest;
+  no_utest.utest = false;
+  EXPECT_EQ(compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(head)}, no_utest).exit_code(), 1);
+}
+
+TEST(CompareVerdict, WithinThresholdIsOk) {
+  const CompareResult r = compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(20.6, 20))});
+  EXPECT_EQ(r.pairs.at(0).metric("tflops_per_gpu")->verdict, Verdict::kOk);
+  EXPECT_EQ(r.pairs[0].verdict, Verdict::kOk);
+}
+
+TEST(CompareVerdict, FasterAndSignificantIsAnUnexpectedImprovement) {
+  const CompareResult r = compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(17, 20))});
+  EXPECT_EQ(r.pairs.at(0).verdict, Verdict::kImprovement);
+  EXPECT_EQ(r.exit_code(), 0);  // flagged, not failing ..
+  Thresholds strict;
+  strict.fail_on_improvement = true;  // .. unless asked, as Megatron-Bridge's evaluate.py fails
+  EXPECT_EQ(compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(17, 20))}, strict).exit_code(), 1);
+}
+
+TEST(CompareVerdict, NanLossFails) {
+  FixtureRun head = fsdp_run(steady_steps(20, 20));
+  head.nan_loss_at_iteration = 7;
+  const CompareResult r = compare({fsdp_run(steady_steps(20, 20))}, {head});
+  EXPECT_EQ(r.pairs.at(0).verdict, Verdict::kNan);
+  ASSERT_FALSE(r.pairs[0].notes.empty());
+  EXPECT_NE(r.pairs[0].notes[0].find("iteration 7"), std::string::npos);
+  EXPECT_EQ(r.exit_code(), 1);
+  // A NaN in the baseline is reported but does not fail the head.
+  const CompareResult b = compare({head}, {fsdp_run(steady_steps(20, 20))});
+  EXPECT_EQ(b.exit_code(), 0);
+  EXPECT_FALSE(b.pairs[0].notes.empty());
+}
+
+TEST(CompareVerdict, FailedHeadRunFails) {
+  FixtureRun head = fsdp_run(steady_steps(20, 20));
+  head.failure_reasons = {"CUDA out of memory"};
+  const CompareResult r = compare({fsdp_run(steady_steps(20, 20))}, {head});
+  EXPECT_EQ(r.pairs.at(0).verdict, Verdict::kFailed);
+  EXPECT_EQ(r.exit_code(), 1);
+}
+
+TEST(CompareVerdict, MemoryBeyondThresholdRegressesOrImproves) {
+  FixtureRun base = fsdp_run(steady_steps(20, 20));
+  base.max_alloc_gb = 40.0;
+  base.device = "NVIDIA H200";
+  FixtureRun more = base;
+  more.max_alloc_gb = 43.0;  // +7.5%
+  FixtureRun less = base;
+  less.max_alloc_gb = 36.0;  // -10%
+  FixtureRun same = base;
+  same.max_alloc_gb = 41.0;  // +2.5%
+  EXPECT_EQ(compare({base}, {more}).pairs.at(0).metric("max_alloc_gb")->verdict, Verdict::kRegression);
+  EXPECT_EQ(compare({base}, {more}).exit_code(), 1);
+  EXPECT_EQ(compare({base}, {less}).pairs.at(0).metric("max_alloc_gb")->verdict, Verdict::kImprovement);
+  EXPECT_EQ(compare({base}, {same}).pairs.at(0).metric("max_alloc_gb")->verdict, Verdict::kOk);
+  EXPECT_EQ(compare({base}, {same}).pairs.at(0).metric("alloc_gb")->verdict, Verdict::kOk);
+  EXPECT_TRUE(compare({base}, {same}).pairs.at(0).metric("max_reserved_gb"));
+  // CPU runs have no allocator figures; the engine's static bytes are judged instead.
+  FixtureRun cpu_more = fsdp_run(steady_steps(20, 20));
+  cpu_more.static_bytes = (1 << 20) + (1 << 17);  // +12.5%
+  const CompareResult cpu = compare({fsdp_run(steady_steps(20, 20))}, {cpu_more});
+  EXPECT_FALSE(cpu.pairs.at(0).metric("max_alloc_gb"));
+  EXPECT_EQ(cpu.pairs[0].metric("engine_static_bytes")->verdict, Verdict::kRegression);
+}
+
+TEST(CompareVerdict, TooFewStepsForTheUTestLetTheThresholdDecide) {
+  // 3 steps: 2 measured samples per side, the U test can never reach 0.05.
+  const CompareResult r = compare({fsdp_run({500, 20, 20.1})}, {fsdp_run({500, 25, 25.1})});
+  EXPECT_EQ(r.pairs.at(0).verdict, Verdict::kRegression);
+  bool noted = false;
+  for (const std::string& note : r.pairs[0].notes) noted |= note.find("U test cannot reach") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
+TEST(CompareVerdict, ThresholdsComeFromFlagsOrAFile) {
+  Thresholds loose;
+  loose.timing_threshold = 0.15;
+  EXPECT_EQ(compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(22, 20))}, loose).exit_code(), 0);
+
+  compare_fixtures::TempDir dir("thresholds");
+  Thresholds t;
+  apply_thresholds_file(dir.write("t.json", json{{"timing_threshold", 0.1}, {"alpha", 0.01}, {"utest", false}}), t);
+  EXPECT_DOUBLE_EQ(t.timing_threshold, 0.1);
+  EXPECT_DOUBLE_EQ(t.alpha, 0.01);
+  EXPECT_FALSE(t.utest);
+  EXPECT_DOUBLE_EQ(t.memory_threshold, 0.05);
+  try {
+    apply_thresholds_file(dir.write("bad.json", json{{"timing", 0.1}}), t);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown key \"timing\"; accepted: timing_threshold"), std::string::npos);
+  }
+  EXPECT_THROW(apply_thresholds_file(dir.write("range.json", json{{"alpha", 1.5}}), t), InputError);
+  EXPECT_THROW(apply_thresholds_file(dir.write("type.json", json{{"alpha", "0.1"}}), t), InputError);
+}
+
+TEST(CompareVerdict, GoldenValuesTakeTheHeadRunsIdentity) {
+  std::vector<RunView> head = views({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(18, 20))}, "head.json");
+  // Golden values 20% faster than the head's FSDP run: the head regressed against them.
+  json golden = json::object();
+  for (std::size_t i = 0; i < head[0].tflops_per_gpu.size(); ++i) {
+    golden[std::to_string(i)] = {{"lm loss", 6.0},
+                                 {"elapsed time per iteration (ms)", 20.0},
+                                 {"GPU utilization", *head[0].tflops_per_gpu[i] * (1.2 + 1e-4 * static_cast<double>(i))}};
+  }
+  compare_fixtures::TempDir dir("golden_verdict");
+  std::vector<RunView> base = runs_of(read_report(dir.write("golden.json", golden)));
+  const CompareResult r = compare_sides(base, head, {});
+  ASSERT_EQ(r.pairs.size(), 1u);
+  EXPECT_EQ(r.pairs[0].head_runs[0].label, "megatron_fsdp/optim_grads_params");
+  EXPECT_EQ(r.pairs[0].verdict, Verdict::kRegression);
+  EXPECT_EQ(r.unmatched_head.size(), 1u);  // the DDP baseline
+  // --run picks another head run; an unknown label is bad input.
+  EXPECT_EQ(compare_sides(base, head, {}, "ddp+distopt").pairs.at(0).head_runs[0].label, "ddp+distopt");
+  EXPECT_THROW(compare_sides(base, head, {}, "nope"), InputError);
+}
+
+}  // namespace
+}  // namespace shardbench
