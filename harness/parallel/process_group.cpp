@@ -1,7 +1,12 @@
 #include "harness/parallel/process_group.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 #include <vector>
+
+#include "harness/launch/heartbeat.hpp"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -10,6 +15,55 @@
 #endif
 
 namespace shardbench {
+
+namespace {
+
+bool work_is_cuda(const c10d::Work& work) {
+#ifdef SHARDBENCH_WITH_NCCL
+  return dynamic_cast<const c10d::ProcessGroupNCCL::WorkNCCL*>(&work) != nullptr;
+#else
+  (void)work;
+  return false;
+#endif
+}
+
+// While the host is blocked in a gloo collective, a background thread sends a heartbeat every
+// second naming it. A rank stuck anywhere else stays silent and is the one the launcher names.
+class WaitingScope {
+ public:
+  explicit WaitingScope(const char* what) {
+    if (what == nullptr || !heartbeat_enabled()) return;
+    ticker();  // started once per process
+    current().store(what);
+    active_ = true;
+  }
+  ~WaitingScope() {
+    if (active_) current().store(nullptr);
+  }
+  WaitingScope(const WaitingScope&) = delete;
+  WaitingScope& operator=(const WaitingScope&) = delete;
+
+ private:
+  static std::atomic<const char*>& current() {
+    static std::atomic<const char*> what{nullptr};
+    return what;
+  }
+  static void ticker() {
+    static const bool started = [] {
+      std::thread([] {
+        for (;;) {
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          if (const char* what = current().load()) heartbeat(std::string("waiting in ") + what);
+        }
+      }).detach();
+      return true;
+    }();
+    (void)started;
+  }
+  bool active_ = false;
+};
+
+}  // namespace
 
 const char* to_string(CommBackend backend) {
   return backend == CommBackend::kNccl ? "nccl" : "gloo";
@@ -83,6 +137,9 @@ void ProcessGroup::barrier() {
 void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
   if (!work) return;
   try {
+    // A CPU rank blocked in a collective tells the launcher it is waiting, not hung, so that a
+    // hang is pinned on the rank that actually stopped. NCCL waits do not block the host.
+    WaitingScope waiting(work_is_cuda(*work) ? nullptr : what);
     work->wait();
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string(what) + " failed: " + e.what());

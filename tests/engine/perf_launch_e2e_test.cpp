@@ -92,11 +92,15 @@ TEST(PerfLaunchFailFast, KilledWorkerFailsTheRunNamingItsRank) {
   EXPECT_FALSE(std::filesystem::exists(report));  // nothing half-written
 }
 
-TEST(PerfLaunchFailFast, HungWorkerFailsTheRunWithinTheTimeout) {
+TEST(PerfLaunchFailFast, HungWorkerFailsTheRunWithinTheTimeoutNamingItsRank) {
+  // Rank 1 stops at step 2 while rank 0 waits for it in a collective: the waiting rank keeps
+  // reporting that it waits, so the launcher names the rank that hung.
   const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 50 shardbench.hang_timeout_s=3",
-                       "SHARDBENCH_FAULT=hang:0:2");
+                       "SHARDBENCH_FAULT=hang:1:2");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("sent no heartbeat for 3 s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1 (pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("sent no heartbeat for 3 s (last: \"step 2\")"), std::string::npos)
+      << r.output;
   EXPECT_LT(r.seconds, 20.0);
 }
 
