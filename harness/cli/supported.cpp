@@ -96,12 +96,6 @@ void check_supported(const LaunchArgs& a) {
                 "the llama recipes use adam (Muon exists only for some Megatron-Bridge recipes, "
                 "e.g. Kimi-K2); accepted: adam");
   }
-  if (a.executor == "slurm") {
-    unsupported(a, "--executor",
-                "the Slurm executor is not implemented (its flags -a -p -t -gn -E -cs "
-                "--additional_slurm_params are accepted and stored); use --executor local, or "
-                "start the ranks with torchrun/srun yourself");
-  }
 }
 
 CliValues cli_values(const LaunchArgs& a) {

@@ -169,6 +169,15 @@ LaunchEnv read_slurm(const EnvReader& in) {
   return out;
 }
 
+// The batch step of an sbatch script has SLURM_PROCID=0 and ENVIRONMENT=BATCH but no step id;
+// srun's tasks inherit ENVIRONMENT=BATCH and add SLURM_STEP_ID. perf-launch started by the
+// script itself is therefore a launcher (it starts its own workers), not rank 0 of the job.
+bool is_slurm_batch_step(const Env& env) {
+  const auto batch = env.find("ENVIRONMENT");
+  return batch != env.end() && batch->second == "BATCH" && !env.count("SLURM_STEP_ID") &&
+         !env.count("SLURM_STEPID");
+}
+
 }  // namespace
 
 int slurm_default_master_port(long long job_id) {
@@ -187,7 +196,9 @@ LaunchEnv detect_launch_env(const std::map<std::string, std::string>& env) {
   for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"}) {
     if (env.count(name)) return read_torchrun_style(EnvReader(env, "torchrun"), "torchrun");
   }
-  if (env.count("SLURM_PROCID")) return read_slurm(EnvReader(env, "slurm"));
+  if (env.count("SLURM_PROCID") && !is_slurm_batch_step(env)) {
+    return read_slurm(EnvReader(env, "slurm"));
+  }
   LaunchEnv none;
   none.launcher = "none";
   return none;

@@ -24,7 +24,8 @@ LaunchEnv detect_launch_env();
 
 // Same, over an explicit environment. Precedence when several launchers' variables are present:
 // SHARDBENCH_LAUNCHER (perf-launch sets it and also RANK...), then torchrun's RANK/WORLD_SIZE
-// (torchrun inside an sbatch script still sees SLURM_*), then Slurm's SLURM_PROCID.
+// (torchrun inside an sbatch script still sees SLURM_*), then Slurm's SLURM_PROCID, except in
+// the batch step of an sbatch script (ENVIRONMENT=BATCH without SLURM_STEP_ID), which is no rank.
 LaunchEnv detect_launch_env(const std::map<std::string, std::string>& env);
 
 // The environment of this process as a map (what detect_launch_env() reads).

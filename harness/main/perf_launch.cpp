@@ -1,5 +1,6 @@
-// perf-launch: resolve the command line into one config, then either print it (--dryrun), run
-// as one rank (when started by perf-launch itself, torchrun or srun), or start one worker process
+// perf-launch: resolve the command line into one config, then either print it (--dryrun; the
+// sbatch script first under --executor slurm), run as one rank (when started by perf-launch
+// itself, torchrun or srun), submit a Slurm job (--executor slurm), or start one worker process
 // per rank on this node and supervise them.
 #include <chrono>
 #include <iostream>
@@ -10,13 +11,16 @@
 #include "harness/engine/run.hpp"
 #include "harness/launch/launch_env.hpp"
 #include "harness/launch/local_launcher.hpp"
+#include "harness/slurm/submit.hpp"
 
 int main(int argc, char** argv) {
   using namespace shardbench;
   try {
     const ResolvedConfig resolved = resolve_from_argv(argc, argv);
+    const std::vector<std::string> words(argv, argv + argc);
+    const bool slurm = resolved.args.executor == "slurm";
     if (resolved.args.dryrun) {
-      std::cout << dryrun_text(resolved);
+      std::cout << (slurm ? slurm_dryrun_text(resolved, words) : dryrun_text(resolved));
       return 0;
     }
     LaunchEnv env = detect_launch_env();
@@ -25,6 +29,9 @@ int main(int argc, char** argv) {
     // Workers resolve the same argv again; only the launcher reports forced values once.
     for (const std::string& notice : resolved.notices)
       std::cerr << "perf-launch: " << notice << "\n";
+    // --executor slurm: this process only writes and submits the job; its srun tasks come back
+    // here as workers (SLURM_PROCID and a step id in their environment).
+    if (slurm) return run_slurm_executor(resolved, words);
     check_local_launch(resolved);
     LocalLaunchOptions o;
     o.nproc = resolved.world_size;
