@@ -4,6 +4,7 @@
 // per rank on this node and supervise them.
 #include <chrono>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,12 @@ int main(int argc, char** argv) {
       std::cout << (slurm ? slurm_dryrun_text(resolved, words) : dryrun_text(resolved));
       return 0;
     }
-    LaunchEnv env = detect_launch_env();
+    LaunchEnv env;
+    try {
+      env = detect_launch_env();
+    } catch (const std::invalid_argument& bad_env) {  // e.g. an srun task with a bad MASTER_PORT
+      throw UsageError(bad_env.what());
+    }
     if (env.is_worker) return run_worker(resolved, env);
 
     // Workers resolve the same argv again; only the launcher reports forced values once.
