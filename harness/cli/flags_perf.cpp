@@ -150,7 +150,8 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
        "End of the timing window", false, integer(&LaunchArgs::eval_time_end_step)},
       // ---- shardbench
       {"", "--executor", "shardbench", K::kValue, "{local,slurm}", "local",
-       "local: one process per rank on this node (slurm: not implemented yet)", false,
+       "local: one process per rank on this node; slurm: write and submit an sbatch script, one srun task per GPU",
+       false,
        choice(&LaunchArgs::executor, {"local", "slurm"})},
       {"", "--backend", "shardbench", K::kValue, "{auto,nccl,gloo}", "auto (recipe)",
        "shardbench.backend", false, choice(&LaunchArgs::backend, {"auto", "nccl", "gloo"})},

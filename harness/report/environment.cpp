@@ -18,7 +18,7 @@ namespace {
 
 // Names recorded exactly, then prefixes. FSDP and DDP recipes differ in several of these
 // (docs/megatron-reference.md 9), so a report without them cannot explain a gap.
-constexpr std::array<std::string_view, 17> kExactNames = {
+constexpr std::array<std::string_view, 18> kExactNames = {
     "CUDA_DEVICE_MAX_CONNECTIONS",
     "PYTORCH_CUDA_ALLOC_CONF",
     "PYTORCH_ALLOC_CONF",
@@ -32,6 +32,7 @@ constexpr std::array<std::string_view, 17> kExactNames = {
     "WORLD_SIZE",
     "LOCAL_WORLD_SIZE",
     "SLURM_JOB_ID",
+    "SLURM_JOB_NODELIST",
     "SLURM_JOB_NUM_NODES",
     "SLURM_NNODES",
     "SLURM_NTASKS",

@@ -154,8 +154,6 @@ TEST(CliParse, UnsupportedValuesAreRejectedWithReason) {
   EXPECT_NE(error_of({"--vocab_size", "32000"}).find("model.vocab_size"), std::string::npos);
   EXPECT_NE(error_of({"-wdk", "key"}).find("Weights & Biases"), std::string::npos);
   EXPECT_NE(error_of({"--kubeflow_namespace", "ns"}).find("Kubeflow executor"), std::string::npos);
-  EXPECT_NE(error_of({"--executor", "slurm"}).find("Slurm executor is not implemented"),
-            std::string::npos);
   EXPECT_NE(error_of({"-lgc", "1980"}).find("clock"), std::string::npos);
 }
 
