@@ -32,6 +32,7 @@ std::vector<std::string> own_command_line() {
 
 int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env) {
   const auto start = std::chrono::system_clock::now();
+  heartbeat("starting");
   try {
     // Before any communicator or worker thread exists: this forks git.
     EnvironmentInfo info = env.rank == 0 ? collect_environment(own_command_line(), start)
