@@ -4,14 +4,29 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include <ATen/Context.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "harness/engine/device_runtime.hpp"
 #include "harness/launch/heartbeat.hpp"
 
 namespace shardbench {
+namespace {
+
+void pin_sdpa_backend(const std::string& backend) {
+  if (backend == "auto") return;
+  // Comparable runs pin the attention kernel (SDPA prefers cuDNN on Hopper in torch 2.11).
+  auto& ctx = at::globalContext();
+  ctx.setSDPUseFlash(backend == "flash");
+  ctx.setSDPUseMemEfficient(backend == "efficient");
+  ctx.setSDPUseCuDNN(backend == "cudnn");
+  ctx.setSDPUseMath(backend == "math");
+}
+
+}  // namespace
 
 WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv& env) {
+  pin_sdpa_backend(config.shardbench.sdpa_backend);
   WorkerContext ctx;
   ctx.rank = env.rank;
   ctx.world_size = env.world_size;
