@@ -92,10 +92,17 @@ std::string pairs_chart(const std::string& id, const CompareResult& result, cons
   return svg_bar_chart(id, chart_unit(unit), groups, {{"base", "base"}, {"head", "head"}});
 }
 
-// Scenario = identity without the strategy fields: runs that differ only in DDP vs FSDP.
+// Scenario = identity without the strategy fields (and the DDP-config fields the strategy's
+// override set changes): runs that differ only in DDP vs FSDP.
 std::string scenario_of(const PairResult& pair) {
-  nlohmann::json id = pair.identity;
-  for (const char* field : {"wrapper", "strategy", "distributed_optimizer"}) id.erase(field);
+  nlohmann::json id = nlohmann::json::object();
+  for (const auto& [field, value] : pair.identity.items()) {
+    if (field == "wrapper" || field == "strategy" || field == "distributed_optimizer" ||
+        field.rfind("config.ddp.", 0) == 0) {
+      continue;
+    }
+    id[field] = value;
+  }
   return id.dump();
 }
 
