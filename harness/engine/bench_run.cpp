@@ -2,21 +2,27 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
+#include <utility>
 
 #include "harness/config/field_registry.hpp"
 #include "harness/engine/device_runtime.hpp"
 #include "harness/engine/lr_schedule.hpp"
 #include "harness/engine/mock_data.hpp"
-#include "harness/engine/train_step.hpp"
+#include "harness/engine/train_step_phases.hpp"
 #include "harness/launch/heartbeat.hpp"
 #include "harness/measure/flops.hpp"
+#include "harness/measure/nsys_capture.hpp"
+#include "harness/measure/nvtx.hpp"
+#include "harness/measure/phase_timer_cuda.hpp"
 #include "harness/measure/zero_model.hpp"
 #include "harness/report/console.hpp"
 
@@ -51,6 +57,48 @@ void maybe_inject_fault(int rank, int64_t step) {
   if (std::string(kind) == "hang") {
     for (;;) pause();
   }
+}
+
+// The loop's own host synchronisations with the GPU (the engine's are not counted here). Each
+// one drains the device queue, so the count says what the measurement adds to a step. Megatron's
+// loop pays the same ones: its timer's barrier and synchronize, and the logged loss and norm.
+class HostSyncCounter {
+ public:
+  explicit HostSyncCounter(const WorkerContext& ctx)
+      : device_(ctx.device), nccl_(ctx.pgs.world->backend_kind() == CommBackend::kNccl) {}
+
+  // ProcessGroupNCCL's barrier blocks the host until its all-reduce has run on the device.
+  void barrier(ProcessGroup& group) {
+    group.barrier();
+    count_ += nccl_ ? 1 : 0;
+  }
+  void synchronize() {
+    synchronize_device(device_);
+    count_ += device_.is_cuda() ? 1 : 0;
+  }
+  double item(const at::Tensor& t) {
+    const double v = t.item<double>();
+    count_ += t.is_cuda() ? 1 : 0;
+    return v;
+  }
+  // The count since the last call.
+  int64_t take() { return std::exchange(count_, 0); }
+
+ private:
+  at::Device device_;
+  bool nccl_;
+  int64_t count_ = 0;
+};
+
+std::unique_ptr<PhaseTimer> make_phase_timer(const at::Device& device) {
+  if (device.is_cuda()) return make_cuda_phase_timer(device.index());
+  return std::make_unique<HostPhaseTimer>();
+}
+
+bool profiles_this_rank(const ConfigContainer& c, const WorkerContext& ctx) {
+  const auto& ranks = c.profiling.profile_ranks;
+  return c.profiling.use_nsys_profiler && ctx.device.is_cuda() &&
+         std::find(ranks.begin(), ranks.end(), ctx.rank) != ranks.end();
 }
 
 }  // namespace
@@ -181,6 +229,20 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   lr.decay_iters = config.optimizer.lr_decay_iters.value_or(iters);
   lr.style = config.optimizer.lr_decay_style;
 
+  static const nvtx::LabelTable kStepLabels{"training_step_", nvtx::Color::kStep};
+  if (rank0 && config.profiling.use_nsys_profiler && !ctx.device.is_cuda()) {
+    std::cout << "perf-launch: profiling.use_nsys_profiler=true has no effect on " << rec.device
+              << " (cudaProfilerStart/Stop need a CUDA device)" << std::endl;
+  }
+  // Each run (the FSDP run and its DDP baseline) opens its own window: nsys's
+  // --capture-range-end=stop keeps the first, repeat keeps both.
+  NsysCaptureWindow nsys(profiles_this_rank(config, ctx), config.profiling.profile_step_start,
+                         config.profiling.profile_step_end);
+  const std::unique_ptr<PhaseTimer> phases = make_phase_timer(ctx.device);
+  HostSyncCounter syncs(ctx);
+  // Groups the steps of one run: the FSDP run and its DDP baseline share one process.
+  nvtx::Range run_range("benchmark/" + rec.label, nvtx::Color::kStep);
+
   std::vector<double> my_step_ms;
   for (int64_t it = 0; it < iters; ++it) {
     heartbeat("step " + std::to_string(it + 1));
@@ -188,17 +250,29 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     StepInputs in{mock_global_batch(static_cast<uint64_t>(config.rng.seed), it, gbs,
                                     dims.seq_length, dims.vocab),
                   mbs, lr.at(it)};
+    nsys.before_step(it + 1);
     // Megatron's interval timer: barrier, start; step; barrier-aligned stop.
-    ctx.pgs.world->barrier();
-    synchronize_device(ctx.device);
+    syncs.barrier(*ctx.pgs.world);
+    syncs.synchronize();
     const auto t0 = std::chrono::steady_clock::now();
-    StepOutputs out = train_step(model, engine, in);
-    synchronize_device(ctx.device);
-    const double mine_ms =
+    StepOutputs out;
+    {
+      nvtx::Range step_range(kStepLabels[it + 1]);
+      phases->begin_step();
+      out = train_step(model, engine, in, phases.get());
+      phases->end_step();
+      syncs.synchronize();
+    }
+    double mine_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    ctx.pgs.world->barrier();
+    syncs.barrier(*ctx.pgs.world);
     const double elapsed_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    // The synchronize above completed every event of the step: reading them does not block.
+    const PhaseTimes times = phases->read();
+    // GPU: this rank's own step time is the device time between its step events, free of the
+    // host's wake-up after the synchronize.
+    if (times.step_ms) mine_ms = *times.step_ms;
     my_step_ms.push_back(mine_ms);
 
     at::Tensor metrics = at::stack({out.loss.to(at::kFloat), out.grad_norm.to(at::kFloat)});
@@ -207,10 +281,17 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     StepRecord step;
     step.iteration = static_cast<int>(it + 1);
     step.elapsed_ms = elapsed_ms;
-    step.loss = loss_avg.item<double>();
-    step.grad_norm = metrics[1].item<double>();
+    step.loss = syncs.item(loss_avg);
+    step.grad_norm = syncs.item(metrics[1]);
     step.learning_rate = in.lr;
+    step.forward_ms = times[Phase::kForward];
+    step.backward_ms = times[Phase::kBackward];
+    step.optimizer_ms = times[Phase::kOptimizer];
+    // Only a GPU step has device syncs to count; on CPU the field stays absent rather than 0.
+    const int64_t step_syncs = syncs.take();
+    if (ctx.device.is_cuda()) step.host_syncs = step_syncs;
     rec.steps.push_back(step);
+    nsys.after_step(it + 1);
     if (print) {
       std::cout << format_iteration_line(iteration_log(rec, rec.steps.back(), 0)) << "\n";
       std::cout << format_step_time_line(step.elapsed_ms,

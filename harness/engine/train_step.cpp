@@ -5,11 +5,23 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "harness/engine/mock_data.hpp"
+#include "harness/engine/train_step_phases.hpp"
+#include "harness/measure/nvtx.hpp"
 
 namespace shardbench {
 
 StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine,
                        const StepInputs& in) {
+  return train_step(model, engine, in, nullptr);
+}
+
+StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine, const StepInputs& in,
+                       PhaseTimer* phases) {
+  static const nvtx::Label kForwardLabel{"forward", nvtx::Color::kForward};
+  static const nvtx::Label kBackwardLabel{"backward", nvtx::Color::kBackward};
+  static const nvtx::Label kGradSyncLabel{"finish_grad_sync", nvtx::Color::kWait};
+  // Megatron-Bridge's name for the range around optimizer.step().
+  static const nvtx::Label kOptimizerLabel{"optimizer_step", nvtx::Color::kOptimizer};
   const int64_t dp = engine.dp();
   const int64_t gbs = in.global_batch.size(0);
   if (gbs % (in.micro_batch * dp) != 0) {
@@ -26,16 +38,35 @@ StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine,
     const int64_t seq = rows.size(1) - 1;
     auto tokens = rows.narrow(1, 0, seq);
     auto labels = rows.narrow(1, 1, seq);
+    // Outside the forward phase: it completes the previous micro-batch's reductions.
     engine.begin_microbatch(m, num_micro);
-    at::Tensor loss = model.forward_loss(engine.weights(), tokens, labels, &engine);
-    // Megatron divides each micro-batch loss by the number of micro-batches; the DP average
-    // comes from the gradient reduction.
-    torch::autograd::backward({loss / static_cast<double>(num_micro)});
+    at::Tensor loss;
+    {
+      // Payload: the micro-batch index.
+      nvtx::Range range(kForwardLabel, m);
+      PhaseScope phase(phases, Phase::kForward);
+      loss = model.forward_loss(engine.weights(), tokens, labels, &engine);
+    }
+    {
+      nvtx::Range range(kBackwardLabel, m);
+      PhaseScope phase(phases, Phase::kBackward);
+      // Megatron divides each micro-batch loss by the number of micro-batches; the DP average
+      // comes from the gradient reduction.
+      torch::autograd::backward({loss / static_cast<double>(num_micro)});
+    }
     loss_sum.add_(loss.detach());
   }
-  engine.finish_backward();
+  {
+    nvtx::Range range(kGradSyncLabel);
+    PhaseScope phase(phases, Phase::kBackward);
+    engine.finish_backward();
+  }
   StepOutputs out;
-  out.grad_norm = engine.optimizer_step(in.lr);
+  {
+    nvtx::Range range(kOptimizerLabel);
+    PhaseScope phase(phases, Phase::kOptimizer);
+    out.grad_norm = engine.optimizer_step(in.lr);
+  }
   out.loss = loss_sum / static_cast<double>(num_micro);
   return out;
 }

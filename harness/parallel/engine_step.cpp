@@ -5,6 +5,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "harness/measure/nvtx.hpp"
 #include "harness/parallel/engine.hpp"
 #include "harness/parallel/engine_group.hpp"
 #include "harness/parallel/storage.hpp"
@@ -30,6 +31,47 @@ struct PreBackwardFn : torch::autograd::Function<PreBackwardFn> {
 
 int64_t elem_bytes(const at::Tensor& t) { return static_cast<int64_t>(t.element_size()); }
 
+int64_t tensor_bytes(const at::Tensor& t) { return t.numel() * elem_bytes(t); }
+
+// NVTX names of one collective per engine group: FSDP units by their layer ("all_gather/unit_3";
+// units are groups 0..L-1 in layer order), the FSDP root group (embedding, final norm, head:
+// "all_gather/root") and DDP buckets ("reduce/bucket_2").
+class GroupLabels {
+ public:
+  GroupLabels(const std::string& op, nvtx::Color color)
+      : unit_(op + "/unit_", color), bucket_(op + "/bucket_", color), root_(op + "/root", color) {}
+  const nvtx::Label& operator()(const EngineGroup& g) const {
+    if (g.is_unit) return unit_[g.index];
+    return g.is_root ? root_ : bucket_[g.index];
+  }
+
+ private:
+  nvtx::LabelTable unit_, bucket_;
+  nvtx::Label root_;
+};
+
+// A collective's launch carries the bytes it moves as payload; its wait/ range shows where the
+// host blocks on it (on NCCL a wait only orders the compute stream, so those stay short).
+struct CommLabels {
+  explicit CommLabels(const std::string& op)
+      : launch(op, nvtx::Color::kComm), wait("wait/" + op, nvtx::Color::kWait) {}
+  GroupLabels launch, wait;
+};
+
+const CommLabels kGatherLabels{"all_gather"};
+const CommLabels kParamSyncLabels{"param_all_gather"};  // distributed optimizer, after the step
+const CommLabels kReduceScatterLabels{"reduce_scatter"};
+const CommLabels kAllReduceLabels{"all_reduce"};
+const CommLabels kDdpReduceLabels{"reduce"};
+
+// FSDP groups name their gradient collective; DDP buckets are "reduce/bucket_i" whichever it is
+// (all-reduce, or reduce-scatter under the distributed optimizer).
+const CommLabels& grad_reduce_labels(const EngineGroup& g) {
+  if (!g.is_unit && !g.is_root) return kDdpReduceLabels;
+  return g.spec.grad_collective == GradCollective::kAllReduce ? kAllReduceLabels
+                                                              : kReduceScatterLabels;
+}
+
 }  // namespace
 
 void DataParallelEngine::track_temp(int64_t delta_bytes) {
@@ -44,12 +86,14 @@ void DataParallelEngine::launch_gather(EngineGroup& g) {
   materialize_storage(g.model_full, static_cast<size_t>(g.model_full.numel()) *
                                         static_cast<size_t>(elem_bytes(g.model_full)));
   track_temp(g.model_full.numel() * elem_bytes(g.model_full));
+  nvtx::Range range(kGatherLabels.launch(g), tensor_bytes(g.model_full));
   g.gather_work = pgs_.all_gather->all_gather(g.model_full, g.model_shard);
 }
 
 void DataParallelEngine::ensure_gathered(EngineGroup& g) {
   if (g.gathered) return;
   launch_gather(g);
+  nvtx::Range range(kGatherLabels.wait(g));
   wait_work(g.gather_work, "all-gather of FSDP unit weights");
   g.gather_work.reset();
   g.gathered = true;
@@ -64,6 +108,7 @@ void DataParallelEngine::release_gathered(EngineGroup& g) {
 
 void DataParallelEngine::wait_param_sync(EngineGroup& g) {
   if (!g.param_sync_work) return;
+  nvtx::Range range(kParamSyncLabels.wait(g));
   wait_work(g.param_sync_work, "all-gather of updated parameters");
   g.param_sync_work.reset();
   g.param_sync_input = at::Tensor();
@@ -157,33 +202,36 @@ void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
   at::NoGradGuard no_grad;
   g.reduce_launched = true;
   at::Tensor src = g.spec.grads_sharded ? g.grad_full : g.grad;
-  // Megatron: average_in_collective uses ReduceOp.AVG, otherwise grads are pre-scaled by 1/DP
-  // and summed.
-  Reduction op = Reduction::kSum;
-  if (dp_ > 1) {
-    if (options_.average_in_collective) {
-      op = Reduction::kAvg;
-    } else {
-      src.mul_(1.0 / dp_);
+  {
+    nvtx::Range range(grad_reduce_labels(g).launch(g), tensor_bytes(src));
+    // Megatron: average_in_collective uses ReduceOp.AVG, otherwise grads are pre-scaled by 1/DP
+    // and summed.
+    Reduction op = Reduction::kSum;
+    if (dp_ > 1) {
+      if (options_.average_in_collective) {
+        op = Reduction::kAvg;
+      } else {
+        src.mul_(1.0 / dp_);
+      }
     }
+    PendingReduce pending{g.index, {}, {}, src.numel()};
+    if (g.spec.grad_collective == GradCollective::kAllReduce) {
+      pending.work = pgs_.reduce_scatter->all_reduce(src, op);
+    } else if (!g.spec.grads_sharded) {
+      // optim / distributed optimizer: in-place reduce-scatter, this rank's shard of the full
+      // grad buffer receives the reduced values.
+      at::Tensor out = g.grad.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
+      pending.work = pgs_.reduce_scatter->reduce_scatter(out, src, op);
+    } else if (microbatch_ == 0) {
+      // The grad shard is zero at the first micro-batch: reduce straight into it.
+      pending.work = pgs_.reduce_scatter->reduce_scatter(g.grad, src, op);
+    } else {
+      pending.accumulate_from = at::empty_like(g.grad);
+      track_temp(g.grad.numel() * elem_bytes(g.grad));
+      pending.work = pgs_.reduce_scatter->reduce_scatter(pending.accumulate_from, src, op);
+    }
+    pending_.push_back(std::move(pending));
   }
-  PendingReduce pending{g.index, {}, {}, src.numel()};
-  if (g.spec.grad_collective == GradCollective::kAllReduce) {
-    pending.work = pgs_.reduce_scatter->all_reduce(src, op);
-  } else if (!g.spec.grads_sharded) {
-    // optim / distributed optimizer: in-place reduce-scatter, this rank's shard of the full
-    // grad buffer receives the reduced values.
-    at::Tensor out = g.grad.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
-    pending.work = pgs_.reduce_scatter->reduce_scatter(out, src, op);
-  } else if (microbatch_ == 0) {
-    // The grad shard is zero at the first micro-batch: reduce straight into it.
-    pending.work = pgs_.reduce_scatter->reduce_scatter(g.grad, src, op);
-  } else {
-    pending.accumulate_from = at::empty_like(g.grad);
-    track_temp(g.grad.numel() * elem_bytes(g.grad));
-    pending.work = pgs_.reduce_scatter->reduce_scatter(pending.accumulate_from, src, op);
-  }
-  pending_.push_back(std::move(pending));
   // Bound the memory of in-flight reductions (Megatron's RS queue capacity).
   int64_t capacity = options_.rs_queue_capacity_elems;
   if (capacity <= 0) capacity = g.layout.padded_elems;
@@ -198,8 +246,11 @@ void DataParallelEngine::drain_reductions(int64_t keep_in_flight_elems) {
   // Keep the newest reduction in flight when it fits; complete the oldest ones first.
   while (done < pending_.size() && (in_flight > keep_in_flight_elems || keep_in_flight_elems == 0)) {
     auto& p = pending_[done];
-    wait_work(p.work, "gradient reduction");
     auto& g = *groups_[static_cast<size_t>(p.group)];
+    {
+      nvtx::Range range(grad_reduce_labels(g).wait(g));
+      wait_work(p.work, "gradient reduction");
+    }
     if (p.accumulate_from.defined()) {
       g.grad.add_(p.accumulate_from);
       track_temp(-p.accumulate_from.numel() * elem_bytes(p.accumulate_from));
@@ -294,6 +345,7 @@ void DataParallelEngine::refresh_model_weights(EngineGroup& g) {
   // gloo's all-gather copies through its own buffers; give it a separate input to stay safe
   // from aliasing. NCCL gathers in place.
   g.param_sync_input = pgs_.all_gather->backend_kind() == CommBackend::kNccl ? mine : mine.clone();
+  nvtx::Range range(kParamSyncLabels.launch(g), tensor_bytes(g.model_full));
   g.param_sync_work = pgs_.all_gather->all_gather(g.model_full, g.param_sync_input);
 }
 

@@ -7,6 +7,9 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "harness/measure/nvtx.hpp"
 
 namespace shardbench {
 
@@ -62,6 +65,46 @@ at::Generator make_generator(const at::Device& device, uint64_t seed) {
 #endif
   }
   return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
+
+const nvtx::LabelTable kLayerForwardLabels{"forward/layer_", nvtx::Color::kForward};
+const nvtx::LabelTable kLayerBackwardLabels{"backward/layer_", nvtx::Color::kBackward};
+
+// A layer's backward has no single call to wrap: autograd runs it node by node, on the caller's
+// thread on CPU and on autograd's device thread on GPU. Two identity nodes bracket it instead:
+// BackwardRangeOpen sits on the layer's output, so autograd runs its backward first and it
+// pushes `backward/layer_{l}`; BackwardRangeClose sits on the layer's input, whose gradient is
+// complete only after every node of the layer has run, and pops. Both run on the same thread,
+// and the previous layer's open node waits for this close node's gradient, so the ranges nest
+// and never overlap. The engine's pre-backward gather and the gradient reductions its hooks
+// launch fall inside the range of their layer.
+struct BackwardRangeOpen : torch::autograd::Function<BackwardRangeOpen> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                at::Tensor x, int64_t layer) {
+    ctx->saved_data["layer"] = layer;
+    return {x};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    nvtx::push(kLayerBackwardLabels[ctx->saved_data["layer"].toInt()]);
+    return {grads[0], at::Tensor()};
+  }
+};
+
+struct BackwardRangeClose : torch::autograd::Function<BackwardRangeClose> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext*, at::Tensor x) {
+    return {x};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    nvtx::pop();
+    return {grads[0]};
+  }
+};
+
+// Only with a tool attached: the two nodes cost a little autograd bookkeeping per layer.
+bool mark_backward(const at::Tensor& x) {
+  return nvtx::enabled() && x.requires_grad() && at::GradMode::is_enabled();
 }
 
 }  // namespace
@@ -156,16 +199,30 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x)
 
 at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tokens,
                                     const at::Tensor& labels, ModuleHooks* hooks) const {
+  static const nvtx::Label kEmbeddingLabel{"forward/embedding", nvtx::Color::kForward};
+  static const nvtx::Label kHeadLabel{"forward/head", nvtx::Color::kForward};
   const auto& d = dims_;
-  if (hooks) hooks->pre_forward(0);
-  auto x = at::embedding(w.embedding, tokens);
-  if (hooks) x = hooks->post_forward(0, x);
+  at::Tensor x;
+  {
+    nvtx::Range range(kEmbeddingLabel);
+    if (hooks) hooks->pre_forward(0);
+    x = at::embedding(w.embedding, tokens);
+    if (hooks) x = hooks->post_forward(0, x);
+  }
   for (int64_t l = 0; l < d.num_layers; ++l) {
+    // The range covers the engine's hooks: the unit's gather wait and the next unit's prefetch
+    // belong to this layer on the timeline.
+    nvtx::Range range(kLayerForwardLabels[l]);
     const int m = static_cast<int>(l) + 1;
     if (hooks) hooks->pre_forward(m);
+    const bool mark = mark_backward(x);
+    if (mark) x = BackwardRangeClose::apply(x)[0];
     x = layer_forward(w.layers[l], x);
     if (hooks) x = hooks->post_forward(m, x);
+    // After post_forward: the engine's pre-backward gather runs inside the layer's range.
+    if (mark) x = BackwardRangeOpen::apply(x, l)[0];
   }
+  nvtx::Range head_range(kHeadLabel);
   const int head = head_module(d);
   if (hooks) hooks->pre_forward(head);
   auto h = at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps);
