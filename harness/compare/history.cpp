@@ -51,9 +51,16 @@ History load_history(const std::filesystem::path& folder, const Thresholds& thre
       point.session = session;
       point.start_time_utc = session_time[session];
       point.git_revision = current.front()->git_revision;
+      // Throughput and step-time charts all carry the timing gate's verdict: they show one
+      // change in different units.
+      std::optional<Verdict> timing;
+      for (const MetricRow& row : pair.metrics) {
+        if (row.gate == Gate::kTiming) timing = row.verdict;
+      }
       for (const MetricRow& row : pair.metrics) {
         point.values[row.name] = row.head;
         if (previous && row.gate != Gate::kNone) point.verdicts[row.name] = row.verdict;
+        if (previous && row.gate == Gate::kNone && timing) point.verdicts[row.name] = *timing;
         if (seen_metrics.insert(row.name).second) history.metrics.push_back({row.name, row.title, row.unit});
       }
       if (previous && pair.verdict == Verdict::kNan) point.verdicts["loss"] = Verdict::kNan;

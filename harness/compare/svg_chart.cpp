@@ -125,7 +125,7 @@ std::string svg_line_chart(const std::string& chart_id, const std::string& unit,
   const double pad = (hi - lo) * 0.1;
   lo -= pad;
   hi += pad;
-  const int left = 80, right = 20, top = 20, plot_height = 180;
+  const int left = 80, right = 70, top = 20, plot_height = 180;
   const int legend_rows = static_cast<int>(series.size());
   const int height = top + plot_height + 40 + legend_rows * 16 + 8;
   const double plot_width = kWidth - left - right;

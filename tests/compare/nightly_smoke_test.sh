@@ -5,6 +5,7 @@
 #   nightly_smoke_test.sh REPO PERF_LAUNCH PERF_COMPARE WORK_DIR ARTEFACT_DIR
 set -euo pipefail
 repo="$1" perf_launch="$2" perf_compare="$3" work="$4" artefacts="$5"
+[ -x "$perf_launch" ] || { echo "perf-launch is not built ($perf_launch): skipped"; exit 77; }
 rm -rf "$work" && mkdir -p "$work" "$artefacts"
 common=(--results "$work/results" --perf-launch "$perf_launch" --perf-compare "$perf_compare"
         --gpu cpu --num-gpus 2 --recipes llama3_tiny_cpu --strategies ddp,fsdp --steps 10)
