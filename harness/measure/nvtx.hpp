@@ -64,9 +64,8 @@ class Label {
   const std::string& text() const { return text_; }
   Color color() const { return color_; }
   nvtxStringHandle_t handle() const {
-    std::call_once(registered_, [this] {
-      handle_ = nvtxDomainRegisterStringA(domain(), text_.c_str());
-    });
+    std::call_once(registered_,
+                   [this] { handle_ = nvtxDomainRegisterStringA(domain(), text_.c_str()); });
     return handle_;
   }
 

@@ -23,9 +23,7 @@ class CudaPhaseTimer final : public PhaseTimer {
   }
   void end_step() override { step_end_ = &mark(); }
   void begin(Phase phase) override { opened_[index(phase)] = &mark(); }
-  void end(Phase phase) override {
-    intervals_.push_back({phase, opened_[index(phase)], &mark()});
-  }
+  void end(Phase phase) override { intervals_.push_back({phase, opened_[index(phase)], &mark()}); }
   PhaseTimes read() override {
     PhaseTimes t;
     for (const Interval& iv : intervals_) {

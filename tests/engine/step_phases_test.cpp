@@ -73,8 +73,8 @@ TEST(StepPhases, TrainStepMarksEachMicroBatchThenGradSyncThenOptimizer) {
 }
 
 TEST(StepPhases, PerfLaunchReportsPhaseTimesPerStep) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("shardbench_phases_" + std::to_string(getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("shardbench_phases_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const auto report = dir / "report.json";
   const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) +

@@ -72,9 +72,8 @@ std::string message_of(const nvtxEventAttributes_t* a) {
     case NVTX_MESSAGE_TYPE_ASCII:
       return a->message.ascii ? clean(a->message.ascii) : "";
     case NVTX_MESSAGE_TYPE_REGISTERED:
-      return a->message.registered
-                 ? *reinterpret_cast<const std::string*>(a->message.registered)
-                 : "<null registered string>";
+      return a->message.registered ? *reinterpret_cast<const std::string*>(a->message.registered)
+                                   : "<null registered string>";
     case NVTX_MESSAGE_TYPE_UNICODE:
       return "<unicode>";
     default:

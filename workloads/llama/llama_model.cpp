@@ -79,8 +79,8 @@ const nvtx::LabelTable kLayerBackwardLabels{"backward/layer_", nvtx::Color::kBac
 // and never overlap. The engine's pre-backward gather and the gradient reductions its hooks
 // launch fall inside the range of their layer.
 struct BackwardRangeOpen : torch::autograd::Function<BackwardRangeOpen> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                at::Tensor x, int64_t layer) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor x,
+                                                int64_t layer) {
     ctx->saved_data["layer"] = layer;
     return {x};
   }
