@@ -16,7 +16,8 @@ namespace {
 
 constexpr const char* kDescription =
     "perf-compare: compare shardbench reports (base vs head) and gate regressions.\n"
-    "  perf-compare BASE HEAD          each a report, a folder of reports, or (BASE) golden values\n"
+    "  perf-compare BASE HEAD          each a report, a folder of reports, or (BASE) golden "
+    "values\n"
     "  perf-compare --base A --base B --head C ...   several reports or folders per side\n"
     "  perf-compare --export_golden REPORT [--run LABEL] [-o FILE]\n"
     "Runs match by identity (recipe, strategy, world size, GPU, dtype, batch, relevant config).\n"
@@ -58,8 +59,8 @@ int export_golden(const Options& o, std::ostream& out) {
       return 0;
     }
   }
-  throw InputError(o.export_golden + ": no run labelled \"" + o.run_label + "\"; the report's runs: " +
-                   (labels.empty() ? "(none)" : labels));
+  throw InputError(o.export_golden + ": no run labelled \"" + o.run_label +
+                   "\"; the report's runs: " + (labels.empty() ? "(none)" : labels));
 }
 
 std::vector<RunView> load_side(const std::vector<std::string>& paths, const MatchOptions& match,
@@ -97,13 +98,15 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
     if (o.positional.size() != 2 || !base.empty() || !head.empty()) {
       throw CLI::ValidationError("BASE HEAD",
                                  "give exactly two positional paths (BASE HEAD), or use --base and "
-                                 "--head instead; got " + std::to_string(o.positional.size()) + " positional");
+                                 "--head instead; got " +
+                                     std::to_string(o.positional.size()) + " positional");
     }
     base.push_back(o.positional[0]);
     head.push_back(o.positional[1]);
   }
   if (base.empty() || head.empty()) {
-    throw CLI::ValidationError("BASE HEAD", "both sides are needed: BASE HEAD, or --base .. --head ..");
+    throw CLI::ValidationError("BASE HEAD",
+                               "both sides are needed: BASE HEAD, or --base .. --head ..");
   }
 
   Thresholds t;
@@ -146,7 +149,8 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
   }
   if (!o.json_path.empty()) write_output(o.json_path, render_json(result).dump(2) + "\n");
   if (!o.markdown_path.empty()) write_output(o.markdown_path, render_markdown(result));
-  if (!o.html_path.empty()) write_output(o.html_path, render_html(result, history ? &*history : nullptr));
+  if (!o.html_path.empty())
+    write_output(o.html_path, render_html(result, history ? &*history : nullptr));
   return result.exit_code();
 }
 
@@ -156,14 +160,18 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
                       bool stdout_is_terminal) {
   CLI::App app(kDescription, "perf-compare");
   Options o;
-  app.add_option("paths", o.positional, "BASE HEAD: report files, folders of reports, or golden values (BASE)");
+  app.add_option("paths", o.positional,
+                 "BASE HEAD: report files, folders of reports, or golden values (BASE)");
   app.add_option("--base", o.base, "A base-side report or folder; repeatable");
   app.add_option("--head", o.head, "A head-side report or folder; repeatable");
-  app.add_option("--thresholds", o.thresholds_file,
-                 "JSON file with any of timing_threshold, memory_threshold, skip_first_percent_time, "
-                 "alpha, utest, fail_on_improvement; flags given here win");
-  app.add_option("--timing_threshold", o.timing_threshold, "Relative band of mean TFLOP/s/GPU (default: 0.05)");
-  app.add_option("--memory_threshold", o.memory_threshold, "Relative band of each memory figure (default: 0.05)");
+  app.add_option(
+      "--thresholds", o.thresholds_file,
+      "JSON file with any of timing_threshold, memory_threshold, skip_first_percent_time, "
+      "alpha, utest, fail_on_improvement; flags given here win");
+  app.add_option("--timing_threshold", o.timing_threshold,
+                 "Relative band of mean TFLOP/s/GPU (default: 0.05)");
+  app.add_option("--memory_threshold", o.memory_threshold,
+                 "Relative band of each memory figure (default: 0.05)");
   app.add_option("--skip_first_percent_time", o.skip_first_percent_time,
                  "Fraction of steps skipped before the timing mean (default: 0.70)");
   app.add_option("--alpha", o.alpha, "U-test significance level (default: 0.05)");
@@ -171,22 +179,27 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
   app.add_flag("--fail_on_improvement", o.fail_on_improvement,
                "Exit 1 on an unexpected improvement too, as Megatron-Bridge's evaluate.py does");
   app.add_option("--ignore_identity", o.ignore_identity,
-                 "Identity field left out of matching, e.g. gpu, sdpa_backend, config.ddp.bucket_size; repeatable");
-  app.add_option("--match_config", o.match_config,
-                 "Extra resolved-config field that must agree, dotted (ddp.num_buckets); repeatable");
-  app.add_option("--run", o.run_label,
-                 "Run label: the head run golden values stand for, or the run --export_golden exports "
-                 "(default: each report's first run)");
+                 "Identity field left out of matching, e.g. gpu, sdpa_backend, "
+                 "config.ddp.bucket_size; repeatable");
+  app.add_option(
+      "--match_config", o.match_config,
+      "Extra resolved-config field that must agree, dotted (ddp.num_buckets); repeatable");
+  app.add_option(
+      "--run", o.run_label,
+      "Run label: the head run golden values stand for, or the run --export_golden exports "
+      "(default: each report's first run)");
   app.add_option("--format", o.format, "What goes to stdout (default: table)")
       ->check(CLI::IsMember({"table", "markdown", "json", "html"}));
   app.add_option("--json", o.json_path, "Also write the JSON result to this file");
   app.add_option("--markdown", o.markdown_path, "Also write markdown to this file");
   app.add_option("--html", o.html_path, "Also write the self-contained HTML page to this file");
-  app.add_option("--history", o.history_dir,
-                 "Folder of nightly reports (results/<branch>): adds history charts to the HTML page");
+  app.add_option(
+      "--history", o.history_dir,
+      "Folder of nightly reports (results/<branch>): adds history charts to the HTML page");
   app.add_option("--color", o.color, "Colour in the table: auto (terminal only), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
-  app.add_flag("--list_runs", o.list_runs, "Print each side's runs and identities, compare nothing");
+  app.add_flag("--list_runs", o.list_runs,
+               "Print each side's runs and identities, compare nothing");
   app.add_option("--export_golden", o.export_golden,
                  "Write a report run as Megatron-Bridge golden values (stdout or -o)");
   app.add_option("-o,--output", o.output, "File for --export_golden");

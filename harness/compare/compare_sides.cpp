@@ -55,7 +55,8 @@ std::optional<double> largest(std::span<const RunView* const> runs,
   return out;
 }
 
-std::optional<double> relative(const std::optional<double>& base, const std::optional<double>& head) {
+std::optional<double> relative(const std::optional<double>& base,
+                               const std::optional<double>& head) {
   if (!base || !head || *base == 0) return std::nullopt;
   return *head / *base - 1;
 }
@@ -133,7 +134,8 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
   const auto tf_base = evaluation_mean(base, &RunView::tflops_per_gpu, f);
   const auto tf_head = evaluation_mean(head, &RunView::tflops_per_gpu, f);
   const bool tflops_gates = tf_base && tf_head;
-  const Series gate_series = tflops_gates ? &RunView::tflops_per_gpu : &RunView::tokens_per_sec_per_gpu;
+  const Series gate_series =
+      tflops_gates ? &RunView::tflops_per_gpu : &RunView::tokens_per_sec_per_gpu;
   const std::vector<double> base_samples = measured_samples(base, gate_series);
   const std::vector<double> head_samples = measured_samples(head, gate_series);
   pair.base_samples = base_samples.size();
@@ -162,7 +164,8 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
   if (const auto u = mann_whitney_u(base_ms, head_ms)) p_ms = u->p_value;
   for (const auto& [name, title, q] : {std::tuple{"step_time_median_ms", "step time median", 50.0},
                                        std::tuple{"step_time_p90_ms", "step time p90", 90.0}}) {
-    MetricRow row = make_row(name, title, "ms", false, Gate::kNone, stat(base_ms, q), stat(head_ms, q));
+    MetricRow row =
+        make_row(name, title, "ms", false, Gate::kNone, stat(base_ms, q), stat(head_ms, q));
     row.p_value = p_ms;
     pair.metrics.push_back(row);
   }
@@ -173,11 +176,12 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
     const char* unit;
     std::optional<double> RunView::*field;
   };
-  for (const MemoryField& m : {MemoryField{"alloc_gb", "memory alloc", "GB", &RunView::alloc_gb},
-                               MemoryField{"max_alloc_gb", "memory max_alloc", "GB", &RunView::max_alloc_gb},
-                               MemoryField{"max_reserved_gb", "memory max_reserved", "GB", &RunView::max_reserved_gb},
-                               MemoryField{"engine_static_bytes", "engine static memory/rank", "bytes",
-                                           &RunView::engine_static_bytes}}) {
+  for (const MemoryField& m :
+       {MemoryField{"alloc_gb", "memory alloc", "GB", &RunView::alloc_gb},
+        MemoryField{"max_alloc_gb", "memory max_alloc", "GB", &RunView::max_alloc_gb},
+        MemoryField{"max_reserved_gb", "memory max_reserved", "GB", &RunView::max_reserved_gb},
+        MemoryField{"engine_static_bytes", "engine static memory/rank", "bytes",
+                    &RunView::engine_static_bytes}}) {
     const auto b = largest(base, m.field);
     const auto h = largest(head, m.field);
     if (!b && !h) continue;  // e.g. allocator figures of CPU runs
@@ -194,12 +198,13 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
     if (run->first_nonfinite_loss_iteration > 0) {
       worst = Verdict::kNan;
       pair.notes.push_back("head: lm loss is NaN/Inf at iteration " +
-                           std::to_string(run->first_nonfinite_loss_iteration) + " (" + run->file + ", " +
-                           run->label + ")");
+                           std::to_string(run->first_nonfinite_loss_iteration) + " (" + run->file +
+                           ", " + run->label + ")");
     } else if (run->status != "ok") {
       worst = std::max(worst, Verdict::kFailed);
       std::string reasons;
-      for (const std::string& r : run->failure_reasons) reasons += (reasons.empty() ? "" : "; ") + r;
+      for (const std::string& r : run->failure_reasons)
+        reasons += (reasons.empty() ? "" : "; ") + r;
       pair.notes.push_back("head run failed (" + run->file + ", " + run->label + "): " + reasons);
     }
   }
@@ -210,7 +215,8 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
     }
   }
   for (const MetricRow& row : pair.metrics) {
-    if (!row.note.empty() && row.gate != Gate::kNone) pair.notes.push_back(row.title + ": " + row.note);
+    if (!row.note.empty() && row.gate != Gate::kNone)
+      pair.notes.push_back(row.title + ": " + row.note);
   }
   pair.verdict = worst;
   if (!base.front()->golden) {
@@ -233,7 +239,8 @@ CompareResult compare_sides(std::vector<RunView> base, std::vector<RunView> head
       }
     }
     if (!like) {
-      throw InputError(run.file + ": golden values have no identity and no head run is labelled \"" +
+      throw InputError(run.file +
+                       ": golden values have no identity and no head run is labelled \"" +
                        golden_head_label + "\" (--run); head labels are listed by --list_runs");
     }
     adopt_identity(run, *like);
@@ -252,13 +259,15 @@ CompareResult compare_sides(std::vector<RunView> base, std::vector<RunView> head
   for (const std::string& key : order) {
     auto it = base_by_key.find(key);
     if (it == base_by_key.end()) {
-      for (const RunView* run : head_by_key[key]) result.unmatched_head.push_back({run->name, run->file, run->label});
+      for (const RunView* run : head_by_key[key])
+        result.unmatched_head.push_back({run->name, run->file, run->label});
       continue;
     }
     result.pairs.push_back(compare_pair(it->second, head_by_key[key], t));
   }
   for (const RunView& run : base) {
-    if (!head_by_key.contains(run.key)) result.unmatched_base.push_back({run.name, run.file, run.label});
+    if (!head_by_key.contains(run.key))
+      result.unmatched_base.push_back({run.name, run.file, run.label});
   }
   if (result.pairs.empty()) {
     auto names = [](const std::vector<RunView>& runs) {
@@ -266,9 +275,11 @@ CompareResult compare_sides(std::vector<RunView> base, std::vector<RunView> head
       for (const RunView& r : runs) out += "\n    " + r.name + "  [" + r.file + "]";
       return out.empty() ? std::string("\n    (no runs)") : out;
     };
-    throw InputError("nothing matched: no run identity (recipe, strategy, world size, GPU, dtype, "
-                     "batch, config) is on both sides.\n  base:" + names(base) + "\n  head:" + names(head) +
-                     "\n  (--ignore_identity FIELD relaxes the match; --list_runs shows identities)");
+    throw InputError(
+        "nothing matched: no run identity (recipe, strategy, world size, GPU, dtype, "
+        "batch, config) is on both sides.\n  base:" +
+        names(base) + "\n  head:" + names(head) +
+        "\n  (--ignore_identity FIELD relaxes the match; --list_runs shows identities)");
   }
   return result;
 }

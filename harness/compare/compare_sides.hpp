@@ -32,6 +32,7 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
 // each head report's first run). Throws InputError when nothing matched, listing both sides'
 // identities.
 CompareResult compare_sides(std::vector<RunView> base, std::vector<RunView> head,
-                            const Thresholds& thresholds, const std::string& golden_head_label = "");
+                            const Thresholds& thresholds,
+                            const std::string& golden_head_label = "");
 
 }  // namespace shardbench

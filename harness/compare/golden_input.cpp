@@ -15,7 +15,8 @@ using nlohmann::json;
 constexpr const char* kMemoryKeys[] = {"alloc", "max_alloc", "max_reserved"};
 
 bool is_step_key(const std::string& key) {
-  return !key.empty() && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return !key.empty() &&
+         std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // A number, or null for a missing key / null value; anything else is an error.
@@ -57,9 +58,12 @@ json golden_to_report(const json& golden, const std::string& file) {
     const json elapsed = number_at(*value, "elapsed time per iteration (ms)", where);
     const json tflops = number_at(*value, "GPU utilization", where);
     const bool finite = !loss.is_null();
-    json step = {{"iteration", key + 1},     {"elapsed_ms", elapsed},
-                 {"loss", loss},             {"tflops_per_gpu", tflops},
-                 {"tokens_per_sec_per_gpu", nullptr}, {"finite", finite}};
+    json step = {{"iteration", key + 1},
+                 {"elapsed_ms", elapsed},
+                 {"loss", loss},
+                 {"tflops_per_gpu", tflops},
+                 {"tokens_per_sec_per_gpu", nullptr},
+                 {"finite", finite}};
     if (!finite) step["nonfinite"] = {{"loss", "nan"}};
     steps.push_back(step);
   }

@@ -61,7 +61,8 @@ History load_history(const std::filesystem::path& folder, const Thresholds& thre
         point.values[row.name] = row.head;
         if (previous && row.gate != Gate::kNone) point.verdicts[row.name] = row.verdict;
         if (previous && row.gate == Gate::kNone && timing) point.verdicts[row.name] = *timing;
-        if (seen_metrics.insert(row.name).second) history.metrics.push_back({row.name, row.title, row.unit});
+        if (seen_metrics.insert(row.name).second)
+          history.metrics.push_back({row.name, row.title, row.unit});
       }
       if (previous && pair.verdict == Verdict::kNan) point.verdicts["loss"] = Verdict::kNan;
       series.points.push_back(std::move(point));

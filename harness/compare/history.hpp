@@ -20,7 +20,7 @@ struct HistoryPoint {
   std::string start_time_utc;  // earliest run start in it
   std::string git_revision;
   std::map<std::string, std::optional<double>> values;  // metric name -> value
-  std::map<std::string, Verdict> verdicts;               // gated metrics, against the previous point
+  std::map<std::string, Verdict> verdicts;              // gated metrics, against the previous point
 };
 
 struct HistorySeries {

@@ -58,7 +58,8 @@ std::optional<double> chart_value(const std::optional<double>& v, const std::str
 std::string chart_unit(const std::string& unit) { return unit == "bytes" ? "MiB" : unit; }
 
 std::string verdict_span(Verdict v) {
-  return "<span class=\"v-" + std::string(verdict_name(v)) + "\">" + html_escape(verdict_heading(v)) + "</span>";
+  return "<span class=\"v-" + std::string(verdict_name(v)) + "\">" +
+         html_escape(verdict_heading(v)) + "</span>";
 }
 
 const MetricRow* throughput_row(const PairResult& pair) {
@@ -74,8 +75,8 @@ std::string label_of(const PairResult& pair) {
 }
 
 // Bars of one metric for every pair: base and head.
-std::string pairs_chart(const std::string& id, const CompareResult& result, const std::string& metric,
-                        std::string* title_out) {
+std::string pairs_chart(const std::string& id, const CompareResult& result,
+                        const std::string& metric, std::string* title_out) {
   std::vector<BarGroup> groups;
   std::string unit;
   for (const PairResult& pair : result.pairs) {
@@ -83,10 +84,11 @@ std::string pairs_chart(const std::string& id, const CompareResult& result, cons
     if (!row || (!row->base && !row->head)) continue;
     unit = row->unit;
     *title_out = row->title;
-    groups.push_back({label_of(pair),
-                      {{"base", "base", chart_value(row->base, row->unit), ""},
-                       {"head", "head", chart_value(row->head, row->unit),
-                        format_change(row->relative_change) + ", " + std::string(verdict_name(row->verdict))}}});
+    groups.push_back(
+        {label_of(pair),
+         {{"base", "base", chart_value(row->base, row->unit), ""},
+          {"head", "head", chart_value(row->head, row->unit),
+           format_change(row->relative_change) + ", " + std::string(verdict_name(row->verdict))}}});
   }
   if (groups.empty()) return "";
   return svg_bar_chart(id, chart_unit(unit), groups, {{"base", "base"}, {"head", "head"}});
@@ -121,7 +123,8 @@ std::string ddp_vs_fsdp_section(const CompareResult& result) {
     if (pairs.size() < 2) continue;
     // DDP first: it is the reference the FSDP strategies are read against.
     std::stable_sort(pairs.begin(), pairs.end(), [](const PairResult* a, const PairResult* b) {
-      return (a->identity.value("wrapper", "") == "ddp") > (b->identity.value("wrapper", "") == "ddp");
+      return (a->identity.value("wrapper", "") == "ddp") >
+             (b->identity.value("wrapper", "") == "ddp");
     });
     const PairResult* ddp = nullptr;
     for (const PairResult* p : pairs) {
@@ -144,7 +147,8 @@ std::string ddp_vs_fsdp_section(const CompareResult& result) {
         unit = row->unit;
         title = row->title;
         std::string label = p->head_runs.front().label;
-        const MetricRow* ddp_row = ddp ? (metric.empty() ? throughput_row(*ddp) : ddp->metric(metric)) : nullptr;
+        const MetricRow* ddp_row =
+            ddp ? (metric.empty() ? throughput_row(*ddp) : ddp->metric(metric)) : nullptr;
         if (ddp && p != ddp && ddp_row && ddp_row->head && row->head && *ddp_row->head != 0) {
           label += " (" + format_change(*row->head / *ddp_row->head - 1) + " vs DDP)";
         }
@@ -153,7 +157,8 @@ std::string ddp_vs_fsdp_section(const CompareResult& result) {
                            {"head", "head", chart_value(row->head, unit), ""}}});
       }
       os << "<h4>" << html_escape(title) << "</h4>"
-         << svg_bar_chart("ddp-vs-fsdp-" + std::to_string(index) + "-" + (metric.empty() ? "throughput" : metric),
+         << svg_bar_chart("ddp-vs-fsdp-" + std::to_string(index) + "-" +
+                              (metric.empty() ? "throughput" : metric),
                           chart_unit(unit), groups, {{"base", "base"}, {"head", "head"}});
     }
     ++index;
@@ -168,17 +173,21 @@ PointMark mark_of(const HistoryPoint& p, const std::string& metric) {
   auto it = p.verdicts.find(metric);
   if (it == p.verdicts.end()) return PointMark::kNone;
   switch (it->second) {
-    case Verdict::kRegression: return PointMark::kRegression;
-    case Verdict::kImprovement: return PointMark::kImprovement;
-    case Verdict::kNoise: return PointMark::kNoise;
-    default: return PointMark::kNone;
+    case Verdict::kRegression:
+      return PointMark::kRegression;
+    case Verdict::kImprovement:
+      return PointMark::kImprovement;
+    case Verdict::kNoise:
+      return PointMark::kNoise;
+    default:
+      return PointMark::kNone;
   }
 }
 
 std::string history_section(const History& history) {
   std::ostringstream os;
-  os << "<p class=\"note\">Reports under <code>" << html_escape(history.folder) << "</code>: "
-     << history.sessions.size() << " nightly folders, " << history.series.size()
+  os << "<p class=\"note\">Reports under <code>" << html_escape(history.folder)
+     << "</code>: " << history.sessions.size() << " nightly folders, " << history.series.size()
      << " run identities. Each point is judged against the previous one of the same identity: "
         "red ring = regression, blue = unexpected improvement, grey = beyond the threshold but "
         "not significant.</p>";
@@ -193,14 +202,16 @@ std::string history_section(const History& history) {
         if (it == p.values.end() || !it->second) continue;
         const PointMark mark = mark_of(p, metric.name);
         std::string tip = p.git_revision.substr(0, 10);
-        if (mark != PointMark::kNone) tip += " " + std::string(verdict_name(p.verdicts.at(metric.name)));
+        if (mark != PointMark::kNone)
+          tip += " " + std::string(verdict_name(p.verdicts.at(metric.name)));
         line.points.push_back({x_of[p.session], chart_value(it->second, metric.unit), mark, tip});
       }
       if (!line.points.empty()) lines.push_back(std::move(line));
     }
     if (lines.empty()) continue;
     os << "<h3>" << html_escape(metric.title) << "</h3>"
-       << svg_line_chart("history-" + metric.name, chart_unit(metric.unit), history.sessions, lines);
+       << svg_line_chart("history-" + metric.name, chart_unit(metric.unit), history.sessions,
+                         lines);
   }
   return os.str();
 }
@@ -208,7 +219,8 @@ std::string history_section(const History& history) {
 std::string pair_table(const PairResult& pair) {
   std::ostringstream os;
   os << "<h3>" << html_escape(pair.name) << ": " << verdict_span(pair.verdict) << "</h3>";
-  os << "<table><tr><th>metric</th><th>base</th><th>head</th><th>change</th><th>p</th><th>verdict</th></tr>";
+  os << "<table><tr><th>metric</th><th>base</th><th>head</th><th>change</th><th>p</th><th>verdict</"
+        "th></tr>";
   for (const MetricRow& row : pair.metrics) {
     const std::string v = row.gate == Gate::kNone ? "" : std::string(verdict_name(row.verdict));
     os << "<tr><td>" << html_escape(row.title) << "</td><td class=\"num\">"
@@ -220,7 +232,8 @@ std::string pair_table(const PairResult& pair) {
   }
   os << "</table><p class=\"note\">U test on " << pair.base_samples << " vs " << pair.head_samples
      << " per-step samples.</p>";
-  for (const std::string& note : pair.notes) os << "<p class=\"note\">" << html_escape(note) << "</p>";
+  for (const std::string& note : pair.notes)
+    os << "<p class=\"note\">" << html_escape(note) << "</p>";
   return os.str();
 }
 
@@ -234,17 +247,20 @@ std::string render_html(const CompareResult& result, const History* history) {
      << "<title>shardbench perf-compare</title><style>" << kStyle << "</style></head><body>\n";
   os << "<h1>shardbench perf-compare</h1>";
   os << "<p class=\"summary" << (failing ? " failing" : "") << "\"><b>"
-     << (failing ? "Regression" : "No regression") << "</b>: " << result.pairs.size() << " matched, "
-     << result.count(Verdict::kRegression) << " regression, " << result.count(Verdict::kImprovement)
-     << " unexpected improvement, " << result.count(Verdict::kNoise) << " noise, "
-     << result.count(Verdict::kNan) << " NaN loss; exit " << result.exit_code() << "</p>";
-  os << "<p class=\"note\">Gate: " << html_escape(describe_thresholds(result.thresholds)) << "</p>\n";
+     << (failing ? "Regression" : "No regression") << "</b>: " << result.pairs.size()
+     << " matched, " << result.count(Verdict::kRegression) << " regression, "
+     << result.count(Verdict::kImprovement) << " unexpected improvement, "
+     << result.count(Verdict::kNoise) << " noise, " << result.count(Verdict::kNan)
+     << " NaN loss; exit " << result.exit_code() << "</p>";
+  os << "<p class=\"note\">Gate: " << html_escape(describe_thresholds(result.thresholds))
+     << "</p>\n";
 
   os << "<h2>Throughput and memory per strategy</h2>";
   std::string title;
   const std::string throughput = pairs_chart("throughput", result, "", &title);
   if (!throughput.empty()) os << "<h3>" << html_escape(title) << "</h3>" << throughput;
-  for (const char* metric : {"max_alloc_gb", "max_reserved_gb", "alloc_gb", "engine_static_bytes"}) {
+  for (const char* metric :
+       {"max_alloc_gb", "max_reserved_gb", "alloc_gb", "engine_static_bytes"}) {
     const std::string chart = pairs_chart(std::string("memory-") + metric, result, metric, &title);
     if (!chart.empty()) os << "<h3>" << html_escape(title) << "</h3>" << chart;
   }
@@ -256,10 +272,12 @@ std::string render_html(const CompareResult& result, const History* history) {
   if (!result.unmatched_base.empty() || !result.unmatched_head.empty()) {
     os << "<h3>Unmatched runs</h3><ul>";
     for (const UnmatchedRun& u : result.unmatched_base) {
-      os << "<li>base only: <code>" << html_escape(u.name) << "</code> (" << html_escape(u.file) << ")</li>";
+      os << "<li>base only: <code>" << html_escape(u.name) << "</code> (" << html_escape(u.file)
+         << ")</li>";
     }
     for (const UnmatchedRun& u : result.unmatched_head) {
-      os << "<li>head only: <code>" << html_escape(u.name) << "</code> (" << html_escape(u.file) << ")</li>";
+      os << "<li>head only: <code>" << html_escape(u.name) << "</code> (" << html_escape(u.file)
+         << ")</li>";
     }
     os << "</ul>";
   }

@@ -19,16 +19,20 @@ json refs_json(const std::vector<RunRef>& runs) {
 
 json gate_name(Gate g) {
   switch (g) {
-    case Gate::kTiming: return "timing";
-    case Gate::kMemory: return "memory";
-    case Gate::kNone: break;
+    case Gate::kTiming:
+      return "timing";
+    case Gate::kMemory:
+      return "memory";
+    case Gate::kNone:
+      break;
   }
   return nullptr;
 }
 
 json unmatched_json(const std::vector<UnmatchedRun>& runs) {
   json out = json::array();
-  for (const UnmatchedRun& u : runs) out.push_back({{"name", u.name}, {"file", u.file}, {"label", u.label}});
+  for (const UnmatchedRun& u : runs)
+    out.push_back({{"name", u.name}, {"file", u.file}, {"label", u.label}});
   return out;
 }
 
@@ -39,16 +43,17 @@ json render_json(const CompareResult& result) {
   for (const PairResult& pair : result.pairs) {
     json metrics = json::object();
     for (const MetricRow& row : pair.metrics) {
-      metrics[row.name] = {{"title", row.title},
-                           {"unit", row.unit},
-                           {"better", row.higher_is_better ? "higher" : "lower"},
-                           {"gate", gate_name(row.gate)},
-                           {"base", number_or_null(row.base)},
-                           {"head", number_or_null(row.head)},
-                           {"relative_change", number_or_null(row.relative_change)},
-                           {"p_value", number_or_null(row.p_value)},
-                           {"verdict", row.gate == Gate::kNone ? json(nullptr) : json(verdict_name(row.verdict))},
-                           {"note", row.note}};
+      metrics[row.name] = {
+          {"title", row.title},
+          {"unit", row.unit},
+          {"better", row.higher_is_better ? "higher" : "lower"},
+          {"gate", gate_name(row.gate)},
+          {"base", number_or_null(row.base)},
+          {"head", number_or_null(row.head)},
+          {"relative_change", number_or_null(row.relative_change)},
+          {"p_value", number_or_null(row.p_value)},
+          {"verdict", row.gate == Gate::kNone ? json(nullptr) : json(verdict_name(row.verdict))},
+          {"note", row.note}};
     }
     pairs.push_back({{"name", pair.name},
                      {"identity", pair.identity},
@@ -72,8 +77,13 @@ json render_json(const CompareResult& result) {
           {"head", {{"files", result.head_files}}},
           {"skipped_files", result.skipped_files},
           {"pairs", pairs},
-          {"unmatched", {{"base", unmatched_json(result.unmatched_base)}, {"head", unmatched_json(result.unmatched_head)}}},
-          {"summary", {{"matched", result.pairs.size()}, {"verdicts", counts}, {"exit_code", result.exit_code()}}}};
+          {"unmatched",
+           {{"base", unmatched_json(result.unmatched_base)},
+            {"head", unmatched_json(result.unmatched_head)}}},
+          {"summary",
+           {{"matched", result.pairs.size()},
+            {"verdicts", counts},
+            {"exit_code", result.exit_code()}}}};
 }
 
 }  // namespace shardbench

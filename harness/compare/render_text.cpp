@@ -13,11 +13,16 @@ const char* color_of(Verdict v) {
   switch (v) {
     case Verdict::kRegression:
     case Verdict::kFailed:
-    case Verdict::kNan: return "\033[1;31m";  // bold red
-    case Verdict::kImprovement: return "\033[1;36m";  // bold cyan: flagged, not wrong
-    case Verdict::kNoise: return "\033[33m";  // yellow
-    case Verdict::kOk: return "\033[32m";
-    default: return "";
+    case Verdict::kNan:
+      return "\033[1;31m";  // bold red
+    case Verdict::kImprovement:
+      return "\033[1;36m";  // bold cyan: flagged, not wrong
+    case Verdict::kNoise:
+      return "\033[33m";  // yellow
+    case Verdict::kOk:
+      return "\033[32m";
+    default:
+      return "";
   }
 }
 
@@ -64,9 +69,12 @@ std::string render_table(const CompareResult& result, bool color) {
   std::ostringstream os;
   os << "perf-compare: " << describe_thresholds(result.thresholds) << "\n";
   for (const PairResult& pair : result.pairs) {
-    os << "\n" << pair.name << "  " << paint(verdict_heading(pair.verdict), pair.verdict, color) << "\n";
-    os << "  base: " << files_line(pair.base_runs) << "\n  head: " << files_line(pair.head_runs) << "\n";
-    std::vector<std::vector<std::string>> cells = {{"metric", "base", "head", "change", "p", "verdict"}};
+    os << "\n"
+       << pair.name << "  " << paint(verdict_heading(pair.verdict), pair.verdict, color) << "\n";
+    os << "  base: " << files_line(pair.base_runs) << "\n  head: " << files_line(pair.head_runs)
+       << "\n";
+    std::vector<std::vector<std::string>> cells = {
+        {"metric", "base", "head", "change", "p", "verdict"}};
     for (const MetricRow& row : pair.metrics) {
       cells.push_back({row.title, format_metric_value(row.base, row.unit),
                        format_metric_value(row.head, row.unit), format_change(row.relative_change),
@@ -98,7 +106,8 @@ std::string render_table(const CompareResult& result, bool color) {
   for (const UnmatchedRun& u : result.unmatched_head) {
     os << "unmatched head: " << u.name << "  [" << u.file << "]\n";
   }
-  for (const std::string& s : result.skipped_files) os << "skipped (not a shardbench report): " << s << "\n";
+  for (const std::string& s : result.skipped_files)
+    os << "skipped (not a shardbench report): " << s << "\n";
   os << "\nsummary: " << summary_line(result) << "\n";
   return os.str();
 }
@@ -110,7 +119,8 @@ std::string render_markdown(const CompareResult& result) {
   os << summary_line(result) << ".  \nGate: " << describe_thresholds(result.thresholds) << ".\n";
   for (const PairResult& pair : result.pairs) {
     os << "\n### `" << pair.name << "`: " << verdict_heading(pair.verdict) << "\n\n";
-    os << "base: `" << files_line(pair.base_runs) << "`  \nhead: `" << files_line(pair.head_runs) << "`\n\n";
+    os << "base: `" << files_line(pair.base_runs) << "`  \nhead: `" << files_line(pair.head_runs)
+       << "`\n\n";
     os << "| metric | base | head | change | p | verdict |\n|---|---:|---:|---:|---:|---|\n";
     for (const MetricRow& row : pair.metrics) {
       std::string verdict = verdict_cell(row);
@@ -121,7 +131,8 @@ std::string render_markdown(const CompareResult& result) {
          << format_metric_value(row.head, row.unit) << " | " << format_change(row.relative_change)
          << " | " << format_p_value(row.p_value) << " | " << verdict << " |\n";
     }
-    os << "\nU test on " << pair.base_samples << " vs " << pair.head_samples << " per-step samples.\n";
+    os << "\nU test on " << pair.base_samples << " vs " << pair.head_samples
+       << " per-step samples.\n";
     for (const std::string& note : pair.notes) os << "- " << note << "\n";
     if (!pair.config_differences.empty()) {
       os << "\n<details><summary>config differences (base -> head)</summary>\n\n";
@@ -131,8 +142,10 @@ std::string render_markdown(const CompareResult& result) {
   }
   if (!result.unmatched_base.empty() || !result.unmatched_head.empty()) {
     os << "\n### Unmatched runs\n\n";
-    for (const UnmatchedRun& u : result.unmatched_base) os << "- base only: `" << u.name << "` (" << u.file << ")\n";
-    for (const UnmatchedRun& u : result.unmatched_head) os << "- head only: `" << u.name << "` (" << u.file << ")\n";
+    for (const UnmatchedRun& u : result.unmatched_base)
+      os << "- base only: `" << u.name << "` (" << u.file << ")\n";
+    for (const UnmatchedRun& u : result.unmatched_head)
+      os << "- head only: `" << u.name << "` (" << u.file << ")\n";
   }
   return os.str();
 }

@@ -34,7 +34,8 @@ json parse_file(const std::filesystem::path& path) {
 LoadedReport check_report(const std::filesystem::path& path, json doc) {
   const std::string file = path.string();
   if (!doc.is_object()) {
-    throw InputError(file + ": expected a JSON object (a shardbench report or golden values), got " +
+    throw InputError(file +
+                     ": expected a JSON object (a shardbench report or golden values), got " +
                      std::string(doc.type_name()));
   }
   if (!doc.contains("schema_version")) {
@@ -77,8 +78,8 @@ int readable_schema_major() {
 }
 
 int schema_major(const json& version, const std::string& file) {
-  const std::string accepted = "accepted: a string \"MAJOR.MINOR\", e.g. \"" +
-                               std::string(kReportSchemaVersion) + "\"";
+  const std::string accepted =
+      "accepted: a string \"MAJOR.MINOR\", e.g. \"" + std::string(kReportSchemaVersion) + "\"";
   if (!version.is_string()) {
     throw InputError(file + ": /schema_version is " + version.dump() + "; " + accepted);
   }

@@ -13,14 +13,16 @@ using nlohmann::json;
 
 class Reader {
  public:
-  Reader(std::string file, std::string prefix) : file_(std::move(file)), prefix_(std::move(prefix)) {}
+  Reader(std::string file, std::string prefix)
+      : file_(std::move(file)), prefix_(std::move(prefix)) {}
 
   [[noreturn]] void fail(const std::string& pointer, const std::string& problem) const {
     throw InputError(file_ + ": " + prefix_ + pointer + " " + problem);
   }
   const json& require(const json& object, const char* key, json::value_t type,
                       const char* accepted) const {
-    if (!object.contains(key)) fail(std::string("/") + key, std::string("is missing; expected ") + accepted);
+    if (!object.contains(key))
+      fail(std::string("/") + key, std::string("is missing; expected ") + accepted);
     const json& value = object.at(key);
     if (value.type() != type && !(type == json::value_t::number_float && value.is_number())) {
       fail(std::string("/") + key, "is " + value.dump() + "; expected " + accepted);
@@ -34,7 +36,8 @@ class Reader {
 };
 
 std::optional<double> finite_number(const json& object, const char* key) {
-  if (!object.is_object() || !object.contains(key) || !object.at(key).is_number()) return std::nullopt;
+  if (!object.is_object() || !object.contains(key) || !object.at(key).is_number())
+    return std::nullopt;
   const double v = object.at(key).get<double>();
   return std::isfinite(v) ? std::optional(v) : std::nullopt;
 }
@@ -44,7 +47,8 @@ const json* at_dotted(const json& root, const std::string& dotted) {
   std::size_t start = 0;
   while (start <= dotted.size()) {
     const std::size_t dot = dotted.find('.', start);
-    const std::string part = dotted.substr(start, dot == std::string::npos ? dotted.npos : dot - start);
+    const std::string part =
+        dotted.substr(start, dot == std::string::npos ? dotted.npos : dot - start);
     if (!node->is_object() || !node->contains(part)) return nullptr;
     node = &node->at(part);
     if (dot == std::string::npos) break;
@@ -56,7 +60,8 @@ const json* at_dotted(const json& root, const std::string& dotted) {
 std::string gpu_of(const json& environment, const json& identity) {
   if (identity.value("device", "") == "cpu") return "cpu";
   const json names = environment.value("gpu_names", json::array());
-  if (names.is_array() && !names.empty() && names[0].is_string()) return names[0].get<std::string>();
+  if (names.is_array() && !names.empty() && names[0].is_string())
+    return names[0].get<std::string>();
   return identity.value("device", "unknown");
 }
 
@@ -64,7 +69,8 @@ std::string short_name(const json& identity, const std::string& label) {
   std::string name = identity.value("recipe", std::string("?")) + " " + label;
   if (identity.contains("world_size")) name += " ws" + identity.at("world_size").dump();
   if (identity.contains("gpu")) name += " " + identity.at("gpu").get<std::string>();
-  if (identity.contains("compute_dtype")) name += " " + identity.at("compute_dtype").get<std::string>();
+  if (identity.contains("compute_dtype"))
+    name += " " + identity.at("compute_dtype").get<std::string>();
   return name;
 }
 
@@ -81,10 +87,13 @@ void flatten(const json& node, const std::string& prefix, std::map<std::string, 
 }  // namespace
 
 std::vector<std::string> identity_field_names() {
-  return {"recipe",          "wrapper",   "strategy",          "distributed_optimizer",
-          "world_size",      "gpu",       "compute_dtype",     "device",
-          "backend",         "global_batch_size", "micro_batch_size", "seq_length",
-          "sdpa_backend",    "flops_formula"};
+  return {"recipe",           "wrapper",
+          "strategy",         "distributed_optimizer",
+          "world_size",       "gpu",
+          "compute_dtype",    "device",
+          "backend",          "global_batch_size",
+          "micro_batch_size", "seq_length",
+          "sdpa_backend",     "flops_formula"};
 }
 
 std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& options) {
@@ -117,15 +126,18 @@ std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& opt
     for (const std::string& field : identity_field_names()) {
       if (full.contains(field)) id[field] = full.at(field);
     }
-    std::vector<std::string> config_fields(std::begin(kIdentityConfigFields), std::end(kIdentityConfigFields));
-    config_fields.insert(config_fields.end(), options.extra_config_fields.begin(), options.extra_config_fields.end());
+    std::vector<std::string> config_fields(std::begin(kIdentityConfigFields),
+                                           std::end(kIdentityConfigFields));
+    config_fields.insert(config_fields.end(), options.extra_config_fields.begin(),
+                         options.extra_config_fields.end());
     for (const std::string& field : config_fields) {
       if (const json* value = at_dotted(config, field)) id["config." + field] = *value;
     }
     for (const std::string& field : options.ignore_fields) id.erase(field);
     v.identity = id;
     v.key = report.golden ? "golden:" + file : id.dump();
-    v.name = report.golden ? std::string(kGoldenRunLabel) + " (" + file + ")" : short_name(id, v.label);
+    v.name =
+        report.golden ? std::string(kGoldenRunLabel) + " (" + file + ")" : short_name(id, v.label);
 
     for (std::size_t s = 0; s < steps.size(); ++s) {
       const json& step = steps[s];
@@ -133,8 +145,9 @@ std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& opt
       v.tflops_per_gpu.push_back(finite_number(step, "tflops_per_gpu"));
       v.tokens_per_sec_per_gpu.push_back(finite_number(step, "tokens_per_sec_per_gpu"));
       v.step_time_ms.push_back(finite_number(step, "elapsed_ms"));
-      const bool loss_finite = finite_number(step, "loss").has_value() &&
-                               !(step.contains("nonfinite") && step.at("nonfinite").contains("loss"));
+      const bool loss_finite =
+          finite_number(step, "loss").has_value() &&
+          !(step.contains("nonfinite") && step.at("nonfinite").contains("loss"));
       if (!loss_finite && v.first_nonfinite_loss_iteration == 0) {
         v.first_nonfinite_loss_iteration = step.value("iteration", static_cast<long long>(s + 1));
       }
@@ -165,7 +178,8 @@ std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& opt
     const json git = environment.value("git", json());
     if (git.is_object()) {
       v.git_revision = git.value("revision", std::string());
-      if (git.contains("branch") && git.at("branch").is_string()) v.git_branch = git.at("branch").get<std::string>();
+      if (git.contains("branch") && git.at("branch").is_string())
+        v.git_branch = git.at("branch").get<std::string>();
     }
     v.config = config;
     out.push_back(std::move(v));
@@ -187,7 +201,8 @@ std::vector<std::string> config_differences(const json& base, const json& head, 
     if (out.size() < limit) out.push_back(key + ": " + x.dump() + " -> " + y.dump());
   };
   // Output paths differ between any two runs and say nothing about performance.
-  for (auto* m : {&a, &b}) std::erase_if(*m, [](const auto& kv) { return kv.first.ends_with("report_path"); });
+  for (auto* m : {&a, &b})
+    std::erase_if(*m, [](const auto& kv) { return kv.first.ends_with("report_path"); });
   for (const auto& [key, value] : a) {
     auto it = b.find(key);
     if (it == b.end()) {

@@ -27,8 +27,8 @@ struct MatchOptions {
 // recipe name (perf-launch --hidden_size, key=value overrides).
 std::vector<std::string> identity_field_names();
 inline constexpr const char* kIdentityConfigFields[] = {
-    "model.hidden_size",          "model.num_layers",        "model.num_attention_heads",
-    "ddp.overlap_grad_reduce",    "ddp.overlap_param_gather", "ddp.bucket_size",
+    "model.hidden_size",         "model.num_layers",           "model.num_attention_heads",
+    "ddp.overlap_grad_reduce",   "ddp.overlap_param_gather",   "ddp.bucket_size",
     "ddp.average_in_collective", "model.recompute_granularity"};
 
 struct RunView {

@@ -32,8 +32,8 @@ std::string legend_svg(const std::vector<LegendEntry>& legend, int y) {
   int x = kLabelWidth;
   for (const LegendEntry& entry : legend) {
     os << "<rect class=\"" << entry.css_class << "\" x=\"" << x << "\" y=\"" << y - 10
-       << "\" width=\"12\" height=\"12\"/><text class=\"legend\" x=\"" << x + 16 << "\" y=\""
-       << y << "\">" << html_escape(entry.name) << "</text>";
+       << "\" width=\"12\" height=\"12\"/><text class=\"legend\" x=\"" << x + 16 << "\" y=\"" << y
+       << "\">" << html_escape(entry.name) << "</text>";
     x += 24 + static_cast<int>(entry.name.size()) * 7;
   }
   return os.str();
@@ -46,19 +46,31 @@ std::string html_escape(const std::string& text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
 }
 
 std::string svg_bar_chart(const std::string& chart_id, const std::string& unit,
-                          const std::vector<BarGroup>& groups, const std::vector<LegendEntry>& legend) {
+                          const std::vector<BarGroup>& groups,
+                          const std::vector<LegendEntry>& legend) {
   double max_value = 0;
   std::size_t bar_count = 0;
   for (const BarGroup& g : groups) {
@@ -86,15 +98,17 @@ std::string svg_bar_chart(const std::string& chart_id, const std::string& unit,
        << html_escape(truncate(g.label, 54)) << "</text>";
     for (const Bar& b : g.bars) {
       const double w = b.value ? std::max(1.0, *b.value / max_value * plot_width) : 0;
-      os << "<g><title>" << html_escape(b.series + ": " + format_metric_value(b.value, unit) +
-                                        (b.tooltip.empty() ? "" : " (" + b.tooltip + ")"))
+      os << "<g><title>"
+         << html_escape(b.series + ": " + format_metric_value(b.value, unit) +
+                        (b.tooltip.empty() ? "" : " (" + b.tooltip + ")"))
          << "</title>";
       if (b.value) {
         os << "<rect class=\"" << b.css_class << "\" x=\"" << kLabelWidth << "\" y=\"" << y
            << "\" width=\"" << num(w) << "\" height=\"" << kBarHeight << "\"/>";
       }
-      os << "<text class=\"value\" x=\"" << num(kLabelWidth + w + 4) << "\" y=\"" << y + kBarHeight - 3
-         << "\">" << html_escape(b.value ? format_significant_fixed(*b.value) : "n/a") << "</text></g>";
+      os << "<text class=\"value\" x=\"" << num(kLabelWidth + w + 4) << "\" y=\""
+         << y + kBarHeight - 3 << "\">"
+         << html_escape(b.value ? format_significant_fixed(*b.value) : "n/a") << "</text></g>";
       y += kBarHeight + kBarGap;
     }
     y += kGroupGap;
@@ -131,7 +145,8 @@ std::string svg_line_chart(const std::string& chart_id, const std::string& unit,
   const double plot_width = kWidth - left - right;
   const std::size_t n = std::max<std::size_t>(x_labels.size(), 1);
   auto x_of = [&](std::size_t i) {
-    return n == 1 ? left + plot_width / 2 : left + plot_width * static_cast<double>(i) / static_cast<double>(n - 1);
+    return n == 1 ? left + plot_width / 2
+                  : left + plot_width * static_cast<double>(i) / static_cast<double>(n - 1);
   };
   auto y_of = [&](double v) { return top + plot_height * (1 - (v - lo) / (hi - lo)); };
 
@@ -143,9 +158,10 @@ std::string svg_line_chart(const std::string& chart_id, const std::string& unit,
   for (int tick = 0; tick <= 4; ++tick) {
     const double v = lo + (hi - lo) * tick / 4.0;
     const double y = y_of(v);
-    os << "<line class=\"grid\" x1=\"" << left << "\" y1=\"" << num(y) << "\" x2=\"" << kWidth - right
-       << "\" y2=\"" << num(y) << "\"/><text class=\"tick\" x=\"" << left - 6 << "\" y=\"" << num(y + 4)
-       << "\" text-anchor=\"end\">" << html_escape(format_significant_fixed(v, 3)) << "</text>";
+    os << "<line class=\"grid\" x1=\"" << left << "\" y1=\"" << num(y) << "\" x2=\""
+       << kWidth - right << "\" y2=\"" << num(y) << "\"/><text class=\"tick\" x=\"" << left - 6
+       << "\" y=\"" << num(y + 4) << "\" text-anchor=\"end\">"
+       << html_escape(format_significant_fixed(v, 3)) << "</text>";
   }
   const std::size_t label_step = std::max<std::size_t>(1, x_labels.size() / 8);
   for (std::size_t i = 0; i < x_labels.size(); i += label_step) {
@@ -168,16 +184,18 @@ std::string svg_line_chart(const std::string& chart_id, const std::string& unit,
                                                              : "";
       os << "<circle class=\"point " << cls << mark << "\" cx=\"" << num(x_of(p.x)) << "\" cy=\""
          << num(y_of(*p.value)) << "\" r=\"" << (*mark ? 6 : 3) << "\"><title>"
-         << html_escape(series[s].name + " @ " + (p.x < x_labels.size() ? x_labels[p.x] : "") + ": " +
-                        format_metric_value(p.value, unit) + (p.tooltip.empty() ? "" : " - " + p.tooltip))
+         << html_escape(series[s].name + " @ " + (p.x < x_labels.size() ? x_labels[p.x] : "") +
+                        ": " + format_metric_value(p.value, unit) +
+                        (p.tooltip.empty() ? "" : " - " + p.tooltip))
          << "</title></circle>";
     }
     const int ly = top + plot_height + 36 + static_cast<int>(s) * 16;
     os << "<rect class=\"" << cls << "\" x=\"" << left << "\" y=\"" << ly - 10
-       << "\" width=\"12\" height=\"12\"/><text class=\"legend\" x=\"" << left + 16 << "\" y=\"" << ly
-       << "\">" << html_escape(series[s].name) << "</text>";
+       << "\" width=\"12\" height=\"12\"/><text class=\"legend\" x=\"" << left + 16 << "\" y=\""
+       << ly << "\">" << html_escape(series[s].name) << "</text>";
   }
-  os << "<text class=\"unit\" x=\"4\" y=\"" << top - 6 << "\">" << html_escape(unit) << "</text></svg>";
+  os << "<text class=\"unit\" x=\"4\" y=\"" << top - 6 << "\">" << html_escape(unit)
+     << "</text></svg>";
   return os.str();
 }
 

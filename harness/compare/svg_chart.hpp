@@ -30,7 +30,8 @@ struct LegendEntry {
 // Horizontal grouped bars (long run names fit on the left). The <svg> carries
 // class="chart" and data-chart=`chart_id`, which the Chromium check looks for.
 std::string svg_bar_chart(const std::string& chart_id, const std::string& unit,
-                          const std::vector<BarGroup>& groups, const std::vector<LegendEntry>& legend);
+                          const std::vector<BarGroup>& groups,
+                          const std::vector<LegendEntry>& legend);
 
 enum class PointMark { kNone, kRegression, kImprovement, kNoise };
 

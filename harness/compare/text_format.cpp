@@ -56,25 +56,32 @@ std::string format_p_value(const std::optional<double>& p) {
 
 std::string verdict_heading(Verdict v) {
   switch (v) {
-    case Verdict::kNan: return "NaN LOSS";
-    case Verdict::kFailed: return "FAILED";
-    case Verdict::kRegression: return "REGRESSION";
-    case Verdict::kImprovement: return "UNEXPECTED IMPROVEMENT";
-    case Verdict::kNoise: return "NOISE (beyond threshold, not significant)";
-    case Verdict::kMissing: return "INCOMPLETE";
+    case Verdict::kNan:
+      return "NaN LOSS";
+    case Verdict::kFailed:
+      return "FAILED";
+    case Verdict::kRegression:
+      return "REGRESSION";
+    case Verdict::kImprovement:
+      return "UNEXPECTED IMPROVEMENT";
+    case Verdict::kNoise:
+      return "NOISE (beyond threshold, not significant)";
+    case Verdict::kMissing:
+      return "INCOMPLETE";
     case Verdict::kOk:
-    case Verdict::kInfo: return "OK";
+    case Verdict::kInfo:
+      return "OK";
   }
   return "?";
 }
 
 std::string describe_thresholds(const Thresholds& t) {
   char buffer[256];
-  std::snprintf(buffer, sizeof buffer,
-                "timing %g%% (mean TFLOP/s/GPU over steps after the first %g%%), memory %g%%, %s",
-                t.timing_threshold * 100, t.skip_first_percent_time * 100, t.memory_threshold * 100,
-                t.utest ? ("U test alpha " + format_significant_fixed(t.alpha, 2)).c_str()
-                        : "no U test");
+  std::snprintf(
+      buffer, sizeof buffer,
+      "timing %g%% (mean TFLOP/s/GPU over steps after the first %g%%), memory %g%%, %s",
+      t.timing_threshold * 100, t.skip_first_percent_time * 100, t.memory_threshold * 100,
+      t.utest ? ("U test alpha " + format_significant_fixed(t.alpha, 2)).c_str() : "no U test");
   return buffer;
 }
 

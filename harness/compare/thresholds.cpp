@@ -21,8 +21,8 @@ void check_range(double value, double low, bool low_open, double high, const std
   const bool ok = (low_open ? value > low : value >= low) && value < high;
   if (!ok) {
     std::ostringstream os;
-    os << where << ": " << key << " = " << value << "; accepted: " << (low_open ? "(" : "[")
-       << low << ", " << high << ")";
+    os << where << ": " << key << " = " << value << "; accepted: " << (low_open ? "(" : "[") << low
+       << ", " << high << ")";
     throw InputError(os.str());
   }
 }
@@ -30,7 +30,7 @@ void check_range(double value, double low, bool low_open, double high, const std
 }  // namespace
 
 std::vector<std::string> threshold_keys() {
-  return {"timing_threshold", "memory_threshold", "skip_first_percent_time", "alpha", "utest",
+  return {"timing_threshold",   "memory_threshold", "skip_first_percent_time", "alpha", "utest",
           "fail_on_improvement"};
 }
 
@@ -45,7 +45,9 @@ void apply_thresholds_json(const json& doc, const std::string& file, Thresholds&
                      : key == "skip_first_percent_time" ? &t.skip_first_percent_time
                      : key == "alpha"                   ? &t.alpha
                                                         : nullptr;
-    bool* flag = key == "utest" ? &t.utest : key == "fail_on_improvement" ? &t.fail_on_improvement : nullptr;
+    bool* flag = key == "utest"                 ? &t.utest
+                 : key == "fail_on_improvement" ? &t.fail_on_improvement
+                                                : nullptr;
     if (number) {
       if (!value.is_number()) {
         throw InputError(file + ": \"" + key + "\" is " + value.dump() + "; accepted: a number");
@@ -53,7 +55,8 @@ void apply_thresholds_json(const json& doc, const std::string& file, Thresholds&
       *number = value.get<double>();
     } else if (flag) {
       if (!value.is_boolean()) {
-        throw InputError(file + ": \"" + key + "\" is " + value.dump() + "; accepted: true or false");
+        throw InputError(file + ": \"" + key + "\" is " + value.dump() +
+                         "; accepted: true or false");
       }
       *flag = value.get<bool>();
     } else {

@@ -12,12 +12,12 @@
 namespace shardbench {
 
 struct Thresholds {
-  double timing_threshold = 0.05;          // relative change of the throughput mean
-  double memory_threshold = 0.05;          // relative change of each memory figure
-  double skip_first_percent_time = 0.70;   // evaluate.py window [max(1, int(n*f)) : n]
-  double alpha = 0.05;                     // U-test significance level
-  bool utest = true;                       // false: the threshold alone decides (compare.py --no-utest)
-  bool fail_on_improvement = false;        // Megatron-Bridge fails on "UNEXPECTED IMPROVEMENT" too
+  double timing_threshold = 0.05;         // relative change of the throughput mean
+  double memory_threshold = 0.05;         // relative change of each memory figure
+  double skip_first_percent_time = 0.70;  // evaluate.py window [max(1, int(n*f)) : n]
+  double alpha = 0.05;                    // U-test significance level
+  bool utest = true;                 // false: the threshold alone decides (compare.py --no-utest)
+  bool fail_on_improvement = false;  // Megatron-Bridge fails on "UNEXPECTED IMPROVEMENT" too
 };
 
 // Keys of a thresholds file, each the name of the field above.

@@ -6,14 +6,22 @@ namespace shardbench {
 
 std::string_view verdict_name(Verdict v) {
   switch (v) {
-    case Verdict::kInfo: return "info";
-    case Verdict::kMissing: return "missing";
-    case Verdict::kOk: return "ok";
-    case Verdict::kNoise: return "noise";
-    case Verdict::kImprovement: return "improvement";
-    case Verdict::kRegression: return "regression";
-    case Verdict::kFailed: return "failed";
-    case Verdict::kNan: return "nan";
+    case Verdict::kInfo:
+      return "info";
+    case Verdict::kMissing:
+      return "missing";
+    case Verdict::kOk:
+      return "ok";
+    case Verdict::kNoise:
+      return "noise";
+    case Verdict::kImprovement:
+      return "improvement";
+    case Verdict::kRegression:
+      return "regression";
+    case Verdict::kFailed:
+      return "failed";
+    case Verdict::kNan:
+      return "nan";
   }
   return "?";
 }
@@ -31,8 +39,8 @@ const MetricRow* PairResult::metric(std::string_view metric_name) const {
 }
 
 std::size_t CompareResult::count(Verdict v) const {
-  return static_cast<std::size_t>(
-      std::count_if(pairs.begin(), pairs.end(), [v](const PairResult& p) { return p.verdict == v; }));
+  return static_cast<std::size_t>(std::count_if(
+      pairs.begin(), pairs.end(), [v](const PairResult& p) { return p.verdict == v; }));
 }
 
 int CompareResult::exit_code() const {

@@ -17,9 +17,11 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories((dir / relative).parent_path());
     std::ofstream(dir / relative) << doc.dump(2) << "\n";
   };
-  write("base/r.json", make_report({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(18, 20))}));
-  write("head/r.json", make_report({fsdp_run(steady_steps(22, 20)), ddp_run(steady_steps(18.1, 20))},
-                                   "2026-12-02T03:00:00Z", "fedcba9876543210"));
+  write("base/r.json",
+        make_report({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(18, 20))}));
+  write("head/r.json",
+        make_report({fsdp_run(steady_steps(22, 20)), ddp_run(steady_steps(18.1, 20))},
+                    "2026-12-02T03:00:00Z", "fedcba9876543210"));
   const double fsdp_ms[] = {20, 20.2, 19.9, 23, 23.1};
   for (int day = 0; day < 5; ++day) {
     const std::string date = "2026-11-2" + std::to_string(day + 5);

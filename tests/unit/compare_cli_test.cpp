@@ -11,11 +11,11 @@
 namespace shardbench {
 namespace {
 
-using nlohmann::json;
 using compare_fixtures::ddp_run;
 using compare_fixtures::fsdp_run;
 using compare_fixtures::steady_steps;
 using compare_fixtures::TempDir;
+using nlohmann::json;
 
 struct CliResult {
   int code = -1;
@@ -41,9 +41,13 @@ std::string slurp(const std::filesystem::path& p) {
 class CompareCli : public ::testing::Test {
  protected:
   CompareCli() : dir_("cli") {
-    base_ = dir_.write("base.json", compare_fixtures::make_report({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(18, 20))}));
-    same_ = dir_.write("same.json", compare_fixtures::make_report({fsdp_run(steady_steps(20.2, 20)), ddp_run(steady_steps(18, 20))}));
-    slower_ = dir_.write("slower.json", compare_fixtures::make_report({fsdp_run(steady_steps(23, 20)), ddp_run(steady_steps(18, 20))}));
+    base_ = dir_.write("base.json", compare_fixtures::make_report({fsdp_run(steady_steps(20, 20)),
+                                                                   ddp_run(steady_steps(18, 20))}));
+    same_ = dir_.write("same.json", compare_fixtures::make_report({fsdp_run(steady_steps(20.2, 20)),
+                                                                   ddp_run(steady_steps(18, 20))}));
+    slower_ =
+        dir_.write("slower.json", compare_fixtures::make_report({fsdp_run(steady_steps(23, 20)),
+                                                                 ddp_run(steady_steps(18, 20))}));
   }
   TempDir dir_;
   std::string base_, same_, slower_;
@@ -72,26 +76,28 @@ TEST_F(CompareCli, ExitOneOnRegression) {
 TEST_F(CompareCli, ExitTwoOnBadInputNamingTheFileAndProblem) {
   const CliResult missing = cli({base_, (dir_.path() / "nope.json").string()});
   EXPECT_EQ(missing.code, 2);
-  EXPECT_NE(missing.err.find("nope.json: no such file or folder"), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("nope.json: no such file or folder"), std::string::npos)
+      << missing.err;
 
   json future = json::parse(slurp(base_));
   future["schema_version"] = "2.0";
   const CliResult major = cli({dir_.write("future.json", future), same_});
   EXPECT_EQ(major.code, 2);
-  EXPECT_NE(major.err.find("future.json: schema_version \"2.0\" has major version 2"), std::string::npos) << major.err;
+  EXPECT_NE(major.err.find("future.json: schema_version \"2.0\" has major version 2"),
+            std::string::npos)
+      << major.err;
 
   const CliResult unreadable = cli({dir_.write_text("broken.json", "{"), same_});
   EXPECT_EQ(unreadable.code, 2);
   EXPECT_NE(unreadable.err.find("broken.json: not valid JSON"), std::string::npos);
-
 }
 
 TEST_F(CompareCli, ExitTwoWhenNothingMatchedOrFlagsAreWrong) {
   const std::string other = dir_.write("other.json", compare_fixtures::make_report([] {
-    auto f = fsdp_run(steady_steps(20, 20));
-    f.world_size = 8;
-    return std::vector{f};
-  }()));
+                                         auto f = fsdp_run(steady_steps(20, 20));
+                                         f.world_size = 8;
+                                         return std::vector{f};
+                                       }()));
   const CliResult none = cli({base_, other});
   EXPECT_EQ(none.code, 2);
   EXPECT_NE(none.err.find("nothing matched"), std::string::npos);
@@ -105,7 +111,8 @@ TEST_F(CompareCli, ExitTwoWhenNothingMatchedOrFlagsAreWrong) {
 TEST_F(CompareCli, SeveralReportsAndFoldersPerSide) {
   dir_.write("nightly/a.json", json::parse(slurp(base_)));
   dir_.write("nightly/b.json", json::parse(slurp(same_)));
-  const CliResult r = cli({"--base", (dir_.path() / "nightly").string(), "--head", same_, "--head", slower_, "--format", "json"});
+  const CliResult r = cli({"--base", (dir_.path() / "nightly").string(), "--head", same_, "--head",
+                           slower_, "--format", "json"});
   EXPECT_EQ(r.code, 1);
   const json j = json::parse(r.out);
   EXPECT_EQ(j.at("pairs").size(), 2u);
@@ -151,7 +158,8 @@ TEST_F(CompareCli, MarkdownJsonAndHtmlOutputs) {
   EXPECT_EQ(page.find("https://"), std::string::npos);
   // stdout formats too.
   EXPECT_NE(cli({base_, slower_, "--format", "markdown"}).out.find("### `"), std::string::npos);
-  EXPECT_NE(cli({base_, slower_, "--format", "html"}).out.find("<svg class=\"chart\""), std::string::npos);
+  EXPECT_NE(cli({base_, slower_, "--format", "html"}).out.find("<svg class=\"chart\""),
+            std::string::npos);
 }
 
 TEST_F(CompareCli, ExportGoldenValuesAndCompareAgainstThem) {
@@ -168,8 +176,10 @@ TEST_F(CompareCli, ExportGoldenValuesAndCompareAgainstThem) {
   EXPECT_NE(ddp.out.find("\"GPU utilization\""), std::string::npos);
   const CliResult unknown = cli({"--export_golden", base_, "--run", "zero3"});
   EXPECT_EQ(unknown.code, 2);
-  EXPECT_NE(unknown.err.find("no run labelled \"zero3\"; the report's runs: megatron_fsdp/optim_grads_params, ddp+distopt"),
-            std::string::npos) << unknown.err;
+  EXPECT_NE(unknown.err.find("no run labelled \"zero3\"; the report's runs: "
+                             "megatron_fsdp/optim_grads_params, ddp+distopt"),
+            std::string::npos)
+      << unknown.err;
 }
 
 TEST_F(CompareCli, ListRunsShowsIdentities) {
@@ -184,11 +194,13 @@ TEST_F(CompareCli, HtmlHistoryMarksRegressions) {
   const double fsdp_ms[] = {20, 20.1, 23};
   for (int d = 0; d < 3; ++d) {
     dir_.write("results/main/" + days[d] + "/r.json",
-               compare_fixtures::make_report({fsdp_run(steady_steps(fsdp_ms[d], 20)), ddp_run(steady_steps(18, 20))},
-                                    days[d] + "T03:00:00Z", "rev" + std::to_string(d)));
+               compare_fixtures::make_report(
+                   {fsdp_run(steady_steps(fsdp_ms[d], 20)), ddp_run(steady_steps(18, 20))},
+                   days[d] + "T03:00:00Z", "rev" + std::to_string(d)));
   }
   const std::string html = (dir_.path() / "h.html").string();
-  const CliResult r = cli({base_, slower_, "--html", html, "--history", (dir_.path() / "results/main").string()});
+  const CliResult r =
+      cli({base_, slower_, "--html", html, "--history", (dir_.path() / "results/main").string()});
   EXPECT_EQ(r.code, 1) << r.err;
   const std::string page = slurp(html);
   EXPECT_NE(page.find("data-chart=\"history-tflops_per_gpu\""), std::string::npos);

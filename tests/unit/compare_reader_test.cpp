@@ -9,8 +9,8 @@
 namespace shardbench {
 namespace {
 
-using nlohmann::json;
 using compare_fixtures::TempDir;
+using nlohmann::json;
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -23,8 +23,10 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(CompareReader, ReadsAWrittenReport) {
   TempDir dir("reader_ok");
-  const std::string file = dir.write("r.json", compare_fixtures::make_report({compare_fixtures::fsdp_run(compare_fixtures::steady_steps(20, 10)),
-                                                                   compare_fixtures::ddp_run(compare_fixtures::steady_steps(18, 10))}));
+  const std::string file =
+      dir.write("r.json", compare_fixtures::make_report(
+                              {compare_fixtures::fsdp_run(compare_fixtures::steady_steps(20, 10)),
+                               compare_fixtures::ddp_run(compare_fixtures::steady_steps(18, 10))}));
   const LoadedReport report = read_report(file);
   EXPECT_FALSE(report.golden);
   const std::vector<RunView> runs = runs_of(report);
@@ -41,7 +43,8 @@ TEST(CompareReader, ReadsAWrittenReport) {
 
 TEST(CompareReader, RefusesAnUnknownMajorVersionNamingFileAndVersion) {
   TempDir dir("reader_major");
-  json doc = compare_fixtures::make_report({compare_fixtures::fsdp_run(compare_fixtures::steady_steps(20, 5))});
+  json doc = compare_fixtures::make_report(
+      {compare_fixtures::fsdp_run(compare_fixtures::steady_steps(20, 5))});
   doc["schema_version"] = "2.0";
   const std::string file = dir.write("future.json", doc);
   const std::string message = error_of([&] { read_report(file); });
@@ -53,7 +56,8 @@ TEST(CompareReader, RefusesAnUnknownMajorVersionNamingFileAndVersion) {
 
 TEST(CompareReader, AcceptsALaterMinorAndIgnoresUnknownFields) {
   TempDir dir("reader_minor");
-  json doc = compare_fixtures::make_report({compare_fixtures::fsdp_run(compare_fixtures::steady_steps(20, 5))});
+  json doc = compare_fixtures::make_report(
+      {compare_fixtures::fsdp_run(compare_fixtures::steady_steps(20, 5))});
   doc["schema_version"] = "1.7";
   doc["a_future_field"] = {{"x", 1}};
   doc["runs"][0]["another_future_field"] = "y";
@@ -64,17 +68,22 @@ TEST(CompareReader, AcceptsALaterMinorAndIgnoresUnknownFields) {
 
 TEST(CompareReader, MalformedVersionsAndFiles) {
   TempDir dir("reader_bad");
-  json doc = compare_fixtures::make_report({compare_fixtures::fsdp_run(compare_fixtures::steady_steps(20, 5))});
+  json doc = compare_fixtures::make_report(
+      {compare_fixtures::fsdp_run(compare_fixtures::steady_steps(20, 5))});
   doc["schema_version"] = 1;
-  EXPECT_NE(error_of([&] { read_report(dir.write("int.json", doc)); }).find("\"MAJOR.MINOR\""), std::string::npos);
+  EXPECT_NE(error_of([&] { read_report(dir.write("int.json", doc)); }).find("\"MAJOR.MINOR\""),
+            std::string::npos);
   doc["schema_version"] = "one.zero";
-  EXPECT_NE(error_of([&] { read_report(dir.write("word.json", doc)); }).find("\"one.zero\""), std::string::npos);
+  EXPECT_NE(error_of([&] { read_report(dir.write("word.json", doc)); }).find("\"one.zero\""),
+            std::string::npos);
   const std::string broken = dir.write_text("broken.json", "{\"runs\": [");
   EXPECT_NE(error_of([&] { read_report(broken); }).find("not valid JSON"), std::string::npos);
-  EXPECT_NE(error_of([&] { read_report(dir.path() / "missing.json"); }).find("cannot be read"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_report(dir.path() / "missing.json"); }).find("cannot be read"),
+            std::string::npos);
   const std::string other = dir.write("other.json", json{{"hello", 1}});
   EXPECT_NE(error_of([&] { read_report(other); }).find("no \"schema_version\""), std::string::npos);
-  json no_identity = compare_fixtures::make_report({compare_fixtures::fsdp_run(compare_fixtures::steady_steps(20, 5))});
+  json no_identity = compare_fixtures::make_report(
+      {compare_fixtures::fsdp_run(compare_fixtures::steady_steps(20, 5))});
   no_identity["runs"][0].erase("identity");
   const std::string ni = dir.write("ni.json", no_identity);
   const std::string message = error_of([&] { runs_of(read_report(ni)); });
@@ -83,8 +92,10 @@ TEST(CompareReader, MalformedVersionsAndFiles) {
 
 TEST(CompareReader, FoldersAreSearchedRecursivelyAndSkipNonReports) {
   TempDir dir("reader_folder");
-  dir.write("main/2026-12-01/a.json", compare_fixtures::make_report({compare_fixtures::fsdp_run(compare_fixtures::steady_steps(20, 5))}));
-  dir.write("main/2026-12-02/b.json", compare_fixtures::make_report({compare_fixtures::ddp_run(compare_fixtures::steady_steps(20, 5))}));
+  dir.write("main/2026-12-01/a.json", compare_fixtures::make_report({compare_fixtures::fsdp_run(
+                                          compare_fixtures::steady_steps(20, 5))}));
+  dir.write("main/2026-12-02/b.json", compare_fixtures::make_report({compare_fixtures::ddp_run(
+                                          compare_fixtures::steady_steps(20, 5))}));
   dir.write("main/2026-12-02/compare.json", json{{"generator", "perf-compare"}});
   const ReportSet set = read_reports({dir.path() / "main"});
   EXPECT_EQ(set.reports.size(), 2u);
@@ -93,18 +104,23 @@ TEST(CompareReader, FoldersAreSearchedRecursivelyAndSkipNonReports) {
   const std::string message = error_of([&] { read_reports({dir.path() / "main" / "nothing"}); });
   EXPECT_NE(message.find("no such file or folder"), std::string::npos);
   std::filesystem::create_directories(dir.path() / "empty");
-  EXPECT_NE(error_of([&] { read_reports({dir.path() / "empty"}); }).find("holds no shardbench report"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { read_reports({dir.path() / "empty"}); }).find("holds no shardbench report"),
+      std::string::npos);
 }
 
 TEST(CompareReader, GoldenValuesBecomeAOneRunReport) {
   TempDir dir("reader_golden");
-  const json golden = {{"0", {{"lm loss", 11.9}, {"elapsed time per iteration (ms)", 5300.0}, {"GPU utilization", 1.0}}},
-                       {"1", {{"lm loss", 11.8}, {"elapsed time per iteration (ms)", 280.0}, {"GPU utilization", 410.0}}},
-                       {"2", {{"lm loss", 11.7}, {"elapsed time per iteration (ms)", 281.0}, {"GPU utilization", 409.0}}},
-                       {"alloc", 20.5},
-                       {"max_alloc", 41.2},
-                       {"max_reserved", 45.0}};
+  const json golden = {
+      {"0",
+       {{"lm loss", 11.9}, {"elapsed time per iteration (ms)", 5300.0}, {"GPU utilization", 1.0}}},
+      {"1",
+       {{"lm loss", 11.8}, {"elapsed time per iteration (ms)", 280.0}, {"GPU utilization", 410.0}}},
+      {"2",
+       {{"lm loss", 11.7}, {"elapsed time per iteration (ms)", 281.0}, {"GPU utilization", 409.0}}},
+      {"alloc", 20.5},
+      {"max_alloc", 41.2},
+      {"max_reserved", 45.0}};
   const LoadedReport report = read_report(dir.write("golden.json", golden));
   ASSERT_TRUE(report.golden);
   const std::vector<RunView> runs = runs_of(report);

@@ -9,11 +9,11 @@
 namespace shardbench {
 namespace {
 
-using nlohmann::json;
 using compare_fixtures::ddp_run;
 using compare_fixtures::FixtureRun;
 using compare_fixtures::fsdp_run;
 using compare_fixtures::steady_steps;
+using nlohmann::json;
 
 std::vector<RunView> views(const std::vector<FixtureRun>& runs, const std::string& file,
                            const MatchOptions& match = {}) {
@@ -31,8 +31,9 @@ TEST(CompareMatching, MatchesByIdentityAndListsTheRest) {
   FixtureRun optim = fsdp_run(steady_steps(20, 20));
   optim.strategy = "optim";
   optim.label = "megatron_fsdp/optim";
-  const CompareResult r = compare({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(18, 20)), optim},
-                                  {ddp_run(steady_steps(18, 20)), fsdp_run(steady_steps(20, 20)), fsdp_ws4});
+  const CompareResult r =
+      compare({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(18, 20)), optim},
+              {ddp_run(steady_steps(18, 20)), fsdp_run(steady_steps(20, 20)), fsdp_ws4});
   ASSERT_EQ(r.pairs.size(), 2u);
   EXPECT_EQ(r.pairs[0].head_runs[0].label, "ddp+distopt");  // head order
   EXPECT_EQ(r.pairs[1].head_runs[0].label, "megatron_fsdp/optim_grads_params");
@@ -50,7 +51,8 @@ TEST(CompareMatching, GpuDtypeAndConfigArePartOfTheIdentity) {
   h200.device = "NVIDIA H200";
   EXPECT_THROW(compare({h100}, {h200}), InputError);
   MatchOptions ignore_gpu{{"gpu", "device", "backend"}, {}};
-  const CompareResult r = compare_sides(views({h100}, "a", ignore_gpu), views({h200}, "b", ignore_gpu), {});
+  const CompareResult r =
+      compare_sides(views({h100}, "a", ignore_gpu), views({h200}, "b", ignore_gpu), {});
   EXPECT_EQ(r.pairs.size(), 1u);
 
   FixtureRun bf16 = fsdp_run(steady_steps(20, 20));
@@ -81,7 +83,8 @@ TEST(CompareMatching, RunsOfOneIdentityArePooled) {
 
 TEST(CompareVerdict, SlowerAndSignificantIsARegression) {
   // 10% longer steps: TFLOP/s -9.1%, every head step slower than every base step.
-  const CompareResult r = compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(22, 20))});
+  const CompareResult r =
+      compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(22, 20))});
   const PairResult& p = r.pairs.at(0);
   const MetricRow* tf = p.metric("tflops_per_gpu");
   ASSERT_TRUE(tf);
@@ -113,18 +116,22 @@ TEST(CompareVerdict, BeyondThresholdButNotSignificantIsNoise) {
 }
 
 TEST(CompareVerdict, WithinThresholdIsOk) {
-  const CompareResult r = compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(20.6, 20))});
+  const CompareResult r =
+      compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(20.6, 20))});
   EXPECT_EQ(r.pairs.at(0).metric("tflops_per_gpu")->verdict, Verdict::kOk);
   EXPECT_EQ(r.pairs[0].verdict, Verdict::kOk);
 }
 
 TEST(CompareVerdict, FasterAndSignificantIsAnUnexpectedImprovement) {
-  const CompareResult r = compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(17, 20))});
+  const CompareResult r =
+      compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(17, 20))});
   EXPECT_EQ(r.pairs.at(0).verdict, Verdict::kImprovement);
   EXPECT_EQ(r.exit_code(), 0);  // flagged, not failing ..
   Thresholds strict;
   strict.fail_on_improvement = true;  // .. unless asked, as Megatron-Bridge's evaluate.py fails
-  EXPECT_EQ(compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(17, 20))}, strict).exit_code(), 1);
+  EXPECT_EQ(compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(17, 20))}, strict)
+                .exit_code(),
+            1);
 }
 
 TEST(CompareVerdict, NanLossFails) {
@@ -159,9 +166,11 @@ TEST(CompareVerdict, MemoryBeyondThresholdRegressesOrImproves) {
   less.max_alloc_gb = 36.0;  // -10%
   FixtureRun same = base;
   same.max_alloc_gb = 41.0;  // +2.5%
-  EXPECT_EQ(compare({base}, {more}).pairs.at(0).metric("max_alloc_gb")->verdict, Verdict::kRegression);
+  EXPECT_EQ(compare({base}, {more}).pairs.at(0).metric("max_alloc_gb")->verdict,
+            Verdict::kRegression);
   EXPECT_EQ(compare({base}, {more}).exit_code(), 1);
-  EXPECT_EQ(compare({base}, {less}).pairs.at(0).metric("max_alloc_gb")->verdict, Verdict::kImprovement);
+  EXPECT_EQ(compare({base}, {less}).pairs.at(0).metric("max_alloc_gb")->verdict,
+            Verdict::kImprovement);
   EXPECT_EQ(compare({base}, {same}).pairs.at(0).metric("max_alloc_gb")->verdict, Verdict::kOk);
   EXPECT_EQ(compare({base}, {same}).pairs.at(0).metric("alloc_gb")->verdict, Verdict::kOk);
   EXPECT_TRUE(compare({base}, {same}).pairs.at(0).metric("max_reserved_gb"));
@@ -178,18 +187,22 @@ TEST(CompareVerdict, TooFewStepsForTheUTestLetTheThresholdDecide) {
   const CompareResult r = compare({fsdp_run({500, 20, 20.1})}, {fsdp_run({500, 25, 25.1})});
   EXPECT_EQ(r.pairs.at(0).verdict, Verdict::kRegression);
   bool noted = false;
-  for (const std::string& note : r.pairs[0].notes) noted |= note.find("U test cannot reach") != std::string::npos;
+  for (const std::string& note : r.pairs[0].notes)
+    noted |= note.find("U test cannot reach") != std::string::npos;
   EXPECT_TRUE(noted);
 }
 
 TEST(CompareVerdict, ThresholdsComeFromFlagsOrAFile) {
   Thresholds loose;
   loose.timing_threshold = 0.15;
-  EXPECT_EQ(compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(22, 20))}, loose).exit_code(), 0);
+  EXPECT_EQ(compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(22, 20))}, loose)
+                .exit_code(),
+            0);
 
   compare_fixtures::TempDir dir("thresholds");
   Thresholds t;
-  apply_thresholds_file(dir.write("t.json", json{{"timing_threshold", 0.1}, {"alpha", 0.01}, {"utest", false}}), t);
+  apply_thresholds_file(
+      dir.write("t.json", json{{"timing_threshold", 0.1}, {"alpha", 0.01}, {"utest", false}}), t);
   EXPECT_DOUBLE_EQ(t.timing_threshold, 0.1);
   EXPECT_DOUBLE_EQ(t.alpha, 0.01);
   EXPECT_FALSE(t.utest);
@@ -198,20 +211,24 @@ TEST(CompareVerdict, ThresholdsComeFromFlagsOrAFile) {
     apply_thresholds_file(dir.write("bad.json", json{{"timing", 0.1}}), t);
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown key \"timing\"; accepted: timing_threshold"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("unknown key \"timing\"; accepted: timing_threshold"),
+              std::string::npos);
   }
   EXPECT_THROW(apply_thresholds_file(dir.write("range.json", json{{"alpha", 1.5}}), t), InputError);
-  EXPECT_THROW(apply_thresholds_file(dir.write("type.json", json{{"alpha", "0.1"}}), t), InputError);
+  EXPECT_THROW(apply_thresholds_file(dir.write("type.json", json{{"alpha", "0.1"}}), t),
+               InputError);
 }
 
 TEST(CompareVerdict, GoldenValuesTakeTheHeadRunsIdentity) {
-  std::vector<RunView> head = views({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(18, 20))}, "head.json");
+  std::vector<RunView> head =
+      views({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(18, 20))}, "head.json");
   // Golden values 20% faster than the head's FSDP run: the head regressed against them.
   json golden = json::object();
   for (std::size_t i = 0; i < head[0].tflops_per_gpu.size(); ++i) {
-    golden[std::to_string(i)] = {{"lm loss", 6.0},
-                                 {"elapsed time per iteration (ms)", 20.0},
-                                 {"GPU utilization", *head[0].tflops_per_gpu[i] * (1.2 + 1e-4 * static_cast<double>(i))}};
+    golden[std::to_string(i)] = {
+        {"lm loss", 6.0},
+        {"elapsed time per iteration (ms)", 20.0},
+        {"GPU utilization", *head[0].tflops_per_gpu[i] * (1.2 + 1e-4 * static_cast<double>(i))}};
   }
   compare_fixtures::TempDir dir("golden_verdict");
   std::vector<RunView> base = runs_of(read_report(dir.write("golden.json", golden)));
@@ -221,7 +238,8 @@ TEST(CompareVerdict, GoldenValuesTakeTheHeadRunsIdentity) {
   EXPECT_EQ(r.pairs[0].verdict, Verdict::kRegression);
   EXPECT_EQ(r.unmatched_head.size(), 1u);  // the DDP baseline
   // --run picks another head run; an unknown label is bad input.
-  EXPECT_EQ(compare_sides(base, head, {}, "ddp+distopt").pairs.at(0).head_runs[0].label, "ddp+distopt");
+  EXPECT_EQ(compare_sides(base, head, {}, "ddp+distopt").pairs.at(0).head_runs[0].label,
+            "ddp+distopt");
   EXPECT_THROW(compare_sides(base, head, {}, "nope"), InputError);
 }
 
