@@ -138,6 +138,21 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   reject(c.checkpoint.load.has_value(), "checkpoint.load", c.checkpoint.load.value_or(""), "null");
   reject(c.ddp.num_distributed_optimizer_instances != 1, "ddp.num_distributed_optimizer_instances",
          std::to_string(c.ddp.num_distributed_optimizer_instances), "1");
+  // Knobs the engine does not implement yet are refused rather than reported as measured.
+  reject(c.ddp.nccl_ub, "ddp.nccl_ub", "true", "false (NCCL user buffers not implemented)");
+  reject(c.ddp.fsdp_double_buffer, "ddp.fsdp_double_buffer", "true",
+         "false (gathers use the caching allocator, one unit prefetched ahead)");
+  reject(c.ddp.num_buckets.has_value(), "ddp.num_buckets",
+         std::to_string(c.ddp.num_buckets.value_or(0)), "null (use ddp.bucket_size)");
+  reject(c.ddp.reduce_scatter_with_fp32_accumulation, "ddp.reduce_scatter_with_fp32_accumulation",
+         "true", "false");
+  reject(c.ddp.megatron_fsdp_main_params_dtype.value_or("") != "fp32",
+         "ddp.megatron_fsdp_main_params_dtype", c.ddp.megatron_fsdp_main_params_dtype.value_or("null"),
+         "fp32");
+  reject(c.ddp.megatron_fsdp_main_grads_dtype.has_value(), "ddp.megatron_fsdp_main_grads_dtype",
+         c.ddp.megatron_fsdp_main_grads_dtype.value_or(""), "null (grads follow ddp.grad_reduce_in_fp32)");
+  reject(c.ddp.megatron_fsdp_grad_comm_dtype.has_value(), "ddp.megatron_fsdp_grad_comm_dtype",
+         c.ddp.megatron_fsdp_grad_comm_dtype.value_or(""), "null (the main grads dtype)");
   EngineOptions o;
   o.wrapper = c.ddp.use_megatron_fsdp ? "megatron_fsdp" : "ddp";
   o.strategy = c.ddp.data_parallel_sharding_strategy;
