@@ -140,8 +140,6 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
          std::to_string(c.ddp.num_distributed_optimizer_instances), "1");
   // Knobs the engine does not implement yet are refused rather than reported as measured.
   reject(c.ddp.nccl_ub, "ddp.nccl_ub", "true", "false (NCCL user buffers not implemented)");
-  reject(c.ddp.fsdp_double_buffer, "ddp.fsdp_double_buffer", "true",
-         "false (gathers use the caching allocator, one unit prefetched ahead)");
   reject(c.ddp.num_buckets.has_value(), "ddp.num_buckets",
          std::to_string(c.ddp.num_buckets.value_or(0)), "null (use ddp.bucket_size)");
   reject(c.ddp.reduce_scatter_with_fp32_accumulation, "ddp.reduce_scatter_with_fp32_accumulation",
@@ -159,11 +157,12 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   o.use_distributed_optimizer = c.ddp.use_distributed_optimizer;
   o.overlap_grad_reduce = c.ddp.overlap_grad_reduce;
   o.overlap_param_gather = c.ddp.overlap_param_gather;
+  o.double_buffer = c.ddp.fsdp_double_buffer;
   o.average_in_collective = c.ddp.average_in_collective;
   o.grad_reduce_in_fp32 = c.ddp.grad_reduce_in_fp32;
   o.bucket_size_elems = c.ddp.bucket_size.value_or(0);
   if (c.ddp.suggested_communication_unit_size) {
-    o.rs_queue_capacity_elems = *c.ddp.suggested_communication_unit_size;
+    o.suggested_communication_unit_elems = *c.ddp.suggested_communication_unit_size;
   }
   // 128 elements: 256-byte aligned bf16 parameter starts for the GPU kernels.
   o.align_elems = ctx.device.is_cuda() ? 128 : 1;

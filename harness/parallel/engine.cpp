@@ -46,6 +46,27 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
   leaves_.resize(specs_.size());
   build_groups();
   for (auto& g : groups_) allocate_and_init(*g);
+  // Megatron-FSDP's communication unit (megatron-reference.md 6.3): without a suggestion it is
+  // 2 x the mean unit size for optim_grads_params, else the bucket size, else 1e9; then floored
+  // at 1e9 elements ("Cap" in the source, a floor in the code).
+  int64_t unit_elems = options_.suggested_communication_unit_elems;
+  if (unit_elems <= 0) {
+    int64_t unit_params = 0, units = 0;
+    for (const auto& g : groups_) {
+      if (!g->is_unit) continue;
+      unit_params += g->layout.param_elems;
+      ++units;
+    }
+    if (spec_->model_weights_sharded && units > 0) {
+      unit_elems = 2 * unit_params / units;
+    } else {
+      unit_elems = options_.bucket_size_elems > 0 ? options_.bucket_size_elems : 1'000'000'000;
+    }
+  }
+  unit_elems = std::max<int64_t>(1'000'000'000, unit_elems);
+  ag_prefetch_elems_ = options_.ag_prefetch_elems > 0 ? options_.ag_prefetch_elems : unit_elems / 2;
+  rs_queue_capacity_elems_ =
+      options_.rs_queue_capacity_elems > 0 ? options_.rs_queue_capacity_elems : unit_elems;
   weights_ = bind_weights(dims_, leaves_);
 }
 

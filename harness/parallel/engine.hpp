@@ -35,9 +35,15 @@ struct EngineOptions {
   bool grad_reduce_in_fp32 = false;
   int64_t bucket_size_elems = 0;          // DDP; 0 = Megatron's max(40M, 1M * DP)
   int64_t align_elems = 1;                // parameter start alignment inside flat buffers
-  // FSDP reduce-scatter queue: pending reduce-scatter elements kept in flight before waiting on
-  // the oldest (Megatron's suggested_RS_queue_capacity); 0 = one unit.
-  int64_t rs_queue_capacity_elems = 0;
+  // FSDP communication unit, Megatron's ddp.suggested_communication_unit_size (0 = None). As in
+  // Megatron-FSDP the unit is max(1e9, value or 2 x mean unit size); the all-gather pipeline
+  // prefetches up to unit/2 elements ahead and the reduce-scatter queue holds up to unit elements
+  // before waiting on its oldest entry.
+  int64_t suggested_communication_unit_elems = 0;
+  int64_t ag_prefetch_elems = 0;        // > 0 overrides the derived prefetch budget
+  int64_t rs_queue_capacity_elems = 0;  // > 0 overrides the derived queue capacity
+  // ddp.fsdp_double_buffer: at most two gathered units alive (the current one and the next).
+  bool double_buffer = false;
   at::ScalarType compute_dtype = at::kFloat;
   at::Device device = at::kCPU;
   uint64_t seed = 1234;
@@ -88,6 +94,11 @@ class DataParallelEngine final : public ModuleHooks {
   };
   std::vector<GroupInfo> group_info() const;
 
+  // Units whose gathered weights exist or are being gathered (tests, memory accounting).
+  int live_gathered_units() const;
+  int64_t ag_prefetch_elems() const { return ag_prefetch_elems_; }
+  int64_t rs_queue_capacity_elems() const { return rs_queue_capacity_elems_; }
+
   // ModuleHooks
   void pre_forward(int module) override;
   at::Tensor post_forward(int module, at::Tensor output) override;
@@ -101,6 +112,9 @@ class DataParallelEngine final : public ModuleHooks {
   void allocate_and_init(EngineGroup& g);
   void ensure_gathered(EngineGroup& g);
   void launch_gather(EngineGroup& g);
+  // Starts gathers of the sharded units after `module` in `direction` (+1 forward, -1 backward)
+  // within the prefetch budget and the double-buffer limit.
+  void prefetch_units(int module, int direction);
   void release_gathered(EngineGroup& g);
   void wait_param_sync(EngineGroup& g);
   void launch_grad_reduce(EngineGroup& g);
@@ -121,6 +135,8 @@ class DataParallelEngine final : public ModuleHooks {
   std::vector<at::Tensor> leaves_;               // by spec index
   LlamaWeights weights_;
   int64_t num_parameters_ = 0;
+  int64_t ag_prefetch_elems_ = 0;
+  int64_t rs_queue_capacity_elems_ = 0;
   int microbatch_ = 0;
   int microbatch_count_ = 1;
   struct PendingReduce;

@@ -120,11 +120,35 @@ void DataParallelEngine::pre_forward(int module) {
     wait_param_sync(g);
     ensure_gathered(g);
   }
-  // Prefetch: start gathering the next module's sharded units while this one computes.
-  if (module + 1 < static_cast<int>(module_groups_.size())) {
-    for (int gi : module_groups_[static_cast<size_t>(module + 1)]) {
+  // Prefetch: start gathering the following sharded units while this one computes.
+  prefetch_units(module, +1);
+}
+
+int DataParallelEngine::live_gathered_units() const {
+  int live = 0;
+  for (const auto& g : groups_) {
+    if (g->is_unit && g->spec.model_weights_sharded && (g->gathered || g->gather_work)) ++live;
+  }
+  return live;
+}
+
+void DataParallelEngine::prefetch_units(int module, int direction) {
+  // Megatron's AllGatherPipeline: keep adding the next units until the prefetched elements reach
+  // the budget; with double buffering no more than two units may be alive.
+  int live = live_gathered_units();
+  int64_t ahead = 0;
+  const int modules = static_cast<int>(module_groups_.size());
+  for (int m = module + direction; m >= 0 && m < modules; m += direction) {
+    for (int gi : module_groups_[static_cast<size_t>(m)]) {
       auto& g = *groups_[static_cast<size_t>(gi)];
-      if (g.spec.model_weights_sharded) launch_gather(g);
+      if (!g.is_unit || !g.spec.model_weights_sharded) continue;
+      if (ahead >= ag_prefetch_elems_) return;
+      if (!g.gathered && !g.gather_work) {
+        if (options_.double_buffer && live >= 2) return;
+        launch_gather(g);
+        ++live;
+      }
+      ahead += g.layout.padded_elems;
     }
   }
 }
@@ -149,13 +173,8 @@ void DataParallelEngine::pre_backward(int module) {
   for (int gi : module_groups_[static_cast<size_t>(module)]) {
     ensure_gathered(*groups_[static_cast<size_t>(gi)]);
   }
-  // Backward runs modules in reverse: prefetch the previous module's sharded units.
-  if (module > 0) {
-    for (int gi : module_groups_[static_cast<size_t>(module - 1)]) {
-      auto& g = *groups_[static_cast<size_t>(gi)];
-      if (g.is_unit && g.spec.model_weights_sharded) launch_gather(g);
-    }
-  }
+  // Backward runs modules in reverse: prefetch the preceding sharded units.
+  prefetch_units(module, -1);
 }
 
 // ---- gradients -----------------------------------------------------------------------------
@@ -233,9 +252,7 @@ void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
     pending_.push_back(std::move(pending));
   }
   // Bound the memory of in-flight reductions (Megatron's RS queue capacity).
-  int64_t capacity = options_.rs_queue_capacity_elems;
-  if (capacity <= 0) capacity = g.layout.padded_elems;
-  drain_reductions(capacity);
+  drain_reductions(rs_queue_capacity_elems_);
 }
 
 void DataParallelEngine::drain_reductions(int64_t keep_in_flight_elems) {

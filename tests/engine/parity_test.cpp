@@ -92,6 +92,7 @@ struct Case {
   int64_t bucket_elems = 0;
   bool overlap_grad_reduce = true;
   bool average_in_collective = false;
+  bool double_buffer = false;
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -102,6 +103,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   if (c.bucket_elems) n += "_bucket" + std::to_string(c.bucket_elems);
   if (!c.overlap_grad_reduce) n += "_nooverlap";
   if (c.average_in_collective) n += "_avg";
+  if (c.double_buffer) n += "_doublebuffer";
   return n;
 }
 
@@ -127,6 +129,7 @@ TEST_P(StrategyParity, MatchesSingleProcessReference) {
     o.bucket_size_elems = c.bucket_elems;
     o.overlap_grad_reduce = c.overlap_grad_reduce;
     o.average_in_collective = c.average_in_collective;
+    o.double_buffer = c.double_buffer;
     o.seed = kSeed;
     o.adam = hyper();
     DataParallelEngine engine(dims, o, pgs);
@@ -181,7 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"megatron_fsdp", "optim_grads_params", false, 2, 8, 2},
         Case{"megatron_fsdp", "optim_grads_params", false, 4, 8, 2},
         Case{"megatron_fsdp", "optim_grads_params", false, 4, 16, 2},
-        Case{"megatron_fsdp", "optim_grads_params", false, 2, 8, 4, 0, true, true}),
+        Case{"megatron_fsdp", "optim_grads_params", false, 2, 8, 4, 0, true, true},
+        Case{"megatron_fsdp", "optim_grads_params", false, 4, 16, 2, 0, true, false, true}),
     case_name);
 
 }  // namespace
