@@ -317,7 +317,8 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
   // groups sum their squares across ranks.
   auto sq_local = at::zeros({2}, at::TensorOptions().device(options_.device).dtype(at::kFloat));
   for (size_t i = 0; i < groups_.size(); ++i) {
-    auto sq = owned[i].to(at::kFloat).pow(2).sum();
+    // One fp32-accumulating read of the grads (no upcast copy).
+    auto sq = at::linalg_vector_norm(owned[i], 2, std::nullopt, false, at::kFloat).square();
     sq_local[groups_[i]->spec.main_weights_sharded ? 1 : 0].add_(sq);
   }
   if (any_sharded && dp_ > 1) {
@@ -327,16 +328,17 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
     sharded_part.copy_(buf);
   }
   at::Tensor norm = sq_local.sum().sqrt();
+  std::optional<at::Tensor> grad_scale;
   if (options_.clip_grad > 0) {
-    // Megatron's clip_grad_norm_fp32: scale by clip / (norm + 1e-6) when that is below one.
-    auto coeff = (options_.clip_grad / (norm + 1e-6)).clamp_max(1.0);
-    for (auto& t : owned) t.mul_(coeff.to(t.scalar_type()));
+    // Megatron's clip_grad_norm_fp32 multiplies the grads by clip / (norm + 1e-6) when that is
+    // below one. The fused AdamW divides grads by grad_scale, so clipping costs no extra pass.
+    grad_scale = ((norm + 1e-6) / options_.clip_grad).clamp_min(1.0).reshape({1});
   }
   AdamWHyper hyper = options_.adam;
   hyper.lr = lr;
   for (size_t i = 0; i < groups_.size(); ++i) {
     auto& g = *groups_[i];
-    g.optimizer->step(owned[i], hyper);
+    g.optimizer->step(owned[i], hyper, grad_scale);
     refresh_model_weights(g);
     g.grad.zero_();
   }

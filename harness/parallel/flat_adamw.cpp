@@ -17,7 +17,8 @@ FlatAdamW::FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments)
   }
 }
 
-void FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper) {
+void FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
+                     const std::optional<at::Tensor>& grad_scale) {
   at::NoGradGuard no_grad;
   ++step_;
   const at::Tensor grad32 = grad.scalar_type() == at::kFloat ? grad : grad.to(at::kFloat);
@@ -38,7 +39,8 @@ void FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper) {
     for (auto& t : steps) t.add_(1);
     const double wd = cls == 1 ? 0.0 : hyper.weight_decay;
     at::_fused_adamw_(params, grads, avgs, avg_sqs, {}, steps, hyper.lr, hyper.beta1,
-                      hyper.beta2, wd, hyper.eps, /*amsgrad=*/false, /*maximize=*/false);
+                      hyper.beta2, wd, hyper.eps, /*amsgrad=*/false, /*maximize=*/false,
+                      grad_scale, /*found_inf=*/std::nullopt);
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -29,8 +30,10 @@ class FlatAdamW {
   // `main`: fp32 flat main weights; moments are allocated like it.
   FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments);
 
-  // One step with `grad` (same shape as main; any float dtype) at learning rate `lr`.
-  void step(const at::Tensor& grad, const AdamWHyper& hyper);
+  // One step with `grad` (same shape as main; any float dtype) at learning rate `lr`. The
+  // kernel divides the grads by `grad_scale` (a one-element fp32 tensor) when given.
+  void step(const at::Tensor& grad, const AdamWHyper& hyper,
+            const std::optional<at::Tensor>& grad_scale = std::nullopt);
 
   int64_t state_bytes() const;
   int64_t steps_taken() const { return step_; }

@@ -47,7 +47,7 @@ struct Trajectory {
 };
 
 // Plain single-process training on the whole global batch.
-Trajectory reference_run(const LlamaDims& dims, int64_t gbs) {
+Trajectory reference_run(const LlamaDims& dims, int64_t gbs, double clip) {
   at::set_num_threads(1);
   auto specs = llama_param_specs(dims);
   std::vector<at::Tensor> params, avg, avg_sq;
@@ -70,7 +70,7 @@ Trajectory reference_run(const LlamaDims& dims, int64_t gbs) {
     at::NoGradGuard ng;
     double sq = 0;
     for (auto& p : params) sq += p.grad().pow(2).sum().item<double>();
-    const double coeff = std::min(1.0, 1.0 / (std::sqrt(sq) + 1e-6));
+    const double coeff = std::min(1.0, clip / (std::sqrt(sq) + 1e-6));
     for (size_t i = 0; i < params.size(); ++i) {
       auto g = params[i].grad() * coeff;
       reference_adamw_step(params[i].detach(), g, avg[i], avg_sq[i], it + 1, hyper(),
@@ -93,6 +93,7 @@ struct Case {
   bool overlap_grad_reduce = true;
   bool average_in_collective = false;
   bool double_buffer = false;
+  double clip = 1.0;  // 0.05 makes clipping act on every step
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -104,6 +105,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   if (!c.overlap_grad_reduce) n += "_nooverlap";
   if (c.average_in_collective) n += "_avg";
   if (c.double_buffer) n += "_doublebuffer";
+  if (c.clip != 1.0) n += "_clipped";
   return n;
 }
 
@@ -117,7 +119,7 @@ class StrategyParity : public ::testing::TestWithParam<Case> {};
 TEST_P(StrategyParity, MatchesSingleProcessReference) {
   const Case c = GetParam();
   const LlamaDims dims = odd_dims();
-  const Trajectory ref = reference_run(dims, c.gbs);
+  const Trajectory ref = reference_run(dims, c.gbs, c.clip);
 
   std::mutex mu;
   Trajectory got;
@@ -130,6 +132,7 @@ TEST_P(StrategyParity, MatchesSingleProcessReference) {
     o.overlap_grad_reduce = c.overlap_grad_reduce;
     o.average_in_collective = c.average_in_collective;
     o.double_buffer = c.double_buffer;
+    o.clip_grad = c.clip;
     o.seed = kSeed;
     o.adam = hyper();
     DataParallelEngine engine(dims, o, pgs);
@@ -185,7 +188,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"megatron_fsdp", "optim_grads_params", false, 4, 8, 2},
         Case{"megatron_fsdp", "optim_grads_params", false, 4, 16, 2},
         Case{"megatron_fsdp", "optim_grads_params", false, 2, 8, 4, 0, true, true},
-        Case{"megatron_fsdp", "optim_grads_params", false, 4, 16, 2, 0, true, false, true}),
+        Case{"megatron_fsdp", "optim_grads_params", false, 4, 16, 2, 0, true, false, true},
+        Case{"ddp", "ddp", false, 2, 8, 2, 0, true, false, false, 0.05},
+        Case{"megatron_fsdp", "optim_grads_params", false, 4, 8, 2, 0, true, false, false, 0.05}),
     case_name);
 
 }  // namespace
