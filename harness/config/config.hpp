@@ -241,6 +241,7 @@ using StringMap = std::map<std::string, std::string>;
   X(OptString, report_path, std::nullopt, "Explicit report file (overrides report_dir)")           \
   X(int64_t, hang_timeout_s, 300, "A rank silent this long fails the run")                         \
   E(std::string, sdpa_backend, "auto", "auto|flash|efficient|cudnn|math", "Attention kernel")      \
+  X(bool, fused_kernels, true, "GPU: fused RoPE, SwiGLU, cross-entropy and AdamW CUDA kernels")    \
   X(bool, log_per_step, true, "Print a Megatron-style line per step")
 
 // Sections: (member name, struct name, field table).

@@ -1,13 +1,40 @@
 #include "harness/parallel/flat_adamw.hpp"
 
 #include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#ifdef SHARDBENCH_CUDA_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+
+#include "kernels/kernels.hpp"
+#endif
 
 namespace shardbench {
 
-FlatAdamW::FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments)
+FlatAdamW::FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments, bool use_kernel)
     : main_(std::move(main)), segments_(std::move(segments)) {
   exp_avg_ = at::zeros_like(main_);
   exp_avg_sq_ = at::zeros_like(main_);
+#ifdef SHARDBENCH_CUDA_KERNELS
+  if (use_kernel && main_.is_cuda() && main_.scalar_type() == at::kFloat && main_.is_contiguous()) {
+    // Tiles of at most kAdamTileElems that never cross a segment; built once, kept on the device.
+    std::vector<kernels::AdamTile> tiles;
+    for (const auto& seg : segments_) {
+      for (int64_t off = 0; off < seg.numel; off += kernels::kAdamTileElems) {
+        const int64_t len = std::min<int64_t>(kernels::kAdamTileElems, seg.numel - off);
+        tiles.push_back({seg.offset + off, static_cast<int32_t>(len), seg.no_weight_decay ? 0 : 1});
+      }
+    }
+    num_tiles_ = static_cast<int64_t>(tiles.size());
+    at::Tensor host = at::empty({num_tiles_ * static_cast<int64_t>(sizeof(kernels::AdamTile))},
+                                at::TensorOptions().dtype(at::kByte));
+    if (num_tiles_ > 0) std::memcpy(host.data_ptr(), tiles.data(), static_cast<size_t>(host.numel()));
+    tiles_ = host.to(main_.device());
+  }
+#else
+  (void)use_kernel;
+#endif
   for (int cls = 0; cls < 2; ++cls) {
     for (const auto& seg : segments_) {
       if (seg.no_weight_decay == (cls == 1)) {
@@ -17,10 +44,42 @@ FlatAdamW::FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments)
   }
 }
 
-void FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
-                     const std::optional<at::Tensor>& grad_scale) {
+bool FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
+                     const std::optional<at::Tensor>& grad_scale, const at::Tensor& model_out) {
   at::NoGradGuard no_grad;
   ++step_;
+#ifdef SHARDBENCH_CUDA_KERNELS
+  if (tiles_.defined()) {
+    const bool grad_ok = grad.is_contiguous() && grad.numel() == main_.numel() &&
+                         (grad.scalar_type() == at::kFloat || grad.scalar_type() == at::kBFloat16);
+    if (!grad_ok) {
+      throw std::invalid_argument("FlatAdamW: the kernel path needs a contiguous fp32 or bf16 "
+                                  "grad of the main weights' size");
+    }
+    const bool write_model = model_out.defined() && model_out.scalar_type() == at::kBFloat16 &&
+                             model_out.is_contiguous() && model_out.numel() == main_.numel();
+    kernels::AdamStep h;
+    h.lr = static_cast<float>(hyper.lr);
+    h.beta1 = static_cast<float>(hyper.beta1);
+    h.beta2 = static_cast<float>(hyper.beta2);
+    h.eps = static_cast<float>(hyper.eps);
+    h.weight_decay = static_cast<float>(hyper.weight_decay);
+    h.bias_correction1 = static_cast<float>(1.0 - std::pow(hyper.beta1, double(step_)));
+    h.bias_correction2 = static_cast<float>(1.0 - std::pow(hyper.beta2, double(step_)));
+    at::Tensor scale;
+    if (grad_scale) scale = grad_scale->to(at::kFloat).contiguous();
+    kernels::adamw_flat(
+        static_cast<const kernels::AdamTile*>(tiles_.data_ptr()), num_tiles_,
+        main_.data_ptr<float>(), grad.data_ptr(),
+        grad.scalar_type() == at::kBFloat16 ? kernels::DType::kBFloat16 : kernels::DType::kFloat32,
+        exp_avg_.data_ptr<float>(), exp_avg_sq_.data_ptr<float>(), h,
+        scale.defined() ? scale.data_ptr<float>() : nullptr,
+        write_model ? model_out.data_ptr() : nullptr,
+        at::cuda::getCurrentCUDAStream(main_.device().index()).stream());
+    return write_model;
+  }
+#endif
+  (void)model_out;
   const at::Tensor grad32 = grad.scalar_type() == at::kFloat ? grad : grad.to(at::kFloat);
   for (int cls = 0; cls < 2; ++cls) {
     std::vector<at::Tensor> params, grads, avgs, avg_sqs;
@@ -42,6 +101,7 @@ void FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
                       hyper.beta2, wd, hyper.eps, /*amsgrad=*/false, /*maximize=*/false,
                       grad_scale, /*found_inf=*/std::nullopt);
   }
+  return false;
 }
 
 int64_t FlatAdamW::state_bytes() const {

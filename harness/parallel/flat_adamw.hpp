@@ -1,5 +1,7 @@
-// AdamW over flat buffers: one fused kernel (at::_fused_adamw_) per weight-decay class over a
-// handful of contiguous segments, instead of a loop over parameter tensors.
+// AdamW over flat buffers, never a loop over parameter tensors. On CUDA with shardbench's kernels
+// built, one launch of kernels/adamw.cu covers the whole buffer (tiles carry the weight-decay
+// class) and can write the bf16 compute copy in the same pass; otherwise at::_fused_adamw_ runs
+// once per weight-decay class over its contiguous segments.
 #pragma once
 
 #include <cstdint>
@@ -28,12 +30,17 @@ struct AdamSegment {
 class FlatAdamW {
  public:
   // `main`: fp32 flat main weights; moments are allocated like it.
-  FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments);
+  // `use_kernel`: take shardbench's CUDA kernel when main is on CUDA and it is built.
+  FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments, bool use_kernel = false);
 
-  // One step with `grad` (same shape as main; any float dtype) at learning rate `lr`. The
-  // kernel divides the grads by `grad_scale` (a one-element fp32 tensor) when given.
-  void step(const at::Tensor& grad, const AdamWHyper& hyper,
-            const std::optional<at::Tensor>& grad_scale = std::nullopt);
+  // One step with `grad` (same shape as main; fp32 or bf16) at learning rate `lr`. Grads are
+  // divided by `grad_scale` (a one-element fp32 tensor) when given. `model_out` (bf16, same
+  // numel as main) asks for the updated weights in compute precision too; returns true when the
+  // step wrote them, false when the caller must copy them itself.
+  bool step(const at::Tensor& grad, const AdamWHyper& hyper,
+            const std::optional<at::Tensor>& grad_scale = std::nullopt,
+            const at::Tensor& model_out = at::Tensor());
+  bool uses_kernel() const { return tiles_.defined(); }
 
   int64_t state_bytes() const;
   int64_t steps_taken() const { return step_; }
@@ -42,6 +49,8 @@ class FlatAdamW {
   at::Tensor main_, exp_avg_, exp_avg_sq_;
   std::vector<AdamSegment> segments_;
   std::vector<at::Tensor> step_tensors_[2];  // per weight-decay class, fused kernel's step counters
+  at::Tensor tiles_;                          // kernels::AdamTile table on the device (kernel path)
+  int64_t num_tiles_ = 0;
   int64_t step_ = 0;
 };
 

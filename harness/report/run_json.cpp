@@ -49,7 +49,8 @@ json identity_json(const RunRecord& run) {
           {"compute_dtype", run.compute_dtype},
           {"device", run.device},
           {"backend", run.backend},
-          {"sdpa_backend", run.sdpa_backend}};
+          {"sdpa_backend", run.sdpa_backend},
+          {"fused_kernels", run.fused_kernels}};
 }
 
 // Per-step object; appends to `failures` when the loss or grad norm is not finite.

@@ -65,6 +65,7 @@ struct RunRecord {
   std::string device;               // "cpu" or the GPU name
   std::string backend;              // "gloo" or "nccl"
   std::string sdpa_backend;         // backend SDPA chose (GPU); "math" on CPU
+  bool fused_kernels = false;       // the model and optimizer ran shardbench's CUDA kernels
   nlohmann::json config;            // resolved config (dotted names, nested objects)
   nlohmann::json provenance;        // field -> source of its value
   std::vector<StepRecord> steps;

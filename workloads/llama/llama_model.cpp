@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "harness/measure/nvtx.hpp"
+#include "workloads/llama/fused_ops.hpp"
 
 namespace shardbench {
 
@@ -174,18 +175,31 @@ at::Tensor LlamaModel::apply_rope(const at::Tensor& x) const {
   return x * cos + rotated * sin;
 }
 
+bool LlamaModel::uses_fused_kernels(at::ScalarType dtype) const {
+  return fused_ && fused::supports(at::empty({0}, at::TensorOptions().dtype(dtype).device(device_)));
+}
+
 at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x) const {
   const auto& d = dims_;
   const int64_t b = x.size(0), s = x.size(1);
+  const bool fused = fused_ && fused::supports(x);
   // Attention block.
   auto h = at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps);
   auto qkv = at::linear(h, w.qkv);
-  auto q = qkv.narrow(-1, 0, d.q_dim()).view({b, s, d.heads, d.head_dim});
-  auto k = qkv.narrow(-1, d.q_dim(), d.kv_dim()).view({b, s, d.kv_heads, d.head_dim});
-  auto v = qkv.narrow(-1, d.q_dim() + d.kv_dim(), d.kv_dim()).view({b, s, d.kv_heads, d.head_dim});
-  q = apply_rope(q).transpose(1, 2);
-  k = apply_rope(k).transpose(1, 2);
-  v = v.transpose(1, 2);
+  at::Tensor q, k, v;
+  if (fused) {
+    auto qkv_split = fused::rope_qkv(qkv, rope_cos_, rope_sin_, d.heads, d.kv_heads, d.head_dim);
+    q = qkv_split[0].transpose(1, 2);
+    k = qkv_split[1].transpose(1, 2);
+    v = qkv_split[2].transpose(1, 2);
+  } else {
+    q = qkv.narrow(-1, 0, d.q_dim()).view({b, s, d.heads, d.head_dim});
+    k = qkv.narrow(-1, d.q_dim(), d.kv_dim()).view({b, s, d.kv_heads, d.head_dim});
+    v = qkv.narrow(-1, d.q_dim() + d.kv_dim(), d.kv_dim()).view({b, s, d.kv_heads, d.head_dim});
+    q = apply_rope(q).transpose(1, 2);
+    k = apply_rope(k).transpose(1, 2);
+    v = v.transpose(1, 2);
+  }
   auto attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
                                                /*enable_gqa=*/d.kv_heads != d.heads);
   attn = attn.transpose(1, 2).reshape({b, s, d.q_dim()});
@@ -193,7 +207,8 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x)
   // SwiGLU MLP: fc1 holds [gate; up] as Megatron's fused linear_fc1.
   auto h2 = at::rms_norm(x1, {d.hidden}, w.post_norm, d.norm_eps);
   auto gate_up = at::linear(h2, w.fc1);
-  auto act = at::silu(gate_up.narrow(-1, 0, d.ffn)) * gate_up.narrow(-1, d.ffn, d.ffn);
+  auto act = fused ? fused::swiglu(gate_up, d.ffn)
+                   : at::silu(gate_up.narrow(-1, 0, d.ffn)) * gate_up.narrow(-1, d.ffn, d.ffn);
   return x1 + at::linear(act, w.fc2);
 }
 
@@ -227,8 +242,12 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
   if (hooks) hooks->pre_forward(head);
   auto h = at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps);
   auto logits = at::linear(h, w.output);
-  // Cross-entropy in fp32, as Megatron's vocab-parallel loss.
-  auto loss = at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat), labels.reshape({-1}));
+  // Cross-entropy with fp32 math, as Megatron's vocab-parallel loss. The fused kernel reads the
+  // logits in their own dtype and writes their gradient over them (nothing else reads them).
+  auto loss = fused_ && fused::supports(logits)
+                  ? fused::cross_entropy(logits.view({-1, d.vocab}), labels.reshape({-1}), true)
+                  : at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat),
+                                           labels.reshape({-1}));
   if (hooks) loss = hooks->post_forward(head, loss);
   return loss;
 }

@@ -82,6 +82,12 @@ class LlamaModel {
 
   const LlamaDims& dims() const { return dims_; }
 
+  // Fused CUDA kernels for RoPE + qkv split, SwiGLU and cross-entropy (workloads/llama/
+  // fused_ops.hpp) where the tensors allow them; ATen ops otherwise. Off by default.
+  void set_fused_kernels(bool on) { fused_ = on; }
+  // Whether a forward on `dtype` tensors of this model's device takes the fused path.
+  bool uses_fused_kernels(at::ScalarType dtype) const;
+
   // tokens, labels: [B, S] int64 on the model's device. Returns the mean token loss (fp32
   // scalar). `hooks` may be null (plain forward).
   at::Tensor forward_loss(const LlamaWeights& w, const at::Tensor& tokens,
@@ -95,6 +101,7 @@ class LlamaModel {
   at::Device device_;
   at::Tensor rope_cos_;  // [S, D] fp32
   at::Tensor rope_sin_;
+  bool fused_ = false;
 };
 
 // Which SDPA backend at::scaled_dot_product_attention would pick for this model's attention

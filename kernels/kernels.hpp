@@ -1,0 +1,80 @@
+// shardbench's CUDA kernels: the fused operations of the Llama workload and the flat AdamW.
+// Plain CUDA C++ behind a torch-free interface (raw device pointers and a stream), so nvcc
+// compiles them in seconds and the engine's torch wrappers (workloads/llama/fused_ops.cpp,
+// harness/parallel/flat_adamw.cpp) stay in the precompiled-header world. Every entry point
+// launches asynchronously on `stream` and throws std::runtime_error naming the kernel if the
+// launch fails. Tensors are row-major; "stride" is the distance between rows in elements.
+#pragma once
+
+#include <cstdint>
+
+struct CUstream_st;
+
+namespace shardbench::kernels {
+
+using Stream = CUstream_st*;
+
+enum class DType { kFloat32, kBFloat16 };
+
+// ---- cross-entropy over [rows, vocab] logits, fp32 math, mean over non-ignored rows ----------
+// Forward: lse[r] = logsumexp(logits[r, :]); loss_rows[r] = lse[r] - logits[r, label[r]], or 0
+// where label[r] == ignore_index. Reads the logits once (online softmax).
+void cross_entropy_forward(const void* logits, DType dtype, int64_t rows, int64_t vocab,
+                           int64_t stride, const int64_t* labels, int64_t ignore_index,
+                           float* lse, float* loss_rows, Stream stream);
+// Backward: grad[r, v] = (softmax(logits[r])[v] - [v == label[r]]) * scale[0], 0 on ignored
+// rows; `scale` is a device scalar (d loss / d loss_row). `grad` may alias `logits` (the
+// gradient then overwrites the logits in place, saving their size in memory).
+void cross_entropy_backward(const void* logits, void* grad, DType dtype, int64_t rows,
+                            int64_t vocab, int64_t stride, const int64_t* labels,
+                            int64_t ignore_index, const float* lse, const float* scale,
+                            Stream stream);
+
+// ---- SwiGLU on Megatron's fused fc1 output [rows, 2 * ffn] = [gate | up] ----------------------
+// out[r, j] = silu(gate[r, j]) * up[r, j], out is [rows, ffn].
+void swiglu_forward(const void* gate_up, void* out, DType dtype, int64_t rows, int64_t ffn,
+                    Stream stream);
+// d_gate_up [rows, 2 * ffn] from d_out [rows, ffn], recomputing silu from gate_up.
+void swiglu_backward(const void* d_out, const void* gate_up, void* d_gate_up, DType dtype,
+                     int64_t rows, int64_t ffn, Stream stream);
+
+// ---- rotary embedding fused with the split of the fused qkv projection ------------------------
+// qkv: [tokens, (heads + 2 * kv_heads) * head_dim] contiguous, token t at position t % seq.
+// Writes q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim] rotated (rotate-half
+// layout), v [tokens, kv_heads, head_dim] copied. cos/sin: fp32 [seq, head_dim] tables.
+void rope_qkv_forward(const void* qkv, void* q, void* k, void* v, DType dtype, int64_t tokens,
+                      int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                      const float* cos, const float* sin, Stream stream);
+// Element strides of the incoming gradients, indexed [batch, position, head]; head_dim is
+// contiguous. Each may be laid out as SDPA's backward returns it.
+struct HeadStrides {
+  int64_t batch, pos, head;
+};
+// d_qkv [tokens, (heads + 2 * kv_heads) * head_dim] contiguous from dq/dk/dv (inverse rotation).
+void rope_qkv_backward(const void* dq, HeadStrides sq, const void* dk, HeadStrides sk,
+                       const void* dv, HeadStrides sv, void* d_qkv, DType dtype, int64_t batch,
+                       int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                       const float* cos, const float* sin, Stream stream);
+
+// ---- AdamW over flat fp32 main weights ------------------------------------------------------
+// One launch covers a flat buffer cut into tiles that never cross a weight-decay boundary.
+struct AdamTile {
+  int64_t start;       // first element
+  int32_t length;      // elements, <= kAdamTileElems
+  int32_t decay;       // 1: apply weight decay, 0: no decay (norm weights)
+};
+constexpr int32_t kAdamTileElems = 1 << 15;
+
+struct AdamStep {
+  float lr, beta1, beta2, eps, weight_decay;
+  float bias_correction1, bias_correction2;  // 1 - beta^step
+};
+
+// param/exp_avg/exp_avg_sq: fp32; grad: fp32 or bf16 (`grad_dtype`); grads are divided by
+// *grad_scale when it is non-null (clipping). `model_out`, when non-null, receives the updated
+// weights in bf16 (the compute copy), saving a separate read of the main weights.
+void adamw_flat(const AdamTile* tiles, int64_t num_tiles, float* param, const void* grad,
+                DType grad_dtype, float* exp_avg, float* exp_avg_sq, const AdamStep& step,
+                const float* grad_scale, void* model_out, Stream stream);
+
+}  // namespace shardbench::kernels
