@@ -33,6 +33,12 @@ StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine, cons
   const int64_t rank = engine.rank();
   const auto device = engine.options().device;
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device).dtype(at::kFloat));
+  // The engine marks its waits on collectives for this step only.
+  struct CommTimerScope {
+    DataParallelEngine& e;
+    CommTimerScope(DataParallelEngine& engine, PhaseTimer* t) : e(engine) { e.set_comm_timer(t); }
+    ~CommTimerScope() { e.set_comm_timer(nullptr); }
+  } comm_timer(engine, phases);
   for (int m = 0; m < num_micro; ++m) {
     auto rows = microbatch_rows(in.global_batch, m, in.micro_batch, dp, rank).to(device);
     const int64_t seq = rows.size(1) - 1;

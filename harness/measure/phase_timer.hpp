@@ -11,8 +11,12 @@
 
 namespace shardbench {
 
-enum class Phase { kForward, kBackward, kOptimizer };
-inline constexpr std::size_t kPhaseCount = 3;
+// kExposedComm is not a step phase but the sum of the intervals in which the compute stream
+// waited on a collective (on GPU: an event before and after each wait on the compute stream, so
+// an interval is the time the stream was stalled; on CPU the host blocked in gloo). It overlaps
+// the phase the wait happened in.
+enum class Phase { kForward, kBackward, kOptimizer, kExposedComm };
+inline constexpr std::size_t kPhaseCount = 4;
 
 struct PhaseTimes {
   std::array<double, kPhaseCount> ms{};  // index = Phase; a phase's intervals summed

@@ -239,7 +239,7 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     const int64_t b = std::min(seg.offset + seg.numel, owned_hi);
     if (a < b) segs.push_back({a - owned_lo, b - a, seg.no_weight_decay});
   }
-  g.optimizer = std::make_unique<FlatAdamW>(g.main, std::move(segs));
+  g.optimizer = std::make_unique<FlatAdamW>(g.main, std::move(segs), options_.fused_kernels);
 }
 
 }  // namespace shardbench

@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "harness/measure/phase_timer.hpp"
 #include "harness/parallel/flat_adamw.hpp"
 #include "harness/parallel/flat_layout.hpp"
 #include "harness/parallel/process_group.hpp"
@@ -48,6 +49,8 @@ struct EngineOptions {
   at::Device device = at::kCPU;
   uint64_t seed = 1234;
   double clip_grad = 1.0;                 // 0 disables clipping
+  // shardbench.fused_kernels: the optimizer runs shardbench's flat AdamW kernel on CUDA.
+  bool fused_kernels = false;
   AdamWHyper adam;
 };
 
@@ -94,6 +97,10 @@ class DataParallelEngine final : public ModuleHooks {
   };
   std::vector<GroupInfo> group_info() const;
 
+  // Where the engine marks each wait of the compute stream on a collective (Phase::kExposedComm);
+  // null: not measured. Set per step by train_step.
+  void set_comm_timer(PhaseTimer* timer) { comm_timer_ = timer; }
+
   // Units whose gathered weights exist or are being gathered (tests, memory accounting).
   int live_gathered_units() const;
   int64_t ag_prefetch_elems() const { return ag_prefetch_elems_; }
@@ -119,9 +126,16 @@ class DataParallelEngine final : public ModuleHooks {
   void wait_param_sync(EngineGroup& g);
   void launch_grad_reduce(EngineGroup& g);
   void drain_reductions(int64_t keep_in_flight_elems);
-  void refresh_model_weights(EngineGroup& g);
+  // The compute weights this rank's optimizer step updates (bf16 view the size of its main
+  // weights), or an undefined tensor when main and compute weights share storage or differ in
+  // length.
+  at::Tensor refresh_target(EngineGroup& g);
+  // `written`: the optimizer already wrote refresh_target(g).
+  void refresh_model_weights(EngineGroup& g, bool written);
   const ShardingSpec& group_spec(const EngineGroup& g) const;
   void track_temp(int64_t delta_bytes);
+  // wait_work, marked as exposed communication on the comm timer.
+  void wait_comm(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
 
   LlamaDims dims_;
   EngineOptions options_;
@@ -143,6 +157,7 @@ class DataParallelEngine final : public ModuleHooks {
   std::vector<PendingReduce> pending_;
   int64_t live_temp_bytes_ = 0;
   int64_t peak_temp_bytes_ = 0;
+  PhaseTimer* comm_timer_ = nullptr;
 };
 
 }  // namespace shardbench

@@ -74,6 +74,15 @@ const CommLabels& grad_reduce_labels(const EngineGroup& g) {
 
 }  // namespace
 
+void DataParallelEngine::wait_comm(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  if (!work || !comm_timer_) {
+    wait_work(work, what);
+    return;
+  }
+  PhaseScope exposed(comm_timer_, Phase::kExposedComm);
+  wait_work(work, what);
+}
+
 void DataParallelEngine::track_temp(int64_t delta_bytes) {
   live_temp_bytes_ += delta_bytes;
   peak_temp_bytes_ = std::max(peak_temp_bytes_, live_temp_bytes_);
@@ -94,7 +103,7 @@ void DataParallelEngine::ensure_gathered(EngineGroup& g) {
   if (g.gathered) return;
   launch_gather(g);
   nvtx::Range range(kGatherLabels.wait(g));
-  wait_work(g.gather_work, "all-gather of FSDP unit weights");
+  wait_comm(g.gather_work, "all-gather of FSDP unit weights");
   g.gather_work.reset();
   g.gathered = true;
 }
@@ -109,7 +118,7 @@ void DataParallelEngine::release_gathered(EngineGroup& g) {
 void DataParallelEngine::wait_param_sync(EngineGroup& g) {
   if (!g.param_sync_work) return;
   nvtx::Range range(kParamSyncLabels.wait(g));
-  wait_work(g.param_sync_work, "all-gather of updated parameters");
+  wait_comm(g.param_sync_work, "all-gather of updated parameters");
   g.param_sync_work.reset();
   g.param_sync_input = at::Tensor();
 }
@@ -266,7 +275,7 @@ void DataParallelEngine::drain_reductions(int64_t keep_in_flight_elems) {
     auto& g = *groups_[static_cast<size_t>(p.group)];
     {
       nvtx::Range range(grad_reduce_labels(g).wait(g));
-      wait_work(p.work, "gradient reduction");
+      wait_comm(p.work, "gradient reduction");
     }
     if (p.accumulate_from.defined()) {
       g.grad.add_(p.accumulate_from);
@@ -324,7 +333,7 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
   if (any_sharded && dp_ > 1) {
     auto sharded_part = sq_local.narrow(0, 1, 1);
     at::Tensor buf = sharded_part.clone();
-    wait_work(pgs_.world->all_reduce(buf, Reduction::kSum), "grad-norm all-reduce");
+    wait_comm(pgs_.world->all_reduce(buf, Reduction::kSum), "grad-norm all-reduce");
     sharded_part.copy_(buf);
   }
   at::Tensor norm = sq_local.sum().sqrt();
@@ -338,8 +347,8 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
   hyper.lr = lr;
   for (size_t i = 0; i < groups_.size(); ++i) {
     auto& g = *groups_[i];
-    g.optimizer->step(owned[i], hyper, grad_scale);
-    refresh_model_weights(g);
+    const bool written = g.optimizer->step(owned[i], hyper, grad_scale, refresh_target(g));
+    refresh_model_weights(g, written);
     g.grad.zero_();
   }
   if (!options_.overlap_param_gather) {
@@ -348,19 +357,26 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
   return norm;
 }
 
-void DataParallelEngine::refresh_model_weights(EngineGroup& g) {
+at::Tensor DataParallelEngine::refresh_target(EngineGroup& g) {
+  if (g.main_aliases_model) return at::Tensor();
+  if (g.spec.model_weights_sharded) return g.model_shard;
+  if (!g.spec.main_weights_sharded) return g.model_full;
+  return g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
+}
+
+void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
   if (g.spec.model_weights_sharded) {
-    if (!g.main_aliases_model) g.model_shard.copy_(g.main);
+    if (!g.main_aliases_model && !written) g.model_shard.copy_(g.main);
     return;
   }
   if (!g.spec.main_weights_sharded) {
-    if (!g.main_aliases_model) g.model_full.copy_(g.main);
+    if (!g.main_aliases_model && !written) g.model_full.copy_(g.main);
     return;
   }
   // Sharded main weights, full compute weights: write this rank's shard, then all-gather the
   // buffer (waited on before the module's next forward).
   at::Tensor mine = g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
-  if (!g.main_aliases_model) mine.copy_(g.main);
+  if (!g.main_aliases_model && !written) mine.copy_(g.main);
   // gloo's all-gather copies through its own buffers; give it a separate input to stay safe
   // from aliasing. NCCL gathers in place.
   g.param_sync_input = pgs_.all_gather->backend_kind() == CommBackend::kNccl ? mine : mine.clone();

@@ -33,7 +33,13 @@ class RecordingTimer final : public PhaseTimer {
 
  private:
   static const char* name(Phase p) {
-    return p == Phase::kForward ? "F" : p == Phase::kBackward ? "B" : "O";
+    switch (p) {
+      case Phase::kForward: return "F";
+      case Phase::kBackward: return "B";
+      case Phase::kOptimizer: return "O";
+      case Phase::kExposedComm: return "C";
+    }
+    return "?";
   }
 };
 
@@ -62,10 +68,36 @@ TEST(StepPhases, TrainStepMarksEachMicroBatchThenGradSyncThenOptimizer) {
       host_times = host.read();
     }
   });
+  // Waits on collectives ("C"): gathers in forward and backward, the reduce-scatter queue in
+  // backward (and between micro-batches), the optimizer step's collectives.
+  std::vector<std::string> phase_marks;
+  int comm_open = 0, comm_in_forward = 0, comm_in_backward = 0, comm_in_optimizer = 0;
+  std::string open_phase;
+  for (const auto& m : marks) {
+    if (m == "C+") {
+      EXPECT_EQ(comm_open, 0) << "comm waits do not nest";
+      ++comm_open;
+      comm_in_forward += open_phase == "F";
+      comm_in_backward += open_phase == "B";
+      comm_in_optimizer += open_phase == "O";
+    } else if (m == "C-") {
+      --comm_open;
+    } else {
+      phase_marks.push_back(m);
+      open_phase = m.back() == '+' ? m.substr(0, 1) : "";
+    }
+  }
+  EXPECT_EQ(comm_open, 0);
+  EXPECT_GT(comm_in_forward, 0);
+  EXPECT_GT(comm_in_backward, 0);
+  // The grad-norm all-reduce, and the all-gather of the root group's updated weights (its
+  // compute weights stay whole), waited on at once without overlap_param_gather.
+  EXPECT_EQ(comm_in_optimizer, 2);
   // The third backward interval is finish_backward: completing the gradient reductions is the
   // backward phase's tail.
-  EXPECT_EQ(marks, (std::vector<std::string>{"F+", "F-", "B+", "B-", "F+", "F-", "B+", "B-", "B+",
-                                             "B-", "O+", "O-"}));
+  EXPECT_EQ(phase_marks, (std::vector<std::string>{"F+", "F-", "B+", "B-", "F+", "F-", "B+", "B-",
+                                                   "B+", "B-", "O+", "O-"}));
+  EXPECT_GT(host_times[Phase::kExposedComm], 0.0) << "gloo waits block the host";
   EXPECT_GT(host_times[Phase::kForward], 0.0);
   EXPECT_GT(host_times[Phase::kBackward], 0.0);
   EXPECT_GT(host_times[Phase::kOptimizer], 0.0);
@@ -103,6 +135,10 @@ TEST(StepPhases, PerfLaunchReportsPhaseTimesPerStep) {
     }
     // Rank 0's phases lie inside the barrier-aligned step.
     EXPECT_LE(sum, step["elapsed_ms"].get<double>());
+    // Time blocked in collectives overlaps the phases and fits in them.
+    ASSERT_TRUE(phases.contains("exposed_comm")) << step.dump();
+    EXPECT_GE(phases["exposed_comm"].get<double>(), 0.0);
+    EXPECT_LE(phases["exposed_comm"].get<double>(), sum);
     // No device, no device syncs to count.
     EXPECT_TRUE(step["host_syncs"].is_null());
   }
