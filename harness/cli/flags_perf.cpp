@@ -40,7 +40,7 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
       {"", "--export_nsys_sqlite", "Performance", K::kSwitch, "", "false", "nsys sqlite export",
        false, not_supported(kNsysLaunch), true},
       {"-pyp", "--pytorch_profiler", "Performance", K::kValue, "BOOL", "false",
-       "PyTorch profiler (true is not supported yet)", false,
+       "PyTorch profiler: Chrome trace + per-kernel summary of the profiled steps", false,
        boolean(&LaunchArgs::pytorch_profiler)},
       {"", "--profiling_start_step", "Performance", K::kValue, "INT", "10",
        "profiling.profile_step_start", false, integer(&LaunchArgs::profiling_start_step)},

@@ -87,10 +87,6 @@ void check_supported(const LaunchArgs& a) {
   if (a.cuda_graph_scope && !a.cuda_graph_scope->empty()) {
     unsupported(a, "--cuda_graph_scope", "CUDA graph capture is not implemented");
   }
-  if (a.pytorch_profiler) {
-    unsupported(a, "--pytorch_profiler",
-                "the PyTorch profiler is not implemented; use -en/--enable_nsys; accepted: false");
-  }
   if (a.optimizer_type && *a.optimizer_type == "muon") {
     unsupported(a, "--optimizer_type",
                 "the llama recipes use adam (Muon exists only for some Megatron-Bridge recipes, "

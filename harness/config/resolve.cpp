@@ -144,6 +144,18 @@ struct Resolver {
           " are bracketed by cudaProfilerStart/Stop; run perf-launch under `nsys profile "
           "--capture-range=cudaProfilerApi` to capture them");
     }
+    if (a.pytorch_profiler) {
+      // As -en does for nsys: the profiled window and ranks, no shapes; -mh sets the history.
+      set_flag("--pytorch_profiler", "profiling.use_pytorch_profiler", true);
+      set_flag("--pytorch_profiler", "profiling.profile_step_start", a.profiling_start_step);
+      set_flag("--pytorch_profiler", "profiling.profile_step_end", a.profiling_stop_step);
+      set_flag("--pytorch_profiler", "profiling.profile_ranks",
+               a.profiling_ranks.value_or(std::vector<int64_t>{0}));
+      set_flag("--pytorch_profiler", "profiling.record_shapes", false);
+      set_flag(a.given.count("--record_memory_history") ? "--record_memory_history"
+                                                        : "--pytorch_profiler",
+               "profiling.record_memory_history", a.record_memory_history);
+    }
     if (a.given.count("--profiling_start_step")) {
       set_flag("--profiling_start_step", "profiling.profile_step_start", a.profiling_start_step);
     }

@@ -23,6 +23,7 @@
 #include "harness/measure/nsys_capture.hpp"
 #include "harness/measure/nvtx.hpp"
 #include "harness/measure/phase_timer_cuda.hpp"
+#include "harness/measure/torch_profiler.hpp"
 #include "harness/measure/zero_model.hpp"
 #include "harness/report/console.hpp"
 
@@ -101,6 +102,30 @@ bool profiles_this_rank(const ConfigContainer& c, const WorkerContext& ctx) {
          std::find(ranks.begin(), ranks.end(), ctx.rank) != ranks.end();
 }
 
+bool torch_profiles_this_rank(const ConfigContainer& c, const WorkerContext& ctx) {
+  const auto& ranks = c.profiling.profile_ranks;
+  return c.profiling.use_pytorch_profiler &&
+         std::find(ranks.begin(), ranks.end(), ctx.rank) != ranks.end();
+}
+
+// The profiler's files go to logger.tensorboard_dir when set (as Megatron-Bridge's trace
+// handler), else next to the report; named after the run so a baseline does not overwrite them.
+TorchProfilerFiles torch_profiler_files_for(const ConfigContainer& c, const RunRecord& rec,
+                                            int rank) {
+  std::filesystem::path dir;
+  if (c.logger.tensorboard_dir) {
+    dir = *c.logger.tensorboard_dir;
+  } else if (c.shardbench.report_path) {
+    dir = std::filesystem::path(*c.shardbench.report_path).parent_path();
+  } else {
+    dir = c.shardbench.report_dir;
+  }
+  std::string stem = rec.recipe + "_" + rec.label + "_ws" + std::to_string(rec.world_size);
+  std::replace(stem.begin(), stem.end(), '/', '-');
+  std::replace(stem.begin(), stem.end(), '+', '-');
+  return torch_profiler_files(dir, stem, rank);
+}
+
 }  // namespace
 
 LlamaDims llama_dims_from(const ConfigContainer& c) {
@@ -176,6 +201,7 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   o.device = ctx.device;
   o.seed = static_cast<uint64_t>(c.rng.seed);
   o.clip_grad = c.optimizer.clip_grad;
+  o.fused_kernels = c.shardbench.fused_kernels;
   o.adam.beta1 = c.optimizer.adam_beta1;
   o.adam.beta2 = c.optimizer.adam_beta2;
   o.adam.eps = c.optimizer.adam_eps;
@@ -228,6 +254,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   heartbeat("building engine");
   reset_allocator_peaks(ctx.device);
   LlamaModel model(dims, ctx.device);
+  model.set_fused_kernels(options.fused_kernels);
+  rec.fused_kernels = model.uses_fused_kernels(options.compute_dtype);
   DataParallelEngine engine(dims, options, ctx.pgs);
   rec.label = engine.label();
   rec.wrapper = options.wrapper;
@@ -252,6 +280,10 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   // --capture-range-end=stop keeps the first, repeat keeps both.
   NsysCaptureWindow nsys(profiles_this_rank(config, ctx), config.profiling.profile_step_start,
                          config.profiling.profile_step_end);
+  TorchProfilerWindow torch_profiler(
+      torch_profiles_this_rank(config, ctx), config.profiling.profile_step_start,
+      config.profiling.profile_step_end, ctx.device.is_cuda(), config.profiling.record_shapes,
+      config.profiling.record_memory_history, torch_profiler_files_for(config, rec, ctx.rank));
   const std::unique_ptr<PhaseTimer> phases = make_phase_timer(ctx.device);
   HostSyncCounter syncs(ctx);
   // Groups the steps of one run: the FSDP run and its DDP baseline share one process.
@@ -265,6 +297,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
                                     dims.seq_length, dims.vocab),
                   mbs, lr.at(it)};
     nsys.before_step(it + 1);
+    torch_profiler.before_step(it + 1);
     // Megatron's interval timer: barrier, start; step; barrier-aligned stop.
     syncs.barrier(*ctx.pgs.world);
     syncs.synchronize();
@@ -272,6 +305,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     StepOutputs out;
     {
       nvtx::Range step_range(kStepLabels[it + 1]);
+      // The step as a user scope in the PyTorch profiler's trace (free when it is off).
+      RECORD_USER_SCOPE("training_step_" + std::to_string(it + 1));
       phases->begin_step();
       out = train_step(model, engine, in, phases.get());
       phases->end_step();
@@ -301,11 +336,18 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     step.forward_ms = times[Phase::kForward];
     step.backward_ms = times[Phase::kBackward];
     step.optimizer_ms = times[Phase::kOptimizer];
+    step.exposed_comm_ms = times[Phase::kExposedComm];
     // Only a GPU step has device syncs to count; on CPU the field stays absent rather than 0.
     const int64_t step_syncs = syncs.take();
     if (ctx.device.is_cuda()) step.host_syncs = step_syncs;
     rec.steps.push_back(step);
     nsys.after_step(it + 1);
+    torch_profiler.after_step(it + 1);
+    if (!torch_profiler.summary().empty() && !torch_profiler.capturing() &&
+        it + 1 == config.profiling.profile_step_end) {
+      std::cout << "perf-launch: rank " << ctx.rank << " " << torch_profiler.summary()
+                << std::flush;
+    }
     if (print) {
       std::cout << format_iteration_line(iteration_log(rec, rec.steps.back(), 0)) << "\n";
       std::cout << format_step_time_line(step.elapsed_ms,

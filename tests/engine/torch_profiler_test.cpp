@@ -1,0 +1,111 @@
+// -pyp/--pytorch_profiler end to end on CPU: the profiled window writes a Chrome trace with the
+// step scopes and a summary of the ops, only on the profiling ranks, and nothing when off.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace shardbench {
+namespace {
+
+namespace fs = std::filesystem;
+
+// (Not fs::remove_all: the libtorch.so of the wheel exports a broken copy of it.)
+void remove_tree(const fs::path& dir) {
+  if (!fs::exists(dir)) return;
+  for (const auto& entry : fs::directory_iterator(dir)) fs::remove(entry.path());
+  fs::remove(dir);
+}
+
+std::string run(const std::string& args, int* status) {
+  const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) + " " + args + " 2>&1";
+  std::string output;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return "popen failed";
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), pipe)) output += buf.data();
+  *status = pclose(pipe);
+  return output;
+}
+
+TEST(TorchProfiler, WindowWritesTraceAndSummaryOnProfilingRanks) {
+  const fs::path dir = fs::temp_directory_path() / ("shardbench_pyp_" + std::to_string(getpid()));
+  remove_tree(dir);
+  int status = 0;
+  const std::string out = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 3 -pyp true "
+                              "--profiling_start_step 2 --profiling_stop_step 3 "
+                              "--profiling_ranks 1 shardbench.compare_with_ddp=false "
+                              "shardbench.report_path=" + (dir / "report.json").string(),
+                              &status);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_NE(out.find("rank 1 torch profiler, steps 2-3"), std::string::npos) << out;
+
+  // <recipe>_<run label>_ws<N>_rank<r>.{trace,kernels}.json next to the report.
+  fs::path trace, kernels;
+  int traces = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".trace.json")) ++traces;
+    if (name.starts_with("llama3_tiny_cpu_ddp") && name.ends_with("_ws2_rank1.trace.json")) {
+      trace = entry.path();
+    }
+    if (name.starts_with("llama3_tiny_cpu_ddp") && name.ends_with("_ws2_rank1.kernels.json")) {
+      kernels = entry.path();
+    }
+  }
+  ASSERT_FALSE(trace.empty()) << out;
+  ASSERT_FALSE(kernels.empty()) << out;
+  EXPECT_EQ(traces, 1) << "rank 0 is not a profiling rank";
+
+  std::ifstream tf(trace);
+  const auto t = nlohmann::json::parse(tf);
+  bool step2 = false, step3 = false, step1 = false, matmul = false;
+  for (const auto& ev : t["traceEvents"]) {
+    const std::string name = ev.value("name", "");
+    step1 = step1 || name == "training_step_1";
+    step2 = step2 || name == "training_step_2";
+    step3 = step3 || name == "training_step_3";
+    matmul = matmul || name == "aten::mm" || name == "aten::addmm" || name == "aten::matmul";
+  }
+  EXPECT_TRUE(step2 && step3) << "the window's steps are in the trace";
+  EXPECT_FALSE(step1) << "step 1 is outside the window";
+  EXPECT_TRUE(matmul);
+
+  std::ifstream kf(kernels);
+  const auto k = nlohmann::json::parse(kf);
+  EXPECT_EQ(k["kind"], "cpu_ops");
+  EXPECT_EQ(k["steps"], 2);
+  ASSERT_FALSE(k["rows"].empty());
+  double prev = k["rows"][0]["total_us"].get<double>();
+  for (const auto& row : k["rows"]) {
+    EXPECT_GT(row["calls"].get<int64_t>(), 0);
+    EXPECT_LE(row["total_us"].get<double>(), prev) << "sorted by time";
+    prev = row["total_us"].get<double>();
+  }
+  remove_tree(dir);
+}
+
+TEST(TorchProfiler, OffWritesNothing) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("shardbench_nopyp_" + std::to_string(getpid()));
+  remove_tree(dir);
+  int status = 0;
+  const std::string out = run("-m llama -mr llama3_tiny_cpu -ng 1 -g cpu -ms 2 "
+                              "shardbench.report_path=" + (dir / "report.json").string(),
+                              &status);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().filename(), "report.json");
+  }
+  remove_tree(dir);
+}
+
+}  // namespace
+}  // namespace shardbench
