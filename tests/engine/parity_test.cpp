@@ -71,6 +71,7 @@ Trajectory reference_run(const LlamaDims& dims, int64_t gbs, double clip) {
     double sq = 0;
     for (auto& p : params) sq += p.grad().pow(2).sum().item<double>();
     const double coeff = std::min(1.0, clip / (std::sqrt(sq) + 1e-6));
+
     for (size_t i = 0; i < params.size(); ++i) {
       auto g = params[i].grad() * coeff;
       reference_adamw_step(params[i].detach(), g, avg[i], avg_sq[i], it + 1, hyper(),
@@ -141,6 +142,7 @@ TEST_P(StrategyParity, MatchesSingleProcessReference) {
     for (int it = 0; it < kSteps; ++it) {
       StepInputs in{mock_global_batch(kSeed, it, c.gbs, dims.seq_length, dims.vocab), c.mbs, kLr};
       auto out = train_step(model, engine, in);
+
       at::Tensor loss = out.loss.reshape({1}).clone();
       wait_work(pgs.world->all_reduce(loss, Reduction::kAvg), "loss");
       losses.push_back(loss.item<double>());
@@ -159,9 +161,17 @@ TEST_P(StrategyParity, MatchesSingleProcessReference) {
   ASSERT_EQ(got.weights.size(), ref.weights.size());
   const auto specs = llama_param_specs(dims);
   for (size_t i = 0; i < ref.weights.size(); ++i) {
+    // Relative in norm: ||got - ref|| <= 1e-5 ||ref||. Element by element the bound is looser
+    // (1e-4 of the largest weight): the ranks sum each gradient in another order than the
+    // single process, and AdamW turns those fp32 rounding differences into visible update
+    // differences for the rare elements whose gradient is near eps (which ones depends on the
+    // CPU's kernels). A wrong shard, scale or step moves whole tensors by far more.
+    const at::Tensor delta = got.weights[i] - ref.weights[i];
+    const double rel = delta.norm().item<double>() / ref.weights[i].norm().item<double>();
+    EXPECT_LE(rel, 1e-5) << specs[i].name;
     const double scale = ref.weights[i].abs().max().item<double>();
-    const double diff = (got.weights[i] - ref.weights[i]).abs().max().item<double>();
-    EXPECT_LE(diff, 1e-5 * scale) << specs[i].name;
+    EXPECT_LE(delta.abs().max().item<double>(), 1e-4 * scale) << specs[i].name;
+
   }
   // The weights must have moved: a test that compares unchanged weights proves nothing.
   auto init = at::empty(specs[1].shape, at::kFloat);

@@ -144,8 +144,6 @@ TEST(CliParse, UnsupportedValuesAreRejectedWithReason) {
   EXPECT_NE(error_of({"--task", "sft"}).find("accepted: pretrain"), std::string::npos);
   EXPECT_NE(error_of({"--data", "c4"}).find("accepted: mock"), std::string::npos);
   EXPECT_NE(error_of({"--use_recipes"}).find("--use_recipes is not supported"), std::string::npos);
-  EXPECT_NE(error_of({"-pyp", "true"}).find("PyTorch profiler is not implemented"),
-            std::string::npos);
   EXPECT_NE(error_of({"--optimizer_type", "muon"}).find("the llama recipes use adam"),
             std::string::npos);
   EXPECT_EQ(parse_with({"--optimizer_type", "adam"}).optimizer_type, "adam");

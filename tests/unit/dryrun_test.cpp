@@ -162,6 +162,22 @@ TEST(DryrunPipeline, NsysProfilingFlags) {
                UsageError);
 }
 
+TEST(DryrunPipeline, PytorchProfilerFlags) {
+  const ResolvedConfig r = resolve_8b({"-pyp", "true", "--profiling_start_step", "3",
+                                       "--profiling_stop_step", "5", "-mh", "false"});
+  EXPECT_TRUE(r.config.profiling.use_pytorch_profiler);
+  EXPECT_FALSE(r.config.profiling.use_nsys_profiler);
+  EXPECT_EQ(r.config.profiling.profile_step_start, 3);
+  EXPECT_EQ(r.config.profiling.profile_step_end, 5);
+  EXPECT_EQ(r.config.profiling.profile_ranks, (IntList{0}));
+  EXPECT_FALSE(r.config.profiling.record_memory_history);
+  EXPECT_TRUE(resolve_8b({"-pyp", "true"}).config.profiling.record_memory_history)
+      << "-mh defaults to true";
+  EXPECT_FALSE(resolve_8b({}).config.profiling.use_pytorch_profiler);
+  // nsys and the PyTorch profiler exclude each other, as in Megatron-Bridge.
+  EXPECT_THROW(resolve_8b({"-pyp", "true", "-en"}), UsageError);
+}
+
 TEST(DryrunPipeline, ValidationErrorsSurfaceAsUsageErrors) {
   try {
     resolve_8b({"--use_megatron_fsdp", "true", "env.CUDA_DEVICE_MAX_CONNECTIONS=1"});
