@@ -151,10 +151,20 @@ LlamaDims llama_dims_from(const ConfigContainer& c) {
   return d;
 }
 
-EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext& ctx) {
-  reject(c.model.recompute_granularity.has_value(), "model.recompute_granularity",
-         c.model.recompute_granularity.value_or(""), "null");
-  reject(c.model.cpu_offloading, "model.cpu_offloading", "true", "false");
+int64_t recompute_layers_from(const ConfigContainer& c, const LlamaDims& dims) {
+  const auto& m = c.model;
+  if (!m.recompute_granularity) return 0;
+  reject(*m.recompute_granularity != "full", "model.recompute_granularity",
+         *m.recompute_granularity, "null or full (selective recompute is not implemented)");
+  reject(m.recompute_method.value_or("block") != "block", "model.recompute_method",
+         m.recompute_method.value_or(""), "block (-rl N sets it; uniform is not implemented)");
+  const int64_t n = m.recompute_num_layers.value_or(dims.num_layers);
+  reject(n < 0 || n > dims.num_layers, "model.recompute_num_layers", std::to_string(n),
+         "0.." + std::to_string(dims.num_layers) + " (the model's layers)");
+  return n;
+}
+
+EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext& ctx) {  reject(c.model.cpu_offloading, "model.cpu_offloading", "true", "false");
   reject(c.mixed_precision.fp8.has_value(), "mixed_precision.fp8",
          c.mixed_precision.fp8.value_or(""), "null (bf16 or fp32 compute)");
   reject(c.dist.use_torch_fsdp2, "dist.use_torch_fsdp2", "true", "false");
@@ -255,6 +265,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   reset_allocator_peaks(ctx.device);
   LlamaModel model(dims, ctx.device);
   model.set_fused_kernels(options.fused_kernels);
+  model.set_recompute_layers(recompute_layers_from(config, dims));
   rec.fused_kernels = model.uses_fused_kernels(options.compute_dtype);
   DataParallelEngine engine(dims, options, ctx.pgs);
   rec.label = engine.label();

@@ -7,6 +7,7 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "harness/measure/nvtx.hpp"
@@ -102,6 +103,39 @@ struct BackwardRangeClose : torch::autograd::Function<BackwardRangeClose> {
     return {grads[0]};
   }
 };
+
+}  // namespace
+
+// Block recompute of one layer: forward without a graph, keeping the input only; backward runs
+// the layer again with grad enabled and back-propagates through it (a reentrant backward: the
+// weights' gradients accumulate into their leaves, so the engine's hooks see them as usual).
+struct RecomputeLayerFn : torch::autograd::Function<RecomputeLayerFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            int64_t model, int64_t layer) {
+    const auto* m = reinterpret_cast<const LlamaModel*>(model);
+    const auto* w = reinterpret_cast<const LayerWeights*>(layer);
+    ctx->save_for_backward({x});
+    ctx->saved_data["model"] = model;
+    ctx->saved_data["layer"] = layer;
+    at::NoGradGuard no_grad;
+    return m->layer_forward(*w, x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* m = reinterpret_cast<const LlamaModel*>(ctx->saved_data["model"].toInt());
+    const auto* w = reinterpret_cast<const LayerWeights*>(ctx->saved_data["layer"].toInt());
+    at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    at::Tensor out;
+    {
+      at::AutoGradMode grad_mode(true);
+      out = m->layer_forward(*w, x);
+    }
+    torch::autograd::backward({out}, {grads[0]});
+    return {x.grad(), at::Tensor(), at::Tensor()};
+  }
+};
+
+namespace {
 
 // Only with a tool attached: the two nodes cost a little autograd bookkeeping per layer.
 bool mark_backward(const at::Tensor& x) {
@@ -232,7 +266,12 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     if (hooks) hooks->pre_forward(m);
     const bool mark = mark_backward(x);
     if (mark) x = BackwardRangeClose::apply(x)[0];
-    x = layer_forward(w.layers[l], x);
+    if (l < recompute_layers_ && x.requires_grad() && at::GradMode::is_enabled()) {
+      x = RecomputeLayerFn::apply(x, reinterpret_cast<int64_t>(this),
+                                  reinterpret_cast<int64_t>(&w.layers[l]));
+    } else {
+      x = layer_forward(w.layers[l], x);
+    }
     if (hooks) x = hooks->post_forward(m, x);
     // After post_forward: the engine's pre-backward gather runs inside the layer's range.
     if (mark) x = BackwardRangeOpen::apply(x, l)[0];

@@ -88,6 +88,13 @@ class LlamaModel {
   // Whether a forward on `dtype` tensors of this model's device takes the fused path.
   bool uses_fused_kernels(at::ScalarType dtype) const;
 
+  // Full activation recompute of the first `n` layers (Megatron's recompute_granularity=full,
+  // recompute_method=block): those layers keep only their input for backward and run their
+  // forward again inside their backward, with the weights the engine gathered for backward (no
+  // forward prefetch, resharded only after backward). 0: off.
+  void set_recompute_layers(int64_t n) { recompute_layers_ = n; }
+  int64_t recompute_layers() const { return recompute_layers_; }
+
   // tokens, labels: [B, S] int64 on the model's device. Returns the mean token loss (fp32
   // scalar). `hooks` may be null (plain forward).
   at::Tensor forward_loss(const LlamaWeights& w, const at::Tensor& tokens,
@@ -95,6 +102,7 @@ class LlamaModel {
 
  private:
   at::Tensor layer_forward(const LayerWeights& w, const at::Tensor& x) const;
+
   at::Tensor apply_rope(const at::Tensor& x) const;  // x: [B, S, H, D]
 
   LlamaDims dims_;
@@ -102,6 +110,9 @@ class LlamaModel {
   at::Tensor rope_cos_;  // [S, D] fp32
   at::Tensor rope_sin_;
   bool fused_ = false;
+  int64_t recompute_layers_ = 0;
+
+  friend struct RecomputeLayerFn;
 };
 
 // Which SDPA backend at::scaled_dot_product_attention would pick for this model's attention
