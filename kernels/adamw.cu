@@ -63,11 +63,11 @@ void launch(const AdamTile* tiles, int64_t num_tiles, float* param, const void* 
   const auto* g = static_cast<const G*>(grad);
   auto* model = static_cast<__nv_bfloat16*>(model_out);
   if (model) {
-    adamw_kernel<G, true><<<num_tiles, kThreads, 0, stream>>>(tiles, param, g, exp_avg,
-                                                              exp_avg_sq, step, grad_scale, model);
+    adamw_kernel<G, true><<<num_tiles, kThreads, 0, stream>>>(tiles, param, g, exp_avg, exp_avg_sq,
+                                                              step, grad_scale, model);
   } else {
-    adamw_kernel<G, false><<<num_tiles, kThreads, 0, stream>>>(
-        tiles, param, g, exp_avg, exp_avg_sq, step, grad_scale, nullptr);
+    adamw_kernel<G, false><<<num_tiles, kThreads, 0, stream>>>(tiles, param, g, exp_avg, exp_avg_sq,
+                                                               step, grad_scale, nullptr);
   }
 }
 
@@ -81,8 +81,8 @@ void adamw_flat(const AdamTile* tiles, int64_t num_tiles, float* param, const vo
     launch<__nv_bfloat16>(tiles, num_tiles, param, grad, exp_avg, exp_avg_sq, step, grad_scale,
                           model_out, stream);
   } else {
-    launch<float>(tiles, num_tiles, param, grad, exp_avg, exp_avg_sq, step, grad_scale,
-                  model_out, stream);
+    launch<float>(tiles, num_tiles, param, grad, exp_avg, exp_avg_sq, step, grad_scale, model_out,
+                  stream);
   }
   detail::check_launch("adamw_flat");
 }

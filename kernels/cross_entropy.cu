@@ -9,8 +9,8 @@
 namespace shardbench::kernels {
 namespace {
 
-using detail::Vec;
 using detail::to_float;
+using detail::Vec;
 using detail::vec_elems;
 
 constexpr int kThreads = 512;
@@ -135,11 +135,11 @@ void forward_impl(const void* logits, int64_t rows, int64_t vocab, int64_t strid
   if (rows == 0) return;
   const auto* x = static_cast<const T*>(logits);
   if (vectorizable<T>(logits, vocab, stride)) {
-    ce_forward_kernel<T, true><<<rows, kThreads, 0, stream>>>(x, vocab, stride, labels,
-                                                              ignore_index, lse, loss_rows);
+    ce_forward_kernel<T, true>
+        <<<rows, kThreads, 0, stream>>>(x, vocab, stride, labels, ignore_index, lse, loss_rows);
   } else {
-    ce_forward_kernel<T, false><<<rows, kThreads, 0, stream>>>(x, vocab, stride, labels,
-                                                               ignore_index, lse, loss_rows);
+    ce_forward_kernel<T, false>
+        <<<rows, kThreads, 0, stream>>>(x, vocab, stride, labels, ignore_index, lse, loss_rows);
   }
   detail::check_launch("cross_entropy_forward");
 }
@@ -152,11 +152,11 @@ void backward_impl(const void* logits, void* grad, int64_t rows, int64_t vocab, 
   const auto* x = static_cast<const T*>(logits);
   auto* g = static_cast<T*>(grad);
   if (vectorizable<T>(logits, vocab, stride) && detail::aligned16(grad)) {
-    ce_backward_kernel<T, true><<<rows, kThreads, 0, stream>>>(x, g, vocab, stride, labels,
-                                                               ignore_index, lse, scale);
+    ce_backward_kernel<T, true>
+        <<<rows, kThreads, 0, stream>>>(x, g, vocab, stride, labels, ignore_index, lse, scale);
   } else {
-    ce_backward_kernel<T, false><<<rows, kThreads, 0, stream>>>(x, g, vocab, stride, labels,
-                                                                ignore_index, lse, scale);
+    ce_backward_kernel<T, false>
+        <<<rows, kThreads, 0, stream>>>(x, g, vocab, stride, labels, ignore_index, lse, scale);
   }
   detail::check_launch("cross_entropy_backward");
 }
@@ -164,14 +164,13 @@ void backward_impl(const void* logits, void* grad, int64_t rows, int64_t vocab, 
 }  // namespace
 
 void cross_entropy_forward(const void* logits, DType dtype, int64_t rows, int64_t vocab,
-                           int64_t stride, const int64_t* labels, int64_t ignore_index,
-                           float* lse, float* loss_rows, Stream stream) {
+                           int64_t stride, const int64_t* labels, int64_t ignore_index, float* lse,
+                           float* loss_rows, Stream stream) {
   if (dtype == DType::kBFloat16) {
-    forward_impl<__nv_bfloat16>(logits, rows, vocab, stride, labels, ignore_index, lse,
-                                loss_rows, stream);
+    forward_impl<__nv_bfloat16>(logits, rows, vocab, stride, labels, ignore_index, lse, loss_rows,
+                                stream);
   } else {
-    forward_impl<float>(logits, rows, vocab, stride, labels, ignore_index, lse, loss_rows,
-                        stream);
+    forward_impl<float>(logits, rows, vocab, stride, labels, ignore_index, lse, loss_rows, stream);
   }
 }
 

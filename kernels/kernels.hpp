@@ -20,8 +20,8 @@ enum class DType { kFloat32, kBFloat16 };
 // Forward: lse[r] = logsumexp(logits[r, :]); loss_rows[r] = lse[r] - logits[r, label[r]], or 0
 // where label[r] == ignore_index. Reads the logits once (online softmax).
 void cross_entropy_forward(const void* logits, DType dtype, int64_t rows, int64_t vocab,
-                           int64_t stride, const int64_t* labels, int64_t ignore_index,
-                           float* lse, float* loss_rows, Stream stream);
+                           int64_t stride, const int64_t* labels, int64_t ignore_index, float* lse,
+                           float* loss_rows, Stream stream);
 // Backward: grad[r, v] = (softmax(logits[r])[v] - [v == label[r]]) * scale[0], 0 on ignored
 // rows; `scale` is a device scalar (d loss / d loss_row). `grad` may alias `logits` (the
 // gradient then overwrites the logits in place, saving their size in memory).
@@ -59,9 +59,9 @@ void rope_qkv_backward(const void* dq, HeadStrides sq, const void* dk, HeadStrid
 // ---- AdamW over flat fp32 main weights ------------------------------------------------------
 // One launch covers a flat buffer cut into tiles that never cross a weight-decay boundary.
 struct AdamTile {
-  int64_t start;       // first element
-  int32_t length;      // elements, <= kAdamTileElems
-  int32_t decay;       // 1: apply weight decay, 0: no decay (norm weights)
+  int64_t start;   // first element
+  int32_t length;  // elements, <= kAdamTileElems
+  int32_t decay;   // 1: apply weight decay, 0: no decay (norm weights)
 };
 constexpr int32_t kAdamTileElems = 1 << 15;
 

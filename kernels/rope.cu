@@ -45,11 +45,11 @@ __global__ void rope_fwd_kernel(const T* __restrict__ qkv, T* __restrict__ q, T*
 }
 
 template <typename T>
-__global__ void rope_bwd_kernel(const T* __restrict__ dq, HeadStrides sq,
-                                const T* __restrict__ dk, HeadStrides sk,
-                                const T* __restrict__ dv, HeadStrides sv, T* __restrict__ d_qkv,
-                                int64_t seq, int heads, int kv_heads, int head_dim,
-                                const float* __restrict__ cos_t, const float* __restrict__ sin_t) {
+__global__ void rope_bwd_kernel(const T* __restrict__ dq, HeadStrides sq, const T* __restrict__ dk,
+                                HeadStrides sk, const T* __restrict__ dv, HeadStrides sv,
+                                T* __restrict__ d_qkv, int64_t seq, int heads, int kv_heads,
+                                int head_dim, const float* __restrict__ cos_t,
+                                const float* __restrict__ sin_t) {
   const int64_t t = blockIdx.x;
   const int64_t b = t / seq, pos = t % seq;
   const int half = head_dim / 2;
@@ -90,8 +90,8 @@ void rope_qkv_forward(const void* qkv, void* q, void* k, void* v, DType dtype, i
   if (dtype == DType::kBFloat16) {
     using T = __nv_bfloat16;
     rope_fwd_kernel<T><<<tokens, kThreads, 0, stream>>>(
-        static_cast<const T*>(qkv), static_cast<T*>(q), static_cast<T*>(k), static_cast<T*>(v),
-        seq, int(heads), int(kv_heads), int(head_dim), cos, sin);
+        static_cast<const T*>(qkv), static_cast<T*>(q), static_cast<T*>(k), static_cast<T*>(v), seq,
+        int(heads), int(kv_heads), int(head_dim), cos, sin);
   } else {
     rope_fwd_kernel<float><<<tokens, kThreads, 0, stream>>>(
         static_cast<const float*>(qkv), static_cast<float*>(q), static_cast<float*>(k),
@@ -109,8 +109,8 @@ void rope_qkv_backward(const void* dq, HeadStrides sq, const void* dk, HeadStrid
   if (dtype == DType::kBFloat16) {
     using T = __nv_bfloat16;
     rope_bwd_kernel<T><<<tokens, kThreads, 0, stream>>>(
-        static_cast<const T*>(dq), sq, static_cast<const T*>(dk), sk, static_cast<const T*>(dv),
-        sv, static_cast<T*>(d_qkv), seq, int(heads), int(kv_heads), int(head_dim), cos, sin);
+        static_cast<const T*>(dq), sq, static_cast<const T*>(dk), sk, static_cast<const T*>(dv), sv,
+        static_cast<T*>(d_qkv), seq, int(heads), int(kv_heads), int(head_dim), cos, sin);
   } else {
     rope_bwd_kernel<float><<<tokens, kThreads, 0, stream>>>(
         static_cast<const float*>(dq), sq, static_cast<const float*>(dk), sk,

@@ -17,8 +17,8 @@ __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-
 
 // Grid-stride over (row, column-vector) pairs; W elements per thread step.
 template <typename T, int W>
-__global__ void swiglu_fwd_kernel(const T* __restrict__ gate_up, T* __restrict__ out,
-                                  int64_t rows, int64_t ffn) {
+__global__ void swiglu_fwd_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows,
+                                  int64_t ffn) {
   const int64_t cols = ffn / W;
   const int64_t total = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include <kineto/ActivityType.h>
-#include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_kineto.h>
+#include <nlohmann/json.hpp>
 #ifdef SHARDBENCH_WITH_NCCL
 #include <torch/csrc/cuda/memory_snapshot.h>
 #endif
@@ -69,9 +69,8 @@ struct KernelStat {
 
 void TorchProfilerWindow::before_step(int64_t step) {
   if (!active_ || capturing_ || step != first_step_) return;
-  std::filesystem::create_directories(files_.trace.parent_path().empty()
-                                          ? std::filesystem::path(".")
-                                          : files_.trace.parent_path());
+  std::filesystem::create_directories(
+      files_.trace.parent_path().empty() ? std::filesystem::path(".") : files_.trace.parent_path());
 #ifdef SHARDBENCH_WITH_NCCL
   if (record_memory_) torch::cuda::_record_memory_history("all", "all", "python", 200000);
 #endif

@@ -14,9 +14,9 @@
 namespace shardbench {
 
 struct TorchProfilerFiles {
-  std::filesystem::path trace;     // Chrome trace JSON
-  std::filesystem::path kernels;   // kernel summary JSON
-  std::filesystem::path memory;    // allocator snapshot (pickle), CUDA + record_memory_history
+  std::filesystem::path trace;    // Chrome trace JSON
+  std::filesystem::path kernels;  // kernel summary JSON
+  std::filesystem::path memory;   // allocator snapshot (pickle), CUDA + record_memory_history
 };
 
 // Files of one rank's window: <dir>/<stem>_rank<r>.trace.json, .kernels.json, .memory.pickle.

@@ -39,11 +39,13 @@ TEST(TorchProfiler, WindowWritesTraceAndSummaryOnProfilingRanks) {
   const fs::path dir = fs::temp_directory_path() / ("shardbench_pyp_" + std::to_string(getpid()));
   remove_tree(dir);
   int status = 0;
-  const std::string out = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 3 -pyp true "
-                              "--profiling_start_step 2 --profiling_stop_step 3 "
-                              "--profiling_ranks 1 shardbench.compare_with_ddp=false "
-                              "shardbench.report_path=" + (dir / "report.json").string(),
-                              &status);
+  const std::string out =
+      run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 3 -pyp true "
+          "--profiling_start_step 2 --profiling_stop_step 3 "
+          "--profiling_ranks 1 shardbench.compare_with_ddp=false "
+          "shardbench.report_path=" +
+              (dir / "report.json").string(),
+          &status);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
   EXPECT_NE(out.find("rank 1 torch profiler, steps 2-3"), std::string::npos) << out;
 
@@ -93,13 +95,14 @@ TEST(TorchProfiler, WindowWritesTraceAndSummaryOnProfilingRanks) {
 }
 
 TEST(TorchProfiler, OffWritesNothing) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("shardbench_nopyp_" + std::to_string(getpid()));
+  const fs::path dir = fs::temp_directory_path() / ("shardbench_nopyp_" + std::to_string(getpid()));
   remove_tree(dir);
   int status = 0;
-  const std::string out = run("-m llama -mr llama3_tiny_cpu -ng 1 -g cpu -ms 2 "
-                              "shardbench.report_path=" + (dir / "report.json").string(),
-                              &status);
+  const std::string out =
+      run("-m llama -mr llama3_tiny_cpu -ng 1 -g cpu -ms 2 "
+          "shardbench.report_path=" +
+              (dir / "report.json").string(),
+          &status);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
   for (const auto& entry : fs::directory_iterator(dir)) {
     EXPECT_EQ(entry.path().filename(), "report.json");

@@ -96,7 +96,8 @@ TEST_P(FusedOps, RopeQkvMatchesSplitAndRotate) {
   auto pos = at::arange(s, on_gpu(at::kDouble)).unsqueeze(1);
   auto inv = at::pow(10000.0, -at::arange(0, d / 2, on_gpu(at::kDouble)) * 2.0 / double(d));
   auto emb = at::cat({pos * inv, pos * inv}, -1);
-  at::Tensor cos = emb.cos().to(at::kFloat).contiguous(), sin = emb.sin().to(at::kFloat).contiguous();
+  at::Tensor cos = emb.cos().to(at::kFloat).contiguous(),
+             sin = emb.sin().to(at::kFloat).contiguous();
 
   at::Tensor base = at::randn({b, s, (h + 2 * kv) * d}, on_gpu(at::kFloat)).to(dtype());
   at::Tensor x_ref = base.to(at::kFloat).requires_grad_(true);
@@ -115,8 +116,8 @@ TEST_P(FusedOps, RopeQkvMatchesSplitAndRotate) {
   auto dk = at::randn({b, kv, s, d}, on_gpu(at::kFloat)).to(dtype()).transpose(1, 2);
   auto dv = at::randn({b, s, kv, d}, on_gpu(at::kFloat)).to(dtype());
   ASSERT_FALSE(dq.is_contiguous());
-  at::Tensor g_ref = torch::autograd::grad({q_ref, k_ref, v_ref}, {x_ref},
-                                           {dq.to(at::kFloat), dk.to(at::kFloat), dv.to(at::kFloat)})[0];
+  at::Tensor g_ref = torch::autograd::grad(
+      {q_ref, k_ref, v_ref}, {x_ref}, {dq.to(at::kFloat), dk.to(at::kFloat), dv.to(at::kFloat)})[0];
   at::Tensor g = torch::autograd::grad({out[0], out[1], out[2]}, {x}, {dq, dk, dv})[0];
   EXPECT_LT(rel_err(g, g_ref), tol());
 }

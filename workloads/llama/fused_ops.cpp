@@ -102,8 +102,7 @@ struct SwigluFn : torch::autograd::Function<SwigluFn> {
     const at::Tensor d_out = grads[0].to(gate_up.scalar_type()).contiguous();
     at::Tensor d_gate_up = at::empty_like(gate_up);
     kernels::swiglu_backward(d_out.data_ptr(), gate_up.data_ptr(), d_gate_up.data_ptr(),
-                             kdtype(gate_up), gate_up.numel() / (2 * ffn), ffn,
-                             stream_of(gate_up));
+                             kdtype(gate_up), gate_up.numel() / (2 * ffn), ffn, stream_of(gate_up));
     return {d_gate_up, at::Tensor()};
   }
 };
@@ -126,9 +125,9 @@ struct RopeQkvFn : torch::autograd::Function<RopeQkvFn> {
     at::Tensor q = at::empty({b, s, heads, head_dim}, qkv.options());
     at::Tensor k = at::empty({b, s, kv_heads, head_dim}, qkv.options());
     at::Tensor v = at::empty({b, s, kv_heads, head_dim}, qkv.options());
-    kernels::rope_qkv_forward(qkv.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                              kdtype(qkv), b * s, s, heads, kv_heads, head_dim,
-                              cos.data_ptr<float>(), sin.data_ptr<float>(), stream_of(qkv));
+    kernels::rope_qkv_forward(qkv.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), kdtype(qkv),
+                              b * s, s, heads, kv_heads, head_dim, cos.data_ptr<float>(),
+                              sin.data_ptr<float>(), stream_of(qkv));
     ctx->save_for_backward({cos, sin});
     ctx->saved_data["dims"] = std::vector<int64_t>{b, s, heads, kv_heads, head_dim};
     ctx->saved_data["dtype"] = static_cast<int64_t>(qkv.scalar_type());
@@ -150,8 +149,8 @@ struct RopeQkvFn : torch::autograd::Function<RopeQkvFn> {
     const at::Tensor dv = prepare(grads[2], kv_heads);
     at::Tensor d_qkv = at::empty({b, s, (heads + 2 * kv_heads) * d}, opts);
     kernels::rope_qkv_backward(dq.data_ptr(), strides_of(dq), dk.data_ptr(), strides_of(dk),
-                               dv.data_ptr(), strides_of(dv), d_qkv.data_ptr(), kdtype(d_qkv), b,
-                               s, heads, kv_heads, d, saved[0].data_ptr<float>(),
+                               dv.data_ptr(), strides_of(dv), d_qkv.data_ptr(), kdtype(d_qkv), b, s,
+                               heads, kv_heads, d, saved[0].data_ptr<float>(),
                                saved[1].data_ptr<float>(), stream_of(d_qkv));
     return {d_qkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -182,8 +181,8 @@ namespace {
 
 at::Tensor cross_entropy(const at::Tensor&, const at::Tensor&, bool) { not_built(); }
 at::Tensor swiglu(const at::Tensor&, int64_t) { not_built(); }
-std::array<at::Tensor, 3> rope_qkv(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                   int64_t, int64_t, int64_t) {
+std::array<at::Tensor, 3> rope_qkv(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
+                                   int64_t, int64_t) {
   not_built();
 }
 
