@@ -92,6 +92,8 @@ BENCHMARK_CAPTURE(BM_EngineBookkeeping, fsdp_no_shard, "megatron_fsdp", "no_shar
 BENCHMARK_CAPTURE(BM_EngineBookkeeping, fsdp_optim_grads_params, "megatron_fsdp",
                   "optim_grads_params", false)
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_EngineBookkeeping, torch_fsdp2, "torch_fsdp2", "", false)
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace shardbench

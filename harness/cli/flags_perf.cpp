@@ -160,6 +160,10 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
       {"", "--compare_ddp", "shardbench", K::kValue, "BOOL", "true",
        "An FSDP run also measures its DDP baseline (shardbench.compare_with_ddp)", false,
        boolean(&LaunchArgs::compare_ddp)},
+      {"", "--compare_wrappers", "shardbench", K::kValue, "CSV", "None",
+       "Also measure these wrappers in the same report, side by side: ddp, megatron_fsdp, "
+       "torch_fsdp2 (shardbench.compare_wrappers)",
+       false, str_list(&LaunchArgs::compare_wrappers)},
       {"", "--report", "shardbench", K::kValue, "PATH", "results/local/<name>.json",
        "Report file (shardbench.report_path)", false, text(&LaunchArgs::report)},
       {"", "--override_set", "shardbench", K::kValue, "FILE", "None",

@@ -111,6 +111,7 @@ struct LaunchArgs {
   std::optional<std::string> backend;
   std::optional<std::string> device;
   std::optional<bool> compare_ddp;
+  std::optional<std::vector<std::string>> compare_wrappers;
   std::optional<std::string> report;
   std::vector<std::string> override_sets;  // --override_set, in order
   std::optional<std::string> sdpa_backend;

@@ -172,6 +172,8 @@ using StringMap = std::map<std::string, std::string>;
 #define SHARDBENCH_DIST_FIELDS(X, E)                                                           \
   X(bool, use_megatron_fsdp, false, "Megatron FSDP (kept in sync with ddp's flag)")            \
   X(bool, use_torch_fsdp2, false, "PyTorch FSDP2 (exclusive with Megatron FSDP)")              \
+  X(bool, torch_fsdp2_reshard_after_forward, true,                                             \
+    "FSDP2: free a block's weights after forward (ZeRO-3); false keeps them (ZeRO-2)")         \
   X(bool, use_tp_pp_dp_mapping, false, "Rank order tp-cp-ep-pp-dp instead of ...-dp-pp")       \
   E(std::string, distributed_backend, "nccl", "nccl|gloo", "Megatron's process-group backend") \
   X(int64_t, distributed_timeout_minutes, 10, "Collective timeout in minutes")
@@ -237,6 +239,8 @@ using StringMap = std::map<std::string, std::string>;
   E(std::string, backend, "auto", "auto|nccl|gloo", "c10d backend; auto: nccl on cuda, else gloo") \
   E(std::string, compute_dtype, "bf16", "bf16|fp32", "Compute dtype (fp32: CPU correctness runs)") \
   X(bool, compare_with_ddp, true, "An FSDP run also measures its DDP baseline")                    \
+  X(StringList, compare_wrappers, {},                                                              \
+    "Also measure these wrappers (ddp|megatron_fsdp|torch_fsdp2) in the same report")              \
   X(std::string, report_dir, "results/local", "Folder for the JSON report")                        \
   X(OptString, report_path, std::nullopt, "Explicit report file (overrides report_dir)")           \
   X(int64_t, hang_timeout_s, 300, "A rank silent this long fails the run")                         \

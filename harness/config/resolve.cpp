@@ -107,6 +107,7 @@ struct Resolver {
     set_if(a.device, "--device", "shardbench.device");
     set_if(a.backend, "--backend", "shardbench.backend");
     set_if(a.compare_ddp, "--compare_ddp", "shardbench.compare_with_ddp");
+    set_if(a.compare_wrappers, "--compare_wrappers", "shardbench.compare_wrappers");
     set_if(a.report, "--report", "shardbench.report_path");
     set_if(a.sdpa_backend, "--sdpa_backend", "shardbench.sdpa_backend");
     if (a.deterministic) apply_set("deterministic");

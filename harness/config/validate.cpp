@@ -1,9 +1,12 @@
 #include "harness/config/validate.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "harness/config/errors.hpp"
 #include "harness/config/field_registry.hpp"
+#include "harness/config/text.hpp"
+#include "harness/config/wrappers.hpp"
 
 namespace shardbench {
 namespace {
@@ -97,10 +100,13 @@ void ddp_post_init(Rules& r, const ValidationContext& ctx) {
 // _validate_and_apply_megatron_fsdp_configs + the v1 rules.
 void megatron_fsdp(Rules& r, const ValidationContext& ctx) {
   auto& c = r.c;
-  if (c.dist.use_megatron_fsdp && c.dist.use_torch_fsdp2) {
-    fail(
-        "dist.use_megatron_fsdp=true and dist.use_torch_fsdp2=true: use_megatron_fsdp and "
-        "use_torch_fsdp2 are mutually exclusive.");
+  // Megatron-Bridge checks the dist flags before it syncs ddp.use_megatron_fsdp into them; the
+  // ddp flag (what --use_megatron_fsdp sets) is checked too, or the sync below would end with
+  // both wrappers selected.
+  if ((c.dist.use_megatron_fsdp || c.ddp.use_megatron_fsdp) && c.dist.use_torch_fsdp2) {
+    fail(std::string(c.dist.use_megatron_fsdp ? "dist" : "ddp") +
+         ".use_megatron_fsdp=true and dist.use_torch_fsdp2=true: use_megatron_fsdp and "
+         "use_torch_fsdp2 are mutually exclusive.");
   }
   if (!c.dist.use_megatron_fsdp && !c.ddp.use_megatron_fsdp) return;
   r.force("dist.use_megatron_fsdp", true, "megatron_fsdp_flags", true);
@@ -164,6 +170,30 @@ void megatron_fsdp(Rules& r, const ValidationContext& ctx) {
         "model.init_model_with_meta_device=true with ddp.data_parallel_sharding_strategy="
         "no_shard: meta-device initialization is not supported with Megatron FSDP no_shard; use "
         "optim, optim_grads or optim_grads_params, or model.init_model_with_meta_device=false");
+  }
+}
+
+// DistributedInitConfig.use_torch_fsdp2 ("FSDP2 is not currently working with Pipeline
+// Parallel") and Megatron-LM's --use-torch-fsdp2 argument checks (megatron-reference.md 3.1).
+void torch_fsdp2(Rules& r) {
+  auto& c = r.c;
+  if (!c.dist.use_torch_fsdp2) return;
+  if (c.model.pipeline_model_parallel_size > 1) {
+    fail("dist.use_torch_fsdp2=true with model.pipeline_model_parallel_size=" +
+         std::to_string(c.model.pipeline_model_parallel_size) +
+         ": FSDP2 is not currently working with Pipeline Parallel. (accepted: "
+         "pipeline_model_parallel_size=1, or dist.use_torch_fsdp2=false)");
+  }
+  // Megatron-LM asserts "--use-torch-fsdp2 is not supported with MCore's distributed optimizer":
+  // FSDP2 shards the optimizer state itself. The perf recipes turn it on for DDP, so it is
+  // switched off here, with a notice, rather than failing every FSDP2 run of a recipe.
+  const bool was_on = c.ddp.use_distributed_optimizer || c.optimizer.use_distributed_optimizer;
+  r.force("ddp.use_distributed_optimizer", false, "torch_fsdp2");
+  r.force("optimizer.use_distributed_optimizer", false, "torch_fsdp2");
+  if (was_on) {
+    r.notice(
+        "use_distributed_optimizer is not supported with torch FSDP2 (it shards the optimizer "
+        "state itself). Deactivating...");
   }
 }
 
@@ -309,6 +339,23 @@ void shardbench_rules(const ConfigContainer& c) {
   if (s.hang_timeout_s <= 0) {
     fail("shardbench.hang_timeout_s=" + std::to_string(s.hang_timeout_s) + ": must be > 0");
   }
+  for (size_t i = 0; i < s.compare_wrappers.size(); ++i) {
+    const std::string& w = s.compare_wrappers[i];
+    const std::string field = "shardbench.compare_wrappers=[" + join(s.compare_wrappers, ",") + "]";
+    if (std::find(kWrapperNames.begin(), kWrapperNames.end(), w) == kWrapperNames.end()) {
+      fail(field + ": unknown wrapper '" + w + "'; accepted: ddp, megatron_fsdp, torch_fsdp2");
+    }
+    if (std::find(s.compare_wrappers.begin(), s.compare_wrappers.begin() + i, w) !=
+        s.compare_wrappers.begin() + i) {
+      fail(field + ": '" + w + "' is listed twice");
+    }
+  }
+}
+
+// Each comparison run's derived config must pass the same rules as a requested one, so that a
+// comparison never fails only after the requested run has been measured.
+void comparison_runs_rules(const ConfigContainer& c, const ValidationContext& ctx) {
+  (void)planned_runs(c, ctx);
 }
 
 }  // namespace
@@ -352,6 +399,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   mixed_precision_setup(r);
   ddp_post_init(r, context);
   megatron_fsdp(r, context);
+  torch_fsdp2(r);
   if (!config.ddp.use_megatron_fsdp && config.ddp.fp8_param_gather &&
       config.mixed_precision.fp8_recipe == "mxfp8" &&
       !config.ddp.reuse_grad_buf_for_mxfp8_param_ag) {
@@ -370,6 +418,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   parallel_and_batch_rules(config, context.num_gpus);
   profiling_rules(r);
   shardbench_rules(config);
+  comparison_runs_rules(config, context);
   return r.notices;
 }
 

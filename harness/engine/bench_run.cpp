@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "harness/config/field_registry.hpp"
+#include "harness/config/wrappers.hpp"
 #include "harness/engine/device_runtime.hpp"
 #include "harness/engine/lr_schedule.hpp"
 #include "harness/engine/mock_data.hpp"
@@ -167,7 +168,6 @@ int64_t recompute_layers_from(const ConfigContainer& c, const LlamaDims& dims) {
 EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext& ctx) {  reject(c.model.cpu_offloading, "model.cpu_offloading", "true", "false");
   reject(c.mixed_precision.fp8.has_value(), "mixed_precision.fp8",
          c.mixed_precision.fp8.value_or(""), "null (bf16 or fp32 compute)");
-  reject(c.dist.use_torch_fsdp2, "dist.use_torch_fsdp2", "true", "false");
   reject(c.optimizer.optimizer != "adam", "optimizer.optimizer", c.optimizer.optimizer, "adam");
   reject(c.checkpoint.save.has_value(), "checkpoint.save", c.checkpoint.save.value_or(""), "null");
   reject(c.checkpoint.load.has_value(), "checkpoint.load", c.checkpoint.load.value_or(""), "null");
@@ -187,7 +187,18 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   reject(c.ddp.megatron_fsdp_grad_comm_dtype.has_value(), "ddp.megatron_fsdp_grad_comm_dtype",
          c.ddp.megatron_fsdp_grad_comm_dtype.value_or(""), "null (the main grads dtype)");
   EngineOptions o;
-  o.wrapper = c.ddp.use_megatron_fsdp ? "megatron_fsdp" : "ddp";
+  o.wrapper = wrapper_of(c);
+  if (o.wrapper == "torch_fsdp2") {
+    // Megatron FSDP's prefetch and buffer knobs have no FSDP2 meaning: FSDP2 prefetches one
+    // block ahead and allocates each gather from the caching allocator.
+    reject(c.ddp.fsdp_double_buffer, "ddp.fsdp_double_buffer", "true",
+           "false with dist.use_torch_fsdp2=true (a Megatron FSDP knob)");
+    reject(c.ddp.suggested_communication_unit_size.has_value(),
+           "ddp.suggested_communication_unit_size",
+           std::to_string(c.ddp.suggested_communication_unit_size.value_or(0)),
+           "null with dist.use_torch_fsdp2=true (a Megatron FSDP knob)");
+    o.reshard_after_forward = c.dist.torch_fsdp2_reshard_after_forward;
+  }
   o.strategy = c.ddp.data_parallel_sharding_strategy;
   o.use_distributed_optimizer = c.ddp.use_distributed_optimizer;
   o.overlap_grad_reduce = c.ddp.overlap_grad_reduce;
@@ -218,19 +229,6 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   o.adam.weight_decay = c.optimizer.weight_decay;
   o.adam.lr = c.optimizer.lr;
   return o;
-}
-
-ConfigContainer ddp_baseline_config(const ConfigContainer& fsdp) {
-  ConfigContainer c = fsdp;
-  c.ddp.use_megatron_fsdp = false;
-  c.dist.use_megatron_fsdp = false;
-  c.ddp.data_parallel_sharding_strategy = "no_shard";
-  c.ddp.use_distributed_optimizer = true;
-  c.optimizer.use_distributed_optimizer = true;
-  c.ddp.overlap_grad_reduce = true;
-  c.ddp.overlap_param_gather = true;
-  c.optimizer.overlap_param_gather = true;
-  return c;
 }
 
 RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& provenance,
@@ -271,7 +269,10 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   rec.label = engine.label();
   rec.wrapper = options.wrapper;
   rec.strategy = engine.strategy_name();
-  rec.distributed_optimizer = options.wrapper == "megatron_fsdp" || options.use_distributed_optimizer;
+  // Megatron FSDP always runs with MCore's distributed optimizer; FSDP2 never does (it shards the
+  // optimizer state itself, and validation turns the flag off).
+  rec.distributed_optimizer = options.wrapper == "megatron_fsdp" ||
+                              (options.wrapper == "ddp" && options.use_distributed_optimizer);
   rec.num_parameters = engine.num_parameters();
   rec.sdpa_backend = sdpa_backend_name(dims, mbs, options.compute_dtype, ctx.device);
 

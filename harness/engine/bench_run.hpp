@@ -22,8 +22,4 @@ LlamaDims llama_dims_from(const ConfigContainer& config);
 RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& provenance,
                         const std::string& recipe, WorkerContext& ctx);
 
-// Megatron's perf baseline for an FSDP run: the same model, batch, dtype policy and seed under
-// DDP with the distributed optimizer and overlapped reduce-scatter / all-gather.
-ConfigContainer ddp_baseline_config(const ConfigContainer& fsdp_config);
-
 }  // namespace shardbench

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "harness/config/resolve.hpp"
+#include "harness/config/wrappers.hpp"
 #include "harness/engine/bench_run.hpp"
 #include "harness/engine/device_runtime.hpp"
 #include "harness/engine/worker_context.hpp"
@@ -53,21 +54,22 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env) {
       }
     }
 
+    // The requested run, then the comparison runs (other wrappers, the DDP baseline) on the same
+    // model, batch, dtype policy and seed; validation already checked their configs.
+    ValidationContext validation;
+    validation.num_gpus = env.world_size;
     std::vector<RunRecord> runs;
     const nlohmann::json provenance = resolved.provenance.to_json();
-    runs.push_back(run_benchmark(config, provenance, resolved.model_recipe_name, ctx));
-    if (config.ddp.use_megatron_fsdp && config.shardbench.compare_with_ddp) {
-      if (env.rank == 0) {
-        std::cout << "perf-launch: measuring the DDP baseline (distributed optimizer, overlapped "
-                     "reduce-scatter and all-gather)"
-                  << std::endl;
+    for (const PlannedRun& planned : planned_runs(config, validation)) {
+      nlohmann::json run_prov = provenance;
+      if (!planned.derivation.empty()) {
+        if (env.rank == 0) {
+          std::cout << "perf-launch: measuring " << planned.wrapper << " (" << planned.derivation
+                    << ")" << std::endl;
+        }
+        run_prov["derived"] = planned.derivation;
       }
-      nlohmann::json base_prov = provenance;
-      base_prov["baseline"] = "derived from the FSDP run: ddp.use_megatron_fsdp=false, "
-                              "ddp.use_distributed_optimizer=true, overlap_grad_reduce=true, "
-                              "overlap_param_gather=true";
-      runs.push_back(
-          run_benchmark(ddp_baseline_config(config), base_prov, resolved.model_recipe_name, ctx));
+      runs.push_back(run_benchmark(planned.config, run_prov, resolved.model_recipe_name, ctx));
     }
     ctx.pgs.world->barrier();
     if (env.rank == 0) {

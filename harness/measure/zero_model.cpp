@@ -33,6 +33,8 @@ ShardingLayout sharding_layout(MemoryStrategy strategy) {
       return {false, true, true, true};
     case MemoryStrategy::kOptimGradsParams:
       return {true, true, true, true};
+    case MemoryStrategy::kTorchFsdp2:
+      return {true, true, true, false, true};
   }
   return {};
 }
@@ -43,6 +45,7 @@ std::optional<MemoryStrategy> memory_strategy_from(std::string_view wrapper,
   if (wrapper == "ddp") {
     return distributed_optimizer ? MemoryStrategy::kDdpDistributedOptimizer : MemoryStrategy::kDdp;
   }
+  if (wrapper == "torch_fsdp2") return MemoryStrategy::kTorchFsdp2;
   if (wrapper != "megatron_fsdp") return std::nullopt;
   if (strategy == "no_shard") return MemoryStrategy::kNoShard;
   if (strategy == "optim") return MemoryStrategy::kOptim;
@@ -57,7 +60,9 @@ StaticMemoryBytes zero_static_memory(int64_t num_params, int world_size, MemoryS
   const int64_t shard = ceil_div(num_params, world_size);
   auto elems = [&](bool sharded) { return sharded ? shard : num_params; };
   StaticMemoryBytes m;
-  m.model_weight_bytes = elems(layout.model_weights) * policy.model_weight_bytes;
+  m.model_weight_bytes = layout.model_weights_transient && policy.main_weight_bytes > 0
+                             ? 0
+                             : elems(layout.model_weights) * policy.model_weight_bytes;
   m.main_grad_bytes = elems(layout.grads) * policy.grad_bytes;
   m.main_weight_bytes = elems(layout.optimizer) * policy.main_weight_bytes;
   m.optimizer_state_bytes = elems(layout.optimizer) * policy.optimizer_state_bytes;

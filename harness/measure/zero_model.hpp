@@ -38,6 +38,7 @@ enum class MemoryStrategy {
   kOptim,                    // ZeRO-1
   kOptimGrads,               // ZeRO-2
   kOptimGradsParams,         // ZeRO-3
+  kTorchFsdp2,               // ZeRO-3 without a resident compute-dtype copy (field-reference 2.1)
 };
 
 // Which model-state classes a strategy shards across the data-parallel ranks
@@ -50,13 +51,17 @@ struct ShardingLayout {
   bool optimizer = false;     // main weights and optimizer state
   bool pads_buckets = false;  // buckets padded to a multiple of the DP size (Megatron-FSDP,
                               // every strategy but no_shard)
+  // Compute-dtype weights exist only while gathered when separate fp32 main weights exist:
+  // FSDP2's mixed precision casts the fp32 sharded parameters at each all-gather.
+  bool model_weights_transient = false;
 };
 
 ShardingLayout sharding_layout(MemoryStrategy strategy);
 
-// wrapper "ddp" (strategy ignored) or "megatron_fsdp" with strategy "no_shard", "optim",
-// "optim_grads", "optim_grads_params". Megatron-FSDP always uses the distributed optimizer, so
-// the flag only matters for DDP. nullopt for unknown names.
+// wrapper "ddp" (strategy ignored), "megatron_fsdp" with strategy "no_shard", "optim",
+// "optim_grads", "optim_grads_params", or "torch_fsdp2" (strategy ignored: reshard_after_forward
+// changes transient memory only). Megatron-FSDP always uses the distributed optimizer, so the
+// flag only matters for DDP. nullopt for unknown names.
 std::optional<MemoryStrategy> memory_strategy_from(std::string_view wrapper,
                                                    std::string_view strategy,
                                                    bool distributed_optimizer);

@@ -35,11 +35,17 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
   rank_ = pgs_.world->rank();
   if (options_.wrapper == "megatron_fsdp") {
     spec_ = &sharding_spec(options_.strategy);
+  } else if (options_.wrapper == "torch_fsdp2") {
+    spec_ = &sharding_spec("torch_fsdp2");
+    if (options_.prefetch_blocks < 0) {
+      throw std::invalid_argument("torch_fsdp2 prefetch_blocks=" +
+                                  std::to_string(options_.prefetch_blocks) + "; accepted: >= 0");
+    }
   } else if (options_.wrapper == "ddp") {
     spec_ = &sharding_spec(options_.use_distributed_optimizer ? "ddp_distopt" : "ddp");
   } else {
     throw std::invalid_argument("unknown data-parallel wrapper '" + options_.wrapper +
-                                "'; accepted: ddp, megatron_fsdp");
+                                "'; accepted: ddp, megatron_fsdp, torch_fsdp2");
   }
   specs_ = llama_param_specs(dims_);
   for (const auto& s : specs_) num_parameters_ += s.numel();
@@ -67,6 +73,16 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
   ag_prefetch_elems_ = options_.ag_prefetch_elems > 0 ? options_.ag_prefetch_elems : unit_elems / 2;
   rs_queue_capacity_elems_ =
       options_.rs_queue_capacity_elems > 0 ? options_.rs_queue_capacity_elems : unit_elems;
+  if (spec_->cut == ShardCut::kPerParamDim0) {
+    // FSDP2 prefetches whole blocks by count (prefetch_units), not by an element budget. Its
+    // post-backward waits for the previous reduce-scatter before the next one, so at most one
+    // reduction overlaps a block's backward: a queue that holds one group, whichever is largest.
+    ag_prefetch_elems_ = 0;
+    int64_t largest = 0;
+    for (const auto& g : groups_) largest = std::max(largest, g->layout.padded_elems);
+    rs_queue_capacity_elems_ =
+        options_.rs_queue_capacity_elems > 0 ? options_.rs_queue_capacity_elems : largest;
+  }
   weights_ = bind_weights(dims_, leaves_);
 }
 
@@ -81,10 +97,13 @@ DataParallelEngine::~DataParallelEngine() {
 
 std::string DataParallelEngine::label() const {
   if (options_.wrapper == "ddp") return options_.use_distributed_optimizer ? "ddp+distopt" : "ddp";
-  return "megatron_fsdp/" + options_.strategy;
+  return options_.wrapper + "/" + strategy_name();
 }
 
 std::string DataParallelEngine::strategy_name() const {
+  if (options_.wrapper == "torch_fsdp2") {
+    return options_.reshard_after_forward ? "reshard_after_forward" : "no_reshard_after_forward";
+  }
   return options_.wrapper == "ddp" ? "ddp" : options_.strategy;
 }
 
@@ -95,7 +114,9 @@ void DataParallelEngine::build_groups() {
   module_groups_.assign(static_cast<size_t>(modules), {});
   std::vector<std::vector<int64_t>> members;
   std::vector<bool> is_unit;
-  if (options_.wrapper == "megatron_fsdp") {
+  const bool fsdp = options_.wrapper != "ddp";  // Megatron FSDP or FSDP2: same units and root
+  const bool per_param = spec_->cut == ShardCut::kPerParamDim0;
+  if (fsdp) {
     // One unit per transformer layer; everything outside units forms the root group.
     std::vector<int64_t> root;
     members.assign(static_cast<size_t>(dims_.num_layers), {});
@@ -131,7 +152,6 @@ void DataParallelEngine::build_groups() {
     if (!current.empty()) members.push_back(current);
     is_unit.assign(members.size(), false);
   }
-  const bool fsdp = options_.wrapper == "megatron_fsdp";
   for (size_t gi = 0; gi < members.size(); ++gi) {
     auto g = std::make_unique<EngineGroup>();
     g->index = static_cast<int>(gi);
@@ -139,15 +159,30 @@ void DataParallelEngine::build_groups() {
     g->is_root = fsdp && !is_unit[gi];
     g->spec = *spec_;
     // Megatron FSDP: modules outside units stay persistently unsharded in compute weights;
-    // their main weights, grads and optimizer state follow the strategy.
-    if (g->is_root) g->spec.model_weights_sharded = false;
+    // their main weights, grads and optimizer state follow the strategy. FSDP2 shards the root
+    // like any block (fully_shard on the root module).
+    if (g->is_root && !per_param) g->spec.model_weights_sharded = false;
+    if (per_param) {
+      g->reshard_after_forward =
+          g->is_unit ? options_.reshard_after_forward : options_.root_reshard_after_forward;
+    } else {
+      g->reshard_after_forward = g->is_unit && g->spec.model_weights_sharded;
+    }
     FlatLayoutOptions lo;
     lo.dp = dp_;
     lo.align_elems = options_.align_elems;
     lo.row_aligned_shards = fsdp;
-    g->layout = make_flat_layout(specs_, members[gi], lo);
-    // Weight-decay segments; padding joins the segment before it.
-    for (size_t s = 0; s < g->layout.slots.size(); ++s) {
+    g->layout = per_param ? make_per_param_layout(specs_, members[gi], lo)
+                          : make_flat_layout(specs_, members[gi], lo);
+    for (const auto& slot : g->layout.slots) {
+      const int module = specs_[static_cast<size_t>(slot.spec_index)].module;
+      g->last_forward_module = std::max(g->last_forward_module, module);
+      auto& mg = module_groups_[static_cast<size_t>(module)];
+      if (std::find(mg.begin(), mg.end(), g->index) == mg.end()) mg.push_back(g->index);
+    }
+    // Weight-decay segments of the flat buffer; padding joins the segment before it. (FSDP2's
+    // segments live in shard coordinates: allocate_and_init_per_param.)
+    for (size_t s = 0; s < g->layout.slots.size() && !per_param; ++s) {
       const auto& slot = g->layout.slots[s];
       const bool nowd = specs_[static_cast<size_t>(slot.spec_index)].no_weight_decay;
       const int64_t end = s + 1 < g->layout.slots.size() ? g->layout.slots[s + 1].offset
@@ -158,15 +193,16 @@ void DataParallelEngine::build_groups() {
       } else {
         g->segments.push_back({begin, end - begin, nowd});
       }
-      const int module = specs_[static_cast<size_t>(slot.spec_index)].module;
-      auto& mg = module_groups_[static_cast<size_t>(module)];
-      if (std::find(mg.begin(), mg.end(), g->index) == mg.end()) mg.push_back(g->index);
     }
     groups_.push_back(std::move(g));
   }
 }
 
 void DataParallelEngine::allocate_and_init(EngineGroup& g) {
+  if (g.layout.per_param_dim0) {
+    allocate_and_init_per_param(g);
+    return;
+  }
   at::NoGradGuard no_grad;
   const auto dev = at::TensorOptions().device(options_.device);
   const auto compute = dev.dtype(options_.compute_dtype);
@@ -204,18 +240,7 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     }
   }
 
-  // Leaves: fresh tensors sharing model_full's storage, so that a later re-gather into the same
-  // storage is seen by the parameters and by autograd's saved tensors alike.
-  for (size_t s = 0; s < g.layout.slots.size(); ++s) {
-    const auto& slot = g.layout.slots[s];
-    const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
-    at::Tensor leaf = at::empty({0}, compute);
-    leaf.set_(g.model_full.storage(), slot.offset, spec.shape);
-    leaf.requires_grad_(true);
-    torch::autograd::impl::set_post_acc_grad_hooks(
-        leaf, std::make_unique<GradReadyHook>(this, g.index, static_cast<int>(s)));
-    leaves_[static_cast<size_t>(slot.spec_index)] = leaf;
-  }
+  bind_leaves(g);
 
   if (g.spec.model_weights_sharded) {
     g.model_shard = g.model_full.narrow(0, lo, shard).clone();
@@ -240,6 +265,21 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     if (a < b) segs.push_back({a - owned_lo, b - a, seg.no_weight_decay});
   }
   g.optimizer = std::make_unique<FlatAdamW>(g.main, std::move(segs), options_.fused_kernels);
+}
+
+void DataParallelEngine::bind_leaves(EngineGroup& g) {
+  // Leaves: fresh tensors sharing model_full's storage, so that a later re-gather into the same
+  // storage is seen by the parameters and by autograd's saved tensors alike.
+  for (size_t s = 0; s < g.layout.slots.size(); ++s) {
+    const auto& slot = g.layout.slots[s];
+    const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
+    at::Tensor leaf = at::empty({0}, g.model_full.options());
+    leaf.set_(g.model_full.storage(), slot.offset, spec.shape);
+    leaf.requires_grad_(true);
+    torch::autograd::impl::set_post_acc_grad_hooks(
+        leaf, std::make_unique<GradReadyHook>(this, g.index, static_cast<int>(s)));
+    leaves_[static_cast<size_t>(slot.spec_index)] = leaf;
+  }
 }
 
 }  // namespace shardbench

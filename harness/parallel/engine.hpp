@@ -1,11 +1,16 @@
-// The data-parallel engine: DDP (optionally with the distributed optimizer) and Megatron-style
-// FSDP with its four strategies, over flat per-group buffers.
+// The data-parallel engine: DDP (optionally with the distributed optimizer), Megatron-style FSDP
+// with its four strategies, and a Torch-FSDP2-style wrapper, over flat per-group buffers.
 //
 // A group is the unit of communication: an FSDP unit (one transformer layer) or the root group
-// (embedding, final norm, output head: outside units, compute weights never resharded), or a DDP
-// bucket (~bucket_size elements in reverse execution order). Each group owns up to four flat
-// buffers (compute weights, fp32 main weights, main grads, AdamW moments); which of them are
-// sharded, and which collective reduces the grads when, comes from sharding.hpp's table.
+// (embedding, final norm, output head), or a DDP bucket (~bucket_size elements in reverse
+// execution order). Each group owns up to four flat buffers (compute weights, fp32 main weights,
+// main grads, AdamW moments); which of them are sharded, how a buffer is cut into shards, and
+// which collective reduces the grads when, comes from sharding.hpp's table.
+//
+// Megatron FSDP shards each unit's flat buffer as a whole and gathers straight into it; the root
+// group's compute weights stay unsharded. FSDP2 (engine_fsdp2.cpp) shards every parameter of
+// every group, root included, on dim 0: an all-gather of the block's concatenated chunks is copied
+// out into per-parameter tensors, and grads are chunk-concatenated into the reduce-scatter input.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +32,7 @@
 namespace shardbench {
 
 struct EngineOptions {
-  std::string wrapper = "ddp";            // "ddp" or "megatron_fsdp"
+  std::string wrapper = "ddp";            // "ddp", "megatron_fsdp" or "torch_fsdp2"
   std::string strategy = "no_shard";      // FSDP: ddp.data_parallel_sharding_strategy
   bool use_distributed_optimizer = false; // DDP only (FSDP always shards the optimizer)
   bool overlap_grad_reduce = true;
@@ -45,6 +50,15 @@ struct EngineOptions {
   int64_t rs_queue_capacity_elems = 0;  // > 0 overrides the derived queue capacity
   // ddp.fsdp_double_buffer: at most two gathered units alive (the current one and the next).
   bool double_buffer = false;
+  // Torch FSDP2 (fully_shard per transformer block and on the root). reshard_after_forward:
+  // true frees a block's gathered weights after its forward and gathers again in backward
+  // (ZeRO-3); false keeps them until its backward (ZeRO-2). The root (embedding, final norm, head)
+  // follows FSDP2's default for the root module: kept. Prefetch is explicit, by whole blocks:
+  // set_modules_to_forward_prefetch / set_modules_to_backward_prefetch with the next
+  // `prefetch_blocks` blocks.
+  bool reshard_after_forward = true;
+  bool root_reshard_after_forward = false;
+  int prefetch_blocks = 1;
   at::ScalarType compute_dtype = at::kFloat;
   at::Device device = at::kCPU;
   uint64_t seed = 1234;
@@ -71,7 +85,8 @@ class DataParallelEngine final : public ModuleHooks {
 
   const LlamaWeights& weights() const { return weights_; }
   const EngineOptions& options() const { return options_; }
-  std::string label() const;        // "ddp", "ddp+distopt", "megatron_fsdp/optim_grads_params"
+  // "ddp", "ddp+distopt", "megatron_fsdp/optim_grads_params", "torch_fsdp2/reshard_after_forward"
+  std::string label() const;
   std::string strategy_name() const;
   int64_t num_parameters() const { return num_parameters_; }
   int dp() const { return dp_; }
@@ -117,13 +132,21 @@ class DataParallelEngine final : public ModuleHooks {
  private:
   void build_groups();
   void allocate_and_init(EngineGroup& g);
+  void bind_leaves(EngineGroup& g);
   void ensure_gathered(EngineGroup& g);
   void launch_gather(EngineGroup& g);
+  // FSDP2's per-parameter path (engine_fsdp2.cpp).
+  void allocate_and_init_per_param(EngineGroup& g);
+  void launch_per_param_gather(EngineGroup& g);
+  void copy_out_gathered(EngineGroup& g);
+  void reduce_scatter_copy_in(EngineGroup& g);
+  void gather_per_param_main_weights(EngineGroup& g, std::vector<at::Tensor>& out);
   // Starts gathers of the sharded units after `module` in `direction` (+1 forward, -1 backward)
   // within the prefetch budget and the double-buffer limit.
   void prefetch_units(int module, int direction);
   void release_gathered(EngineGroup& g);
   void wait_param_sync(EngineGroup& g);
+  void accumulate_grad(EngineGroup& g, const FlatSlot& slot, const at::Tensor& grad);
   void launch_grad_reduce(EngineGroup& g);
   void drain_reductions(int64_t keep_in_flight_elems);
   // The compute weights this rank's optimizer step updates (bf16 view the size of its main

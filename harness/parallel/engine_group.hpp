@@ -40,6 +40,18 @@ struct EngineGroup {
   int pending_grads = 0;  // parameters whose grad has not arrived in this micro-batch
   bool reduce_launched = false;
 
+  // Release the gathered weights once the forward of `last_forward_module` ends (Megatron's
+  // sharded units; FSDP2 groups per reshard_after_forward); otherwise they are kept until the
+  // group's grads are complete in backward (sharded weights) or for good (unsharded weights).
+  bool reshard_after_forward = false;
+  int last_forward_module = -1;
+
+  // FSDP2 only (layout.per_param_dim0).
+  at::Tensor gather_input;   // all-gather copy-in: this rank's shard in the compute dtype
+  at::Tensor gather_output;  // [dp * shard_elems] in rank order, until copied out
+  std::vector<at::Tensor> unsharded_grads;  // by slot: this micro-batch's grads as autograd made
+                                            // them, until chunk-concatenated for the reduce-scatter
+
   int64_t shard_offset(int rank) const { return layout.shard_elems * rank; }
 };
 

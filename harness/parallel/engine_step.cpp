@@ -92,6 +92,11 @@ void DataParallelEngine::track_temp(int64_t delta_bytes) {
 
 void DataParallelEngine::launch_gather(EngineGroup& g) {
   if (g.gathered || g.gather_work) return;
+  if (g.layout.per_param_dim0) {
+    nvtx::Range range(kGatherLabels.launch(g), g.layout.padded_elems * elem_bytes(g.model_full));
+    launch_per_param_gather(g);
+    return;
+  }
   materialize_storage(g.model_full, static_cast<size_t>(g.model_full.numel()) *
                                         static_cast<size_t>(elem_bytes(g.model_full)));
   track_temp(g.model_full.numel() * elem_bytes(g.model_full));
@@ -105,6 +110,7 @@ void DataParallelEngine::ensure_gathered(EngineGroup& g) {
   nvtx::Range range(kGatherLabels.wait(g));
   wait_comm(g.gather_work, "all-gather of FSDP unit weights");
   g.gather_work.reset();
+  if (g.layout.per_param_dim0) copy_out_gathered(g);
   g.gathered = true;
 }
 
@@ -143,35 +149,46 @@ int DataParallelEngine::live_gathered_units() const {
 
 void DataParallelEngine::prefetch_units(int module, int direction) {
   // Megatron's AllGatherPipeline: keep adding the next units until the prefetched elements reach
-  // the budget; with double buffering no more than two units may be alive.
+  // the budget; with double buffering no more than two units may be alive. FSDP2's explicit
+  // prefetch: the next prefetch_blocks blocks, whatever their size.
+  const bool by_blocks = spec_->cut == ShardCut::kPerParamDim0;
   int live = live_gathered_units();
   int64_t ahead = 0;
+  int blocks_ahead = 0;
   const int modules = static_cast<int>(module_groups_.size());
   for (int m = module + direction; m >= 0 && m < modules; m += direction) {
     for (int gi : module_groups_[static_cast<size_t>(m)]) {
       auto& g = *groups_[static_cast<size_t>(gi)];
       if (!g.is_unit || !g.spec.model_weights_sharded) continue;
-      if (ahead >= ag_prefetch_elems_) return;
+      if (by_blocks ? blocks_ahead >= options_.prefetch_blocks : ahead >= ag_prefetch_elems_) {
+        return;
+      }
       if (!g.gathered && !g.gather_work) {
         if (options_.double_buffer && live >= 2) return;
         launch_gather(g);
         ++live;
       }
       ahead += g.layout.padded_elems;
+      ++blocks_ahead;
     }
   }
 }
 
 at::Tensor DataParallelEngine::post_forward(int module, at::Tensor output) {
-  bool sharded_unit = false;
+  // A pre-backward hook goes on the output of every module that ends a group's forward and
+  // released its weights (they must be gathered again), and under FSDP2 on every such module:
+  // FSDP2 registers it on each fully_shard module's outputs, and it drives the backward prefetch.
+  bool hook = false;
   for (int gi : module_groups_[static_cast<size_t>(module)]) {
     auto& g = *groups_[static_cast<size_t>(gi)];
-    if (g.is_unit && g.spec.model_weights_sharded) {
+    if (g.last_forward_module != module) continue;
+    if (g.reshard_after_forward) {
       release_gathered(g);
-      sharded_unit = true;
+      hook = true;
     }
+    hook = hook || g.layout.per_param_dim0;
   }
-  if (sharded_unit && output.requires_grad()) {
+  if (hook && output.requires_grad()) {
     return PreBackwardFn::apply(output, reinterpret_cast<int64_t>(this),
                                 static_cast<int64_t>(module))[0];
   }
@@ -203,6 +220,27 @@ void DataParallelEngine::on_grad_ready(int group, int slot, const at::Tensor& le
   at::NoGradGuard no_grad;
   auto& g = *groups_[static_cast<size_t>(group)];
   const auto& s = g.layout.slots[static_cast<size_t>(slot)];
+  auto& grad = torch::autograd::impl::get_autograd_meta(leaf)->mutable_grad();
+  if (g.layout.per_param_dim0) {
+    // FSDP2 keeps each grad as autograd made it until the block is complete, then copies all of
+    // them into the reduce-scatter input at once (reduce_scatter_copy_in).
+    track_temp(tensor_bytes(grad));
+    g.unsharded_grads[static_cast<size_t>(slot)] = std::move(grad);
+  } else {
+    accumulate_grad(g, s, grad);
+  }
+  grad = at::Tensor();
+  if (--g.pending_grads > 0) return;
+  // Every parameter of the group has its grad for this micro-batch.
+  if (g.spec.model_weights_sharded) release_gathered(g);
+  const bool last = microbatch_ == microbatch_count_ - 1;
+  if (!(last || g.spec.reduce_every_microbatch)) return;
+  if (options_.wrapper == "ddp" && !options_.overlap_grad_reduce) return;  // after backward
+  launch_grad_reduce(g);
+}
+
+void DataParallelEngine::accumulate_grad(EngineGroup& g, const FlatSlot& s,
+                                         const at::Tensor& grad) {
   at::Tensor target = g.grad;
   if (g.spec.grads_sharded) {
     if (!g.grad_full_live) {
@@ -214,21 +252,13 @@ void DataParallelEngine::on_grad_ready(int group, int slot, const at::Tensor& le
     }
     target = g.grad_full;
   }
-  auto& grad = torch::autograd::impl::get_autograd_meta(leaf)->mutable_grad();
   target.narrow(0, s.offset, s.numel).view(grad.sizes()).add_(grad);
-  grad = at::Tensor();
-  if (--g.pending_grads > 0) return;
-  // Every parameter of the group has its grad for this micro-batch.
-  if (g.is_unit && g.spec.model_weights_sharded) release_gathered(g);
-  const bool last = microbatch_ == microbatch_count_ - 1;
-  if (!(last || g.spec.reduce_every_microbatch)) return;
-  if (options_.wrapper == "ddp" && !options_.overlap_grad_reduce) return;  // after backward
-  launch_grad_reduce(g);
 }
 
 void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
   at::NoGradGuard no_grad;
   g.reduce_launched = true;
+  if (g.layout.per_param_dim0) reduce_scatter_copy_in(g);
   at::Tensor src = g.spec.grads_sharded ? g.grad_full : g.grad;
   {
     nvtx::Range range(grad_reduce_labels(g).launch(g), tensor_bytes(src));
@@ -358,13 +388,15 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
 }
 
 at::Tensor DataParallelEngine::refresh_target(EngineGroup& g) {
-  if (g.main_aliases_model) return at::Tensor();
+  // FSDP2 keeps no compute-dtype copy: each all-gather casts the updated fp32 shard (copy-in).
+  if (g.main_aliases_model || g.layout.per_param_dim0) return at::Tensor();
   if (g.spec.model_weights_sharded) return g.model_shard;
   if (!g.spec.main_weights_sharded) return g.model_full;
   return g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
 }
 
 void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
+  if (g.layout.per_param_dim0) return;
   if (g.spec.model_weights_sharded) {
     if (!g.main_aliases_model && !written) g.model_shard.copy_(g.main);
     return;
@@ -391,6 +423,10 @@ std::vector<at::Tensor> DataParallelEngine::gather_main_weights() {
   std::vector<at::Tensor> out(specs_.size());
   for (auto& gp : groups_) {
     auto& g = *gp;
+    if (g.layout.per_param_dim0) {
+      gather_per_param_main_weights(g, out);
+      continue;
+    }
     at::Tensor full = g.main;
     if (g.spec.main_weights_sharded) {
       full = at::empty({g.layout.padded_elems}, g.main.options());
@@ -410,9 +446,13 @@ EngineMemory DataParallelEngine::memory() const {
   EngineMemory m;
   for (const auto& gp : groups_) {
     const auto& g = *gp;
-    m.model_weight_bytes += g.spec.model_weights_sharded
-                                ? static_cast<int64_t>(g.model_shard.nbytes())
-                                : g.model_full.numel() * elem_bytes(g.model_full);
+    // A sharded group without a persistent compute-dtype shard (FSDP2 in bf16) holds no model
+    // weights between steps.
+    if (!g.spec.model_weights_sharded) {
+      m.model_weight_bytes += g.model_full.numel() * elem_bytes(g.model_full);
+    } else if (g.model_shard.defined()) {
+      m.model_weight_bytes += static_cast<int64_t>(g.model_shard.nbytes());
+    }
     if (!g.main_aliases_model) m.main_weight_bytes += static_cast<int64_t>(g.main.nbytes());
     m.main_grad_bytes += static_cast<int64_t>(g.grad.nbytes());
     m.optimizer_state_bytes += g.optimizer->state_bytes();
@@ -426,7 +466,9 @@ std::vector<DataParallelEngine::GroupInfo> DataParallelEngine::group_info() cons
   for (const auto& gp : groups_) {
     const auto& g = *gp;
     info.push_back({g.is_unit, g.layout,
-                    g.spec.model_weights_sharded ? g.model_shard.numel() : g.model_full.numel(),
+                    !g.spec.model_weights_sharded ? g.model_full.numel()
+                    : g.model_shard.defined()     ? g.model_shard.numel()
+                                                  : 0,
                     g.main.numel(), g.grad.numel()});
   }
   return info;

@@ -1,5 +1,6 @@
 #include "harness/parallel/flat_layout.hpp"
 
+#include <algorithm>
 #include <numeric>
 #include <stdexcept>
 
@@ -36,6 +37,37 @@ FlatLayout make_flat_layout(const std::vector<ParamSpec>& specs,
   const int64_t min_shard = (offset + options.dp - 1) / options.dp;
   layout.shard_elems = round_up(std::max<int64_t>(min_shard, 1), grid);
   layout.padded_elems = layout.shard_elems * options.dp;
+  layout.unsharded_elems = layout.padded_elems;
+  return layout;
+}
+
+FlatLayout make_per_param_layout(const std::vector<ParamSpec>& specs,
+                                 const std::vector<int64_t>& members,
+                                 const FlatLayoutOptions& options) {
+  if (options.dp < 1 || options.align_elems < 1) {
+    throw std::invalid_argument("make_per_param_layout: dp and align_elems must be >= 1");
+  }
+  FlatLayout layout;
+  layout.dp = options.dp;
+  layout.per_param_dim0 = true;
+  int64_t offset = 0;
+  for (int64_t index : members) {
+    const ParamSpec& spec = specs.at(static_cast<size_t>(index));
+    const int64_t rows = spec.shape.empty() ? 1 : spec.shape[0];
+    const int64_t chunk_rows = std::max<int64_t>((rows + options.dp - 1) / options.dp, 1);
+    FlatSlot slot;
+    slot.spec_index = index;
+    slot.offset = round_up(offset, options.align_elems);
+    slot.numel = spec.numel();
+    slot.shard_offset = layout.shard_elems;
+    slot.shard_numel = chunk_rows * spec.row_elems();
+    layout.slots.push_back(slot);
+    offset = slot.offset + slot.shard_numel * options.dp;
+    layout.shard_elems += slot.shard_numel;
+    layout.param_elems += slot.numel;
+  }
+  layout.padded_elems = layout.shard_elems * options.dp;
+  layout.unsharded_elems = offset;
   return layout;
 }
 

@@ -1,6 +1,11 @@
-// Placement of parameters in one flat, padded buffer shared by a group (an FSDP unit or a DDP
-// bucket). The buffer is split into `dp` equal shards; rank r owns
-// [r * shard_elems, (r + 1) * shard_elems).
+// Placement of parameters in the buffers of one group (an FSDP unit or a DDP bucket), in one of
+// two sharding designs:
+// - flat (DDP, Megatron FSDP): the parameters share one padded buffer split into `dp` equal
+//   shards; rank r owns [r * shard_elems, (r + 1) * shard_elems) of it.
+// - per parameter on dim 0 (Torch FSDP2, field-reference.md 2.1): each parameter is split into
+//   `dp` chunks of ceil(rows / dp) dim-0 rows, the last ones zero-padded; rank r's shard is the
+//   concatenation of its chunk of every parameter. An all-gather yields [dp, shard_elems] in rank
+//   order, which is copied out into per-parameter contiguous tensors.
 #pragma once
 
 #include <cstdint>
@@ -12,16 +17,23 @@ namespace shardbench {
 
 struct FlatSlot {
   int64_t spec_index = 0;  // index into llama_param_specs()
-  int64_t offset = 0;      // element offset in the group's flat buffer
+  int64_t offset = 0;      // element offset in the group's unsharded (gathered) buffer
   int64_t numel = 0;
+  // Per-parameter sharding only: where this parameter's chunk starts in every rank's shard, and
+  // its size (ceil(rows / dp) rows, padding included). The parameter owns
+  // [offset, offset + dp * shard_numel) of the unsharded buffer.
+  int64_t shard_offset = 0;
+  int64_t shard_numel = 0;
 };
 
 struct FlatLayout {
   std::vector<FlatSlot> slots;
   int64_t param_elems = 0;   // sum of the parameters' numel
-  int64_t padded_elems = 0;  // buffer size, a multiple of dp
+  int64_t padded_elems = 0;  // dp * shard_elems: an all-gather's output, a reduce-scatter's input
   int64_t shard_elems = 0;   // padded_elems / dp
+  int64_t unsharded_elems = 0;  // the gathered parameters' buffer (flat: padded_elems)
   int dp = 1;
+  bool per_param_dim0 = false;  // FSDP2 design (see the top of this file)
 };
 
 struct FlatLayoutOptions {
@@ -36,5 +48,13 @@ struct FlatLayoutOptions {
 
 FlatLayout make_flat_layout(const std::vector<ParamSpec>& specs,
                             const std::vector<int64_t>& members, const FlatLayoutOptions& options);
+
+// FSDP2's per-parameter dim-0 sharding over options.dp ranks. Chunks follow torch.chunk (FSDP2's
+// Shard(0)): ceil(rows / dp) rows each, so trailing ranks may hold only padding. In the unsharded
+// buffer each parameter (padded to dp chunks) starts at a multiple of options.align_elems.
+// options.row_aligned_shards is ignored: chunks are whole rows by construction.
+FlatLayout make_per_param_layout(const std::vector<ParamSpec>& specs,
+                                 const std::vector<int64_t>& members,
+                                 const FlatLayoutOptions& options);
 
 }  // namespace shardbench

@@ -7,13 +7,14 @@ namespace shardbench {
 const std::vector<ShardingSpec>& sharding_table() {
   // clang-format off
   static const std::vector<ShardingSpec> table = {
-    // name                  weights main   grads  collective                      every micro-batch
-    {"ddp",                  false,  false, false, GradCollective::kAllReduce,     false},
-    {"ddp_distopt",          false,  true,  false, GradCollective::kReduceScatter, false},
-    {"no_shard",             false,  false, false, GradCollective::kAllReduce,     false},
-    {"optim",                false,  true,  false, GradCollective::kReduceScatter, false},
-    {"optim_grads",          false,  true,  true,  GradCollective::kReduceScatter, true},
-    {"optim_grads_params",   true,   true,  true,  GradCollective::kReduceScatter, true},
+    // name                  weights main   grads  collective                      every micro-batch  cut
+    {"ddp",                  false,  false, false, GradCollective::kAllReduce,     false, ShardCut::kFlatBuffer},
+    {"ddp_distopt",          false,  true,  false, GradCollective::kReduceScatter, false, ShardCut::kFlatBuffer},
+    {"no_shard",             false,  false, false, GradCollective::kAllReduce,     false, ShardCut::kFlatBuffer},
+    {"optim",                false,  true,  false, GradCollective::kReduceScatter, false, ShardCut::kFlatBuffer},
+    {"optim_grads",          false,  true,  true,  GradCollective::kReduceScatter, true,  ShardCut::kFlatBuffer},
+    {"optim_grads_params",   true,   true,  true,  GradCollective::kReduceScatter, true,  ShardCut::kFlatBuffer},
+    {"torch_fsdp2",          true,   true,  true,  GradCollective::kReduceScatter, true,  ShardCut::kPerParamDim0},
   };
   // clang-format on
   return table;

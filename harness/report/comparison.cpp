@@ -50,6 +50,7 @@ std::string run_name(const json& run) {
   const std::string wrapper = id.value("wrapper", "");
   if (wrapper == "ddp") return id.value("distributed_optimizer", false) ? "DDP+distopt" : "DDP";
   if (wrapper == "megatron_fsdp") return "FSDP " + id.value("strategy", "");
+  if (wrapper == "torch_fsdp2") return "FSDP2 " + id.value("strategy", "");
   return run.value("label", "run");
 }
 

@@ -1,4 +1,5 @@
-// FSDP run against its DDP baseline: signed relative differences of time, throughput and memory.
+// An FSDP run (Megatron FSDP or Torch FSDP2) against its DDP baseline: signed relative
+// differences of time, throughput and memory.
 #pragma once
 
 #include <cstddef>

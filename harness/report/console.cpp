@@ -43,10 +43,9 @@ std::optional<double> number_at(const json& j, const std::string& pointer) {
 
 std::string short_name(const json& run) {
   const json& id = run.at("identity");
-  if (id.value("wrapper", "") == "ddp") {
-    return id.value("distributed_optimizer", false) ? "DDP+distopt" : "DDP";
-  }
-  return "FSDP";
+  const std::string wrapper = id.value("wrapper", "");
+  if (wrapper == "ddp") return id.value("distributed_optimizer", false) ? "DDP+distopt" : "DDP";
+  return wrapper == "torch_fsdp2" ? "FSDP2" : "FSDP";
 }
 
 }  // namespace
@@ -112,13 +111,25 @@ std::string format_memory_line(const AllocatorSnapshot& s, int64_t iterations) {
 }
 
 std::string format_comparison_summary(const json& report) {
-  if (!report.contains("comparison") || report["comparison"].is_null()) return "";
-  const json& cmp = report["comparison"];
+  // One comparison per FSDP run, all against the same DDP run: side by side, one column pair
+  // (value, change) per FSDP run. Reports written before "comparisons" existed have one.
+  std::vector<json> cmps;
+  if (report.contains("comparisons") && report["comparisons"].is_array()) {
+    for (const json& c : report["comparisons"]) cmps.push_back(c);
+  }
+  if (cmps.empty() && report.contains("comparison") && !report["comparison"].is_null()) {
+    cmps.push_back(report["comparison"]);
+  }
+  if (cmps.empty()) return "";
   const json& runs = report.at("runs");
-  const json& head = runs.at(cmp.at("head_index").get<std::size_t>());
-  const json& base = runs.at(cmp.at("baseline_index").get<std::size_t>());
-  const std::string head_name = short_name(head);
+  const json& base = runs.at(cmps.front().at("baseline_index").get<std::size_t>());
   const std::string base_name = short_name(base);
+  std::vector<std::string> head_names, head_titles;
+  for (const json& cmp : cmps) {
+    const json& head = runs.at(cmp.at("head_index").get<std::size_t>());
+    head_names.push_back(short_name(head));
+    head_titles.push_back(head_names.back() + " " + head.at("identity").value("strategy", ""));
+  }
 
   struct Row {
     const char* label;
@@ -139,22 +150,38 @@ std::string format_comparison_summary(const json& report) {
       {"max allocated per rank", "allocator_max_allocated_bytes", "%.3f", true},
       {"max reserved per rank", "allocator_max_reserved_bytes", "%.3f", true},
   };
-  std::string out = printf_string(
-      "%s %s vs %s, world size %d (change = %s / %s - 1)\n", head_name.c_str(),
-      head.at("identity").value("strategy", "").c_str(), base_name.c_str(),
-      head.at("identity").value("world_size", 0), head_name.c_str(), base_name.c_str());
-  out += printf_string("  %-34s %14s %14s %9s\n", "metric", base_name.c_str(), head_name.c_str(),
-                       "change");
+  const int world_size = base.at("identity").value("world_size", 0);
+  std::string out;
+  if (cmps.size() == 1) {
+    out = printf_string("%s vs %s, world size %d (change = %s / %s - 1)\n", head_titles[0].c_str(),
+                        base_name.c_str(), world_size, head_names[0].c_str(), base_name.c_str());
+  } else {
+    std::string titles;
+    for (const std::string& t : head_titles) titles += (titles.empty() ? "" : ", ") + t;
+    out = printf_string("%s vs %s, world size %d (change = run / %s - 1)\n", titles.c_str(),
+                        base_name.c_str(), world_size, base_name.c_str());
+  }
+  out += printf_string("  %-34s %14s", "metric", base_name.c_str());
+  for (const std::string& name : head_names) {
+    out += printf_string(" %14s %9s", name.c_str(), "change");
+  }
+  out += "\n";
   for (const Row& row : rows) {
     const std::string m = std::string("/metrics/") + row.metric;
-    const std::optional<double> b = number_at(cmp, m + "/baseline");
-    const std::optional<double> h = number_at(cmp, m + "/head");
-    if (!b && !h) continue;
+    const std::optional<double> b = number_at(cmps.front(), m + "/baseline");
+    std::vector<std::optional<double>> heads;
+    double larger = b.value_or(0);
+    bool any = b.has_value();
+    for (const json& cmp : cmps) {
+      heads.push_back(number_at(cmp, m + "/head"));
+      larger = std::max(larger, heads.back().value_or(0));
+      any = any || heads.back().has_value();
+    }
+    if (!any) continue;
     std::string label = row.label;
     double scale = 1;
     if (row.memory) {
-      const double larger = std::max(b.value_or(0), h.value_or(0));
-      if (larger == 0) continue;  // a buffer class neither run has
+      if (larger == 0) continue;  // a buffer class no run has
       // Tiny CPU models hold kilobytes to megabytes; GiB would print them as 0.000.
       constexpr std::array<std::pair<double, const char*>, 3> kUnits = {
           {{kBytesPerGiB, " (GiB)"}, {kBytesPerGiB / 1024, " (MiB)"}, {1024, " (KiB)"}}};
@@ -172,12 +199,15 @@ std::string format_comparison_summary(const json& report) {
     auto cell = [&](std::optional<double> v) {
       return v ? printf_string(format, *v / scale) : std::string("n/a");
     };
-    const std::optional<double> change = number_at(cmp, m + "/relative_change");
-    const std::string change_text = change ? printf_string("%+.1f%%", *change * 100) : "n/a";
-    out += printf_string("  %-34s %14s %14s %9s\n", label.c_str(), cell(b).c_str(), cell(h).c_str(),
-                         change_text.c_str());
+    out += printf_string("  %-34s %14s", label.c_str(), cell(b).c_str());
+    for (std::size_t i = 0; i < cmps.size(); ++i) {
+      const std::optional<double> change = number_at(cmps[i], m + "/relative_change");
+      const std::string change_text = change ? printf_string("%+.1f%%", *change * 100) : "n/a";
+      out += printf_string(" %14s %9s", cell(heads[i]).c_str(), change_text.c_str());
+    }
+    out += "\n";
   }
-  out += "verdict: " + cmp.value("verdict", "") + "\n";
+  for (const json& cmp : cmps) out += "verdict: " + cmp.value("verdict", "") + "\n";
   return out;
 }
 

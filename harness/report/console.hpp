@@ -54,8 +54,9 @@ std::string format_step_time_line(double elapsed_ms, double tflops_per_gpu);
 // .. | mem-alloc-retries: 0 |", GB = 1e9 bytes to 5 significant digits as Megatron-Bridge prints.
 std::string format_memory_line(const AllocatorSnapshot& snapshot, int64_t iterations);
 
-// Aligned lines of the report's comparison (time, throughput, memory per class, each with its
-// signed change) and the verdict; empty when the report has no comparison.
+// Aligned lines of the report's comparisons (time, throughput, memory per class, each with its
+// signed change against DDP), one column pair per FSDP run side by side, and one verdict per
+// FSDP run; empty when the report has no comparison.
 std::string format_comparison_summary(const nlohmann::json& report);
 
 }  // namespace shardbench

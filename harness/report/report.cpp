@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "harness/report/atomic_write.hpp"
 #include "harness/report/comparison.hpp"
@@ -12,12 +13,20 @@ namespace {
 
 using nlohmann::json;
 
-std::optional<std::size_t> first_with_wrapper(std::span<const RunRecord> runs,
-                                              const char* wrapper) {
+std::optional<std::size_t> first_ddp(std::span<const RunRecord> runs) {
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    if (runs[i].wrapper == wrapper) return i;
+    if (runs[i].wrapper == "ddp") return i;
   }
   return std::nullopt;
+}
+
+// Every run that is not DDP: Megatron FSDP and Torch FSDP2 alike, in run order.
+std::vector<std::size_t> fsdp_runs(std::span<const RunRecord> runs) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (runs[i].wrapper != "ddp") out.push_back(i);
+  }
+  return out;
 }
 
 }  // namespace
@@ -27,10 +36,11 @@ json build_report(const EnvironmentInfo& env, std::span<const RunRecord> runs,
   json run_objects = json::array();
   for (const RunRecord& run : runs) run_objects.push_back(run_to_json(run, options.warmup));
 
-  const std::optional<std::size_t> head =
-      options.head_index ? options.head_index : first_with_wrapper(runs, "megatron_fsdp");
+  const std::vector<std::size_t> fsdp = fsdp_runs(runs);
+  std::optional<std::size_t> head = options.head_index;
+  if (!head && !fsdp.empty()) head = fsdp.front();
   const std::optional<std::size_t> base =
-      options.baseline_index ? options.baseline_index : first_with_wrapper(runs, "ddp");
+      options.baseline_index ? options.baseline_index : first_ddp(runs);
   for (const std::optional<std::size_t>& index : {head, base}) {
     if (index && *index >= runs.size()) {
       throw std::invalid_argument("report comparison index " + std::to_string(*index) +
@@ -39,8 +49,17 @@ json build_report(const EnvironmentInfo& env, std::span<const RunRecord> runs,
     }
   }
   json comparison = nullptr;
+  json comparisons = json::array();
   if (head && base && *head != *base) {
     comparison = compare_runs(run_objects[*head], *head, run_objects[*base], *base);
+    comparisons.push_back(comparison);
+    // Side by side: the other FSDP runs against the same DDP run (explicit indices ask for one
+    // pair only).
+    const bool explicit_pair = options.head_index || options.baseline_index;
+    for (std::size_t i : fsdp) {
+      if (explicit_pair || i == *head || i == *base) continue;
+      comparisons.push_back(compare_runs(run_objects[i], i, run_objects[*base], *base));
+    }
   }
   return {{"schema_version", kReportSchemaVersion},
           {"generator", "shardbench"},
@@ -50,7 +69,8 @@ json build_report(const EnvironmentInfo& env, std::span<const RunRecord> runs,
             {"evaluation_window_start_fraction", options.warmup.evaluation_window_start_fraction}}},
           {"environment", environment_to_json(env)},
           {"runs", run_objects},
-          {"comparison", comparison}};
+          {"comparison", comparison},
+          {"comparisons", comparisons}};
 }
 
 void write_report(const std::filesystem::path& path, const json& report) {

@@ -1,5 +1,6 @@
 // The versioned JSON report of one shardbench invocation: environment, one or more runs (the
-// requested run and, in comparison mode, its DDP baseline) and the comparison between them.
+// requested run and, in comparison mode, the other wrappers asked for and the DDP baseline) and
+// each FSDP run's comparison with DDP.
 // Its shape is described by results/report.schema.json.
 #pragma once
 
@@ -17,12 +18,14 @@
 namespace shardbench {
 
 // Bumped on any change a reader must know about (renamed or removed field: major; added: minor).
-inline constexpr const char* kReportSchemaVersion = "1.0";
+// 1.1: "comparisons" (every FSDP run against DDP; Torch FSDP2 runs, wrapper "torch_fsdp2").
+inline constexpr const char* kReportSchemaVersion = "1.1";
 
 struct ReportOptions {
   WarmupRule warmup;
-  // The comparison pair. When unset, the first "megatron_fsdp" run is compared against the first
-  // "ddp" run; without both there is no comparison (null).
+  // The comparison pair. When unset, the first FSDP run (wrapper "megatron_fsdp" or
+  // "torch_fsdp2") is compared against the first "ddp" run, and "comparisons" holds every FSDP
+  // run against that DDP run; without both there is no comparison (null, and an empty list).
   std::optional<std::size_t> head_index;
   std::optional<std::size_t> baseline_index;
 };

@@ -20,7 +20,7 @@ std::string file_safe(std::string_view s) {
 std::string strategy_tag(std::string_view wrapper, std::string_view strategy,
                          bool distributed_optimizer) {
   if (wrapper == "ddp") return distributed_optimizer ? "ddp-distopt" : "ddp";
-  return "fsdp-" + file_safe(strategy);
+  return (wrapper == "torch_fsdp2" ? "fsdp2-" : "fsdp-") + file_safe(strategy);
 }
 
 std::filesystem::path default_report_path(const std::filesystem::path& results_dir,

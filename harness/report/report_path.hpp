@@ -11,7 +11,8 @@ namespace shardbench {
 // Git-ignored folder for reports of local runs.
 inline constexpr std::string_view kDefaultResultsDir = "results/local";
 
-// "ddp", "ddp-distopt", "fsdp-<strategy>" (e.g. "fsdp-optim_grads_params").
+// "ddp", "ddp-distopt", "fsdp-<strategy>" (Megatron FSDP, e.g. "fsdp-optim_grads_params"),
+// "fsdp2-<strategy>" (Torch FSDP2, e.g. "fsdp2-reshard_after_forward").
 std::string strategy_tag(std::string_view wrapper, std::string_view strategy,
                          bool distributed_optimizer);
 

@@ -52,8 +52,10 @@ struct EngineMemory {
 
 struct RunRecord {
   std::string label;     // e.g. "megatron_fsdp/optim_grads_params", "ddp+distopt"
-  std::string wrapper;   // "ddp" or "megatron_fsdp"
-  std::string strategy;  // "no_shard", "optim", "optim_grads", "optim_grads_params"; "ddp" for DDP
+  std::string wrapper;   // "ddp", "megatron_fsdp" or "torch_fsdp2"
+  // Megatron FSDP: "no_shard", "optim", "optim_grads", "optim_grads_params"; FSDP2:
+  // "reshard_after_forward" or "no_reshard_after_forward"; "ddp" for DDP.
+  std::string strategy;
   bool distributed_optimizer = false;
   int world_size = 1;
   int64_t global_batch_size = 0;

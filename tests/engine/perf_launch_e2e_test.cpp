@@ -80,6 +80,74 @@ TEST_P(PerfLaunchE2E, FsdpRunAndDdpBaselineWriteOneReport) {
 
 INSTANTIATE_TEST_SUITE_P(Gloo, PerfLaunchE2E, ::testing::Values(2, 4));
 
+// dist.use_torch_fsdp2=true on 2 CPU ranks, with Megatron FSDP and the DDP baseline measured in
+// the same invocation: one report with the three wrappers side by side.
+TEST(PerfLaunchFsdp2, ThreeWrappersInOneReport) {
+  const auto report = temp_report("fsdp2_ws2.json");
+  const Result r =
+      run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu dist.use_torch_fsdp2=true "
+          "--compare_wrappers megatron_fsdp -gb 8 -ms 3 shardbench.report_path=" +
+          report.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("FSDP2 reshard_after_forward, FSDP optim_grads_params vs DDP+distopt, "
+                          "world size 2"),
+            std::string::npos)
+      << r.output;
+  std::ifstream in(report);
+  ASSERT_TRUE(in.good()) << report;
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["runs"].size(), 3u);
+  EXPECT_EQ(j["runs"][0]["identity"]["wrapper"], "torch_fsdp2");
+  EXPECT_EQ(j["runs"][0]["label"], "torch_fsdp2/reshard_after_forward");
+  EXPECT_EQ(j["runs"][1]["identity"]["wrapper"], "megatron_fsdp");
+  EXPECT_EQ(j["runs"][2]["identity"]["wrapper"], "ddp");
+  ASSERT_EQ(j["comparisons"].size(), 2u);
+  EXPECT_EQ(j["comparisons"][0]["head_index"], 0);
+  EXPECT_EQ(j["comparisons"][1]["head_index"], 1);
+  for (const auto& run : j["runs"]) {
+    EXPECT_EQ(run["status"], "ok");
+    ASSERT_EQ(run["steps"].size(), 3u);
+  }
+  // Same seed, data and fp32 policy: every step's loss agrees across the three wrappers.
+  for (size_t step = 0; step < 3; ++step) {
+    const double ddp = j["runs"][2]["steps"][step]["loss"].get<double>();
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_NEAR(j["runs"][i]["steps"][step]["loss"].get<double>(), ddp, 1e-5 * ddp)
+          << "run " << i << ", step " << step + 1;
+    }
+  }
+  // Per-parameter shards: FSDP2 holds less static engine memory than DDP.
+  EXPECT_LT(j["runs"][0]["memory"]["engine"]["static_total_bytes"].get<int64_t>(),
+            j["runs"][2]["memory"]["engine"]["static_total_bytes"].get<int64_t>());
+}
+
+TEST(PerfLaunchFsdp2, NoReshardAfterForwardAloneOnFourRanks) {
+  const auto report = temp_report("fsdp2_no_reshard_ws4.json");
+  const Result r =
+      run("-m llama -mr llama3_tiny_cpu -ng 4 -g cpu dist.use_torch_fsdp2=true "
+          "dist.torch_fsdp2_reshard_after_forward=false --compare_ddp false -gb 8 "
+          "-ms 2 shardbench.report_path=" +
+          report.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(report);
+  ASSERT_TRUE(in.good()) << report;
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["runs"].size(), 1u);
+  EXPECT_EQ(j["runs"][0]["identity"]["strategy"], "no_reshard_after_forward");
+  EXPECT_EQ(j["runs"][0]["identity"]["world_size"], 4);
+  EXPECT_TRUE(j["comparison"].is_null());
+}
+
+TEST(PerfLaunchFsdp2, RejectedWithMegatronFsdp) {
+  const Result r =
+      run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu --use_megatron_fsdp true "
+          "dist.use_torch_fsdp2=true");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive."),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(PerfLaunchFailFast, KilledWorkerFailsTheRunNamingItsRank) {
   const auto report = temp_report("killed.json");
   const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 50 shardbench.hang_timeout_s=30 "

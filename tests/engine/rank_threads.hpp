@@ -2,6 +2,7 @@
 // gloo process groups over a loopback TCPStore (the same c10d path the workers use).
 #pragma once
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -17,6 +18,12 @@ namespace shardbench::testing {
 
 inline void run_on_ranks(int world, const std::function<void(int, ProcessGroups&)>& fn) {
   at::set_num_threads(1);
+  // Ranks that are threads of one process share c10d's FlightRecorder singleton, whose first
+  // record of each process group inserts into a map outside its mutex (torch 2.11,
+  // FlightRecorderDetail.hpp, recordWithResetEnabled): concurrent first collectives of different
+  // groups corrupt it (seen as a SIGSEGV in ProcessGroupGloo::enqueue). perf-launch runs one
+  // process per rank and never shares it. Read once, when the first group records.
+  setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
   c10d::TCPStoreOptions server_opts;
   server_opts.port = 0;
   server_opts.isServer = true;

@@ -25,8 +25,7 @@ ProcessGroups nccl_world1() {
   po.backend = CommBackend::kNccl;
   po.device_index = 0;
   return {ProcessGroup::create(store, "world", 0, 1, po),
-          ProcessGroup::create(store, "ag", 0, 1, po),
-          ProcessGroup::create(store, "rs", 0, 1, po)};
+          ProcessGroup::create(store, "ag", 0, 1, po), ProcessGroup::create(store, "rs", 0, 1, po)};
 }
 
 LlamaDims gpu_dims() {
@@ -43,9 +42,11 @@ LlamaDims gpu_dims() {
 }
 
 std::vector<double> train(const char* wrapper, const char* strategy, bool distopt,
-                          ProcessGroups& pgs, EngineMemory* memory) {
+                          ProcessGroups& pgs, EngineMemory* memory,
+                          bool reshard_after_forward = true) {
   EngineOptions o;
   o.wrapper = wrapper;
+  o.reshard_after_forward = reshard_after_forward;
   o.strategy = strategy;
   o.use_distributed_optimizer = distopt;
   o.compute_dtype = at::kBFloat16;
@@ -83,14 +84,34 @@ TEST_F(GpuEngine, EveryStrategyMatchesDdpAtWorldSizeOne) {
     const char* strategy;
     bool distopt;
   };
-  for (const Run& r : {Run{"ddp", "ddp", true}, Run{"megatron_fsdp", "no_shard", false},
-                       Run{"megatron_fsdp", "optim", false}, Run{"megatron_fsdp", "optim_grads", false},
-                       Run{"megatron_fsdp", "optim_grads_params", false}}) {
+  for (const Run& r :
+       {Run{"ddp", "ddp", true}, Run{"megatron_fsdp", "no_shard", false},
+        Run{"megatron_fsdp", "optim", false}, Run{"megatron_fsdp", "optim_grads", false},
+        Run{"megatron_fsdp", "optim_grads_params", false}}) {
     const auto got = train(r.wrapper, r.strategy, r.distopt, pgs, nullptr);
     for (size_t i = 0; i < ddp.size(); ++i) {
       EXPECT_NEAR(got[i], ddp[i], 1e-3 * std::abs(ddp[i])) << r.strategy << " step " << i + 1;
     }
   }
+  // Torch FSDP2: bf16 copy-in cast, split_with_sizes_copy copy-out and the bf16 -> reduce-dtype
+  // _chunk_cat on the CUDA fast paths, with and without reshard_after_forward.
+  for (const bool reshard : {true, false}) {
+    const auto got = train("torch_fsdp2", "", false, pgs, nullptr, reshard);
+    for (size_t i = 0; i < ddp.size(); ++i) {
+      EXPECT_NEAR(got[i], ddp[i], 1e-3 * std::abs(ddp[i]))
+          << "torch_fsdp2 reshard_after_forward=" << reshard << " step " << i + 1;
+    }
+  }
+}
+
+TEST_F(GpuEngine, Fsdp2KeepsNoComputeCopyBetweenSteps) {
+  auto pgs = nccl_world1();
+  EngineMemory mem;
+  train("torch_fsdp2", "", false, pgs, &mem);
+  EXPECT_EQ(mem.model_weight_bytes, 0);  // the fp32 shard is cast at each all-gather
+  EXPECT_GT(mem.temporary_peak_bytes, 0);
+  EXPECT_GT(mem.main_weight_bytes, 0);
+  EXPECT_EQ(allocator_snapshot(at::Device(at::kCUDA, 0), "end", 0).num_ooms, 0);
 }
 
 TEST_F(GpuEngine, ShardedUnitsAreGatheredOnlyTransiently) {

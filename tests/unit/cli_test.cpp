@@ -189,6 +189,8 @@ TEST(CliParse, PerformanceAndShardbenchFlags) {
                                    "cpu",
                                    "--compare_ddp",
                                    "no",
+                                   "--compare_wrappers",
+                                   "megatron_fsdp,torch_fsdp2",
                                    "--report",
                                    "r.json",
                                    "--override_set",
@@ -210,6 +212,7 @@ TEST(CliParse, PerformanceAndShardbenchFlags) {
   EXPECT_EQ(a.backend, "gloo");
   EXPECT_EQ(a.device, "cpu");
   EXPECT_EQ(a.compare_ddp, false);
+  EXPECT_EQ(a.compare_wrappers, (std::vector<std::string>{"megatron_fsdp", "torch_fsdp2"}));
   EXPECT_EQ(a.report, "r.json");
   EXPECT_EQ(a.override_sets, (std::vector<std::string>{"a.set", "b.set"}));
   EXPECT_EQ(a.sdpa_backend, "flash");

@@ -94,6 +94,31 @@ TEST(DryrunPipeline, FsdpFalseDoesNotApplyTheSet) {
   EXPECT_EQ(r.config.ddp.data_parallel_sharding_strategy, "no_shard");
 }
 
+TEST(DryrunPipeline, Fsdp2FromAnOverrideWithBothOtherWrappersSideBySide) {
+  const ResolvedConfig r =
+      resolve_8b({"--compare_wrappers", "megatron_fsdp,ddp", "dist.use_torch_fsdp2=true",
+                  "dist.torch_fsdp2_reshard_after_forward=false"});
+  EXPECT_TRUE(r.config.dist.use_torch_fsdp2);
+  EXPECT_FALSE(r.config.dist.torch_fsdp2_reshard_after_forward);
+  EXPECT_FALSE(r.config.ddp.use_megatron_fsdp);
+  // The recipe's distributed optimizer (a DDP setting) is switched off for FSDP2.
+  EXPECT_FALSE(r.config.ddp.use_distributed_optimizer);
+  EXPECT_EQ(r.provenance.last_source("ddp.use_distributed_optimizer"), "validation: torch_fsdp2");
+  EXPECT_EQ(r.config.shardbench.compare_wrappers,
+            (std::vector<std::string>{"megatron_fsdp", "ddp"}));
+  EXPECT_EQ(r.provenance.last_source("shardbench.compare_wrappers"), "CLI flag --compare_wrappers");
+  // With the Megatron FSDP flag as well, the two FSDP designs exclude each other.
+  try {
+    resolve_8b({"--use_megatron_fsdp", "true", "dist.use_torch_fsdp2=true"});
+    ADD_FAILURE() << "expected a UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("use_megatron_fsdp and use_torch_fsdp2 are mutually "
+                                         "exclusive."),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(DryrunPipeline, CliFlagsRecordTheirSpelling) {
   const ResolvedConfig r = resolve_8b({"-tp", "1", "-mb", "2", "-gb", "32", "-ms", "7", "--lr",
                                        "1e-4", "-E", "NCCL_DEBUG=INFO", "--compare_ddp", "false"});

@@ -59,6 +59,26 @@ TEST(MeasureZeroModel, StrategyNames) {
   EXPECT_EQ(memory_strategy_from("megatron_fsdp", "optim", true), MemoryStrategy::kOptim);
   EXPECT_FALSE(memory_strategy_from("megatron_fsdp", "zero4", true).has_value());
   EXPECT_FALSE(memory_strategy_from("fsdp2", "optim", true).has_value());
+  EXPECT_EQ(memory_strategy_from("torch_fsdp2", "no_reshard_after_forward", false),
+            MemoryStrategy::kTorchFsdp2);
+}
+
+TEST(MeasureZeroModel, TorchFsdp2KeepsNoResidentComputeCopy) {
+  // FSDP2 casts its fp32 sharded parameters at each all-gather: ZeRO-3 without the 2 Psi / N of
+  // bf16 weights. With fp32 compute the shard is the model weights (main weights 0).
+  const DtypePolicy bf16 = *DtypePolicy::for_compute_dtype("bf16");
+  const StaticMemoryBytes m = zero_static_memory(1001, 4, MemoryStrategy::kTorchFsdp2, bf16);
+  EXPECT_EQ(m.model_weight_bytes, 0);
+  EXPECT_EQ(m.main_weight_bytes, 251 * 4);
+  EXPECT_EQ(m.main_grad_bytes, 251 * 4);
+  EXPECT_EQ(m.optimizer_state_bytes, 251 * 8);
+  const StaticMemoryBytes ogp =
+      zero_static_memory(1001, 4, MemoryStrategy::kOptimGradsParams, bf16);
+  EXPECT_EQ(ogp.total_bytes() - m.total_bytes(), 251 * 2);
+  const DtypePolicy fp32 = *DtypePolicy::for_compute_dtype("fp32");
+  const StaticMemoryBytes f = zero_static_memory(1001, 4, MemoryStrategy::kTorchFsdp2, fp32);
+  EXPECT_EQ(f.model_weight_bytes, 251 * 4);
+  EXPECT_EQ(f.main_weight_bytes, 0);
 }
 
 TEST(MeasureZeroModel, FsdpNonUnitWeightsStayUnshardedAndUnitsArePadded) {

@@ -21,7 +21,7 @@ using nlohmann::json;
 RunRecord synthetic_run(const std::string& wrapper, const std::string& strategy, double steady_ms,
                         int64_t memory_scale) {
   RunRecord run;
-  run.label = wrapper == "ddp" ? "ddp" : "megatron_fsdp/" + strategy;
+  run.label = wrapper == "ddp" ? "ddp" : wrapper + "/" + strategy;
   run.recipe = "llama3_tiny_cpu";
   run.wrapper = wrapper;
   run.strategy = strategy;
@@ -78,9 +78,18 @@ json comparison_report() {
   return build_report(synthetic_env(), runs);
 }
 
+// One invocation with all three wrappers: FSDP2 requested, then Megatron FSDP, then DDP.
+json three_wrapper_report() {
+  const std::vector<RunRecord> runs = {
+      synthetic_run("torch_fsdp2", "reshard_after_forward", 90, 40),
+      synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50),
+      synthetic_run("ddp", "ddp", 100, 100)};
+  return build_report(synthetic_env(), runs);
+}
+
 TEST(ReportJson, TopLevelAndRunFields) {
   const json report = comparison_report();
-  EXPECT_EQ(report["schema_version"], "1.0");
+  EXPECT_EQ(report["schema_version"], "1.1");
   ASSERT_EQ(report["runs"].size(), 2u);
   const json& fsdp = report["runs"][0];
   EXPECT_EQ(fsdp["status"], "ok");
@@ -202,6 +211,67 @@ TEST(ReportJson, NanLossFailsRunAndIsEncodedAsNull) {
   EXPECT_TRUE(e["summary"]["step_time_ms"].is_null());
 }
 
+TEST(ReportJson, ThreeWrappersSideBySide) {
+  const json report = three_wrapper_report();
+  // "comparison" stays the first FSDP run against DDP; "comparisons" has every FSDP run.
+  EXPECT_EQ(report["comparison"]["head_index"], 0);
+  ASSERT_EQ(report["comparisons"].size(), 2u);
+  EXPECT_EQ(report["comparisons"][0], report["comparison"]);
+  const json& fsdp2 = report["comparisons"][0];
+  const json& megatron = report["comparisons"][1];
+  EXPECT_EQ(fsdp2["head_label"], "torch_fsdp2/reshard_after_forward");
+  EXPECT_EQ(megatron["head_index"], 1);
+  EXPECT_EQ(megatron["head_label"], "megatron_fsdp/optim_grads_params");
+  for (const json& cmp : report["comparisons"]) {
+    EXPECT_EQ(cmp["baseline_index"], 2);
+    EXPECT_EQ(cmp["baseline_label"], "ddp");
+  }
+  EXPECT_NEAR(fsdp2["metrics"]["median_step_time_ms"]["relative_change"].get<double>(), -0.10,
+              1e-12);
+  EXPECT_NEAR(megatron["metrics"]["median_step_time_ms"]["relative_change"].get<double>(), -0.20,
+              1e-12);
+  EXPECT_EQ(fsdp2["verdict"],
+            "FSDP2 reshard_after_forward vs DDP: 10.0% faster per step, 60.0% less peak allocated "
+            "memory per rank");
+  // The FSDP2 prediction is ZeRO-3 without a resident bf16 copy: (4 + 4 + 8) x 500 per rank.
+  EXPECT_EQ(report["runs"][0]["memory"]["predicted"]["static_total_bytes"], 8000);
+  EXPECT_EQ(report["runs"][0]["memory"]["predicted"]["model_weight_bytes"], 0);
+
+  // Explicit indices ask for one pair only; a report without DDP has none.
+  ReportOptions pair;
+  pair.head_index = 1;
+  pair.baseline_index = 2;
+  const std::vector<RunRecord> runs = {
+      synthetic_run("torch_fsdp2", "reshard_after_forward", 90, 40),
+      synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50),
+      synthetic_run("ddp", "ddp", 100, 100)};
+  const json explicit_pair = build_report(synthetic_env(), runs, pair);
+  ASSERT_EQ(explicit_pair["comparisons"].size(), 1u);
+  EXPECT_EQ(explicit_pair["comparisons"][0]["head_index"], 1);
+  const std::vector<RunRecord> no_ddp = {runs[0], runs[1]};
+  EXPECT_TRUE(build_report(synthetic_env(), no_ddp)["comparison"].is_null());
+  EXPECT_TRUE(build_report(synthetic_env(), no_ddp)["comparisons"].empty());
+}
+
+TEST(ReportJson, ThreeWrapperSummaryLines) {
+  const std::string text = format_comparison_summary(three_wrapper_report());
+  EXPECT_NE(text.find("FSDP2 reshard_after_forward, FSDP optim_grads_params vs DDP, world size 2 "
+                      "(change = run / DDP - 1)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  metric                                        DDP          FSDP2    "
+                      "change           FSDP    change\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  step time, median (ms)                      100.0           90.0    "
+                      "-10.0%           80.0    -20.0%\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("verdict: FSDP2 reshard_after_forward vs DDP: 10.0% faster"),
+            std::string::npos);
+  EXPECT_NE(text.find("verdict: FSDP optim_grads_params vs DDP: 20.0% faster"), std::string::npos);
+}
+
 TEST(ReportJson, ConformsToSchemaFile) {
   const json schema =
       load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
@@ -209,6 +279,9 @@ TEST(ReportJson, ConformsToSchemaFile) {
   const json report = comparison_report();
   const std::vector<std::string> errors = check_against_schema(report, schema);
   EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+  const std::vector<std::string> three_errors =
+      check_against_schema(three_wrapper_report(), schema);
+  EXPECT_TRUE(three_errors.empty()) << ::testing::PrintToString(three_errors);
   // Every required property, top level and per run, is present.
   for (const json& name : schema["required"]) EXPECT_TRUE(report.contains(name)) << name;
   for (const json& run : report["runs"]) {

@@ -22,6 +22,9 @@ TEST(ReportPath, DefaultNameFromRecipeStrategyWorldAndTime) {
             "out/llama3_8b_h200_ddp-distopt_ws8_20261202T161500Z.json");
   EXPECT_EQ(default_report_path("out", "", "ddp", "ddp", false, 1, kStart),
             "out/run_ddp_ws1_20261202T161500Z.json");
+  EXPECT_EQ(default_report_path("out", "llama3_tiny_cpu", "torch_fsdp2",
+                                "no_reshard_after_forward", false, 4, kStart),
+            "out/llama3_tiny_cpu_fsdp2-no_reshard_after_forward_ws4_20261202T161500Z.json");
 }
 
 TEST(ReportPath, UtcFormats) {

@@ -64,6 +64,78 @@ TEST(Validation, FsdpAndFsdp2AreExclusive) {
       contains(error_of(c), "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive."));
 }
 
+TEST(Validation, Fsdp2IsAlsoExclusiveWithTheDdpFlagOfMegatronFsdp) {
+  // --use_megatron_fsdp true sets ddp.use_megatron_fsdp; the sync into dist.* must not end with
+  // both wrappers selected.
+  ConfigContainer c = fsdp_config();
+  c.dist.use_torch_fsdp2 = true;
+  const std::string error = error_of(c);
+  EXPECT_TRUE(contains(error,
+                       "ddp.use_megatron_fsdp=true and dist.use_torch_fsdp2=true: "
+                       "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive."))
+      << error;
+}
+
+TEST(Validation, Fsdp2WithPipelineParallelismIsRejected) {
+  ConfigContainer c = valid_config();
+  c.dist.use_torch_fsdp2 = true;
+  c.model.pipeline_model_parallel_size = 2;
+  const std::string error = error_of(c);
+  EXPECT_TRUE(
+      contains(error, "dist.use_torch_fsdp2=true with model.pipeline_model_parallel_size=2"))
+      << error;
+  EXPECT_TRUE(contains(error, "FSDP2 is not currently working with Pipeline Parallel.")) << error;
+  c.model.pipeline_model_parallel_size = 1;
+  EXPECT_EQ(error_of(c), "(no error)");
+}
+
+TEST(Validation, Fsdp2TurnsTheDistributedOptimizerOff) {
+  ConfigContainer c = valid_config();
+  c.dist.use_torch_fsdp2 = true;
+  c.ddp.use_distributed_optimizer = true;
+  c.optimizer.use_distributed_optimizer = true;
+  Provenance p;
+  const auto notices = validate_config(c, p, context());
+  EXPECT_FALSE(c.ddp.use_distributed_optimizer);
+  EXPECT_FALSE(c.optimizer.use_distributed_optimizer);
+  EXPECT_EQ(p.last_source("ddp.use_distributed_optimizer"), "validation: torch_fsdp2");
+  EXPECT_NE(std::find(notices.begin(), notices.end(),
+                      "use_distributed_optimizer is not supported with torch FSDP2 (it shards the "
+                      "optimizer state itself). Deactivating..."),
+            notices.end());
+  // Already off: nothing forced, no notice.
+  ConfigContainer off = valid_config();
+  off.dist.use_torch_fsdp2 = true;
+  Provenance p2;
+  EXPECT_TRUE(validate_config(off, p2, context()).empty());
+}
+
+TEST(Validation, CompareWrappersNamesKnownWrappersOnce) {
+  ConfigContainer c = valid_config();
+  c.shardbench.compare_wrappers = {"megatron_fsdp", "fsdp3"};
+  EXPECT_EQ(error_of(c),
+            "shardbench.compare_wrappers=[megatron_fsdp,fsdp3]: unknown wrapper 'fsdp3'; accepted: "
+            "ddp, megatron_fsdp, torch_fsdp2");
+  c.shardbench.compare_wrappers = {"torch_fsdp2", "torch_fsdp2"};
+  EXPECT_EQ(error_of(c),
+            "shardbench.compare_wrappers=[torch_fsdp2,torch_fsdp2]: 'torch_fsdp2' is "
+            "listed twice");
+  c.shardbench.compare_wrappers = {"ddp", "megatron_fsdp", "torch_fsdp2"};
+  EXPECT_EQ(error_of(c), "(no error)");
+}
+
+TEST(Validation, CompareWrappersValidatesEachDerivedRun) {
+  // A DDP run may keep CUDA_DEVICE_MAX_CONNECTIONS=1; its Megatron FSDP comparison may not.
+  ConfigContainer c = valid_config();
+  c.env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1";
+  EXPECT_EQ(error_of(c), "(no error)");
+  c.shardbench.compare_wrappers = {"torch_fsdp2", "megatron_fsdp"};
+  const std::string error = error_of(c);
+  EXPECT_TRUE(contains(error, "shardbench.compare_wrappers: the megatron_fsdp comparison run"))
+      << error;
+  EXPECT_TRUE(contains(error, "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.")) << error;
+}
+
 TEST(Validation, FsdpForcesBothFlagsAndDistributedOptimizer) {
   ConfigContainer c = fsdp_config();
   Provenance p;

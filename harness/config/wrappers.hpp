@@ -1,0 +1,51 @@
+// The three data-parallel wrappers Megatron-Bridge selects between (DDP, Megatron FSDP, Torch
+// FSDP2) and the runs one invocation measures: the requested configuration first, then the same
+// model, batch, dtype policy and seed under each other wrapper the comparison asks for.
+// Torch-free.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "harness/config/config.hpp"
+#include "harness/config/validate.hpp"
+
+namespace shardbench {
+
+inline constexpr std::array<std::string_view, 3> kWrapperNames = {"ddp", "megatron_fsdp",
+                                                                  "torch_fsdp2"};
+
+// "torch_fsdp2" when dist.use_torch_fsdp2, "megatron_fsdp" when ddp.use_megatron_fsdp, else "ddp".
+std::string wrapper_of(const ConfigContainer& config);
+
+// `config` switched to `wrapper`, everything else kept. Each mirrors how Megatron-Bridge's perf
+// scripts select that wrapper:
+//   ddp:           Megatron's perf baseline, the distributed optimizer with overlapped
+//                  reduce-scatter and all-gather;
+//   megatron_fsdp: the megatron_fsdp override set's strategy (optim_grads_params) and what
+//                  validation forces (distributed optimizer on, average_in_collective off),
+//                  unless `config` already is a Megatron FSDP run;
+//   torch_fsdp2:   dist.use_torch_fsdp2 with the Megatron FSDP fields back at their defaults and
+//                  MCore's distributed optimizer off (FSDP2 shards the optimizer state itself).
+// The result has no comparison of its own (shardbench.compare_wrappers empty,
+// compare_with_ddp false) and neither saves nor loads checkpoints. Throws std::invalid_argument
+// for an unknown wrapper.
+ConfigContainer config_for_wrapper(const ConfigContainer& config, std::string_view wrapper);
+
+struct PlannedRun {
+  std::string wrapper;
+  ConfigContainer config;
+  std::string derivation;  // empty for the requested run; else how the config was derived
+};
+
+// The runs of one invocation, the requested one first. Then the wrappers named in
+// shardbench.compare_wrappers, in their order, skipping the requested wrapper; then the DDP
+// baseline when the requested run is FSDP (either kind), shardbench.compare_with_ddp holds and
+// the list does not already name ddp. Each derived config is validated like a requested one
+// (validate.hpp; forced values applied); a rule it breaks throws UsageError naming the run.
+std::vector<PlannedRun> planned_runs(const ConfigContainer& requested,
+                                     const ValidationContext& context);
+
+}  // namespace shardbench
