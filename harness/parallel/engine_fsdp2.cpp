@@ -99,7 +99,7 @@ void DataParallelEngine::allocate_and_init_per_param(EngineGroup& g) {
       g.segments.push_back({slot.shard_offset, slot.shard_numel, nowd});
     }
   }
-  g.optimizer = std::make_unique<FlatAdamW>(g.main, g.segments);
+  g.optimizer = std::make_unique<FlatAdamW>(g.main, g.segments, options_.fused_kernels);
 }
 
 void DataParallelEngine::launch_per_param_gather(EngineGroup& g) {
