@@ -5,6 +5,7 @@
 #include <iostream>
 #include <vector>
 
+#include "harness/config/field_registry.hpp"
 #include "harness/config/resolve.hpp"
 #include "harness/engine/bench_run.hpp"
 #include "harness/engine/device_runtime.hpp"
@@ -66,6 +67,12 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env) {
       base_prov["baseline"] = "derived from the FSDP run: ddp.use_megatron_fsdp=false, "
                               "ddp.use_distributed_optimizer=true, overlap_grad_reduce=true, "
                               "overlap_param_gather=true";
+      // ddp_baseline_config clears the checkpoint folders: only the requested run checkpoints.
+      for (const char* key : {"checkpoint.save", "checkpoint.load"}) {
+        base_prov[key].push_back({{"source", "DDP baseline: only the requested run checkpoints"},
+                                  {"previous", get_field(config, key)},
+                                  {"value", nullptr}});
+      }
       runs.push_back(
           run_benchmark(ddp_baseline_config(config), base_prov, resolved.model_recipe_name, ctx));
     }
