@@ -49,12 +49,26 @@ void remove_tree(const fs::path& p) {
   fs::remove(p);
 }
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("shardbench_ckpt_" + std::to_string(getpid())) / name;
-  remove_tree(dir);
-  return dir;
-}
+// One test's folder, empty at the start and removed at the end (with the process's parent
+// folder once that is empty).
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name) : path_(parent() / name) { remove_tree(path_); }
+  ~ScratchDir() {
+    remove_tree(path_);
+    std::error_code ec;
+    fs::remove(parent(), ec);  // fails, harmlessly, while another test's folder is in it
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  static fs::path parent() {
+    return fs::temp_directory_path() / ("shardbench_ckpt_" + std::to_string(getpid()));
+  }
+  fs::path path_;
+};
 
 struct Case {
   const char* wrapper;
@@ -126,7 +140,8 @@ class CheckpointResume : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CheckpointResume, LossesAndWeightsContinueExactly) {
   const Case c = GetParam();
-  const fs::path dir = fresh_dir(case_name({c, 0}));
+  const ScratchDir scratch(case_name({c, 0}));
+  const fs::path& dir = scratch.path();
   std::mutex mu;
   Trajectory continuous, resumed;
   nlohmann::json layout;
@@ -295,7 +310,8 @@ bool contains(const std::string& text, const std::string& part) {
 }
 
 TEST(CheckpointRefusal, AnotherStrategy) {
-  const fs::path dir = fresh_dir("strategy");
+  const ScratchDir scratch("strategy");
+  const fs::path& dir = scratch.path();
   save_fsdp(dir);
   Case other = kFsdp;
   other.strategy = "optim";
@@ -310,7 +326,8 @@ TEST(CheckpointRefusal, AnotherStrategy) {
 }
 
 TEST(CheckpointRefusal, AnotherWrapper) {
-  const fs::path dir = fresh_dir("wrapper");
+  const ScratchDir scratch("wrapper");
+  const fs::path& dir = scratch.path();
   save_fsdp(dir);
   const Case ddp{"ddp", "ddp", true, 2, 8, 2};
   // A DDP run with the FSDP format name gets as far as the layout.
@@ -327,7 +344,8 @@ TEST(CheckpointRefusal, AnotherWrapper) {
 }
 
 TEST(CheckpointRefusal, AnotherWorldSize) {
-  const fs::path dir = fresh_dir("world");
+  const ScratchDir scratch("world");
+  const fs::path& dir = scratch.path();
   save_fsdp(dir);
   Case four = kFsdp;
   four.world = 4;
@@ -338,7 +356,8 @@ TEST(CheckpointRefusal, AnotherWorldSize) {
 }
 
 TEST(CheckpointRefusal, AnotherModel) {
-  const fs::path dir = fresh_dir("dims");
+  const ScratchDir scratch("dims");
+  const fs::path& dir = scratch.path();
   save_fsdp(dir);
   LlamaDims wider = odd_dims();
   wider.vocab = 41;
@@ -349,7 +368,8 @@ TEST(CheckpointRefusal, AnotherModel) {
 }
 
 TEST(CheckpointRefusal, CorruptShardIsRefusedOnEveryRank) {
-  const fs::path dir = fresh_dir("corrupt");
+  const ScratchDir scratch("corrupt");
+  const fs::path& dir = scratch.path();
   save_fsdp(dir);
   const fs::path shard = dir / "iter_0000002" / checkpoint_rank_file(1);
   const auto size = fs::file_size(shard);
@@ -370,7 +390,8 @@ TEST(CheckpointRefusal, CorruptShardIsRefusedOnEveryRank) {
 }
 
 TEST(CheckpointRefusal, TruncatedShard) {
-  const fs::path dir = fresh_dir("truncated");
+  const ScratchDir scratch("truncated");
+  const fs::path& dir = scratch.path();
   save_fsdp(dir);
   const fs::path shard = dir / "iter_0000002" / checkpoint_rank_file(0);
   const auto size = fs::file_size(shard);
@@ -384,7 +405,8 @@ TEST(CheckpointRefusal, TruncatedShard) {
 }
 
 TEST(CheckpointRefusal, MissingShardAndMissingMetadata) {
-  const fs::path dir = fresh_dir("missing");
+  const ScratchDir scratch("missing");
+  const fs::path& dir = scratch.path();
   save_fsdp(dir);
   fs::remove(dir / "iter_0000002" / checkpoint_rank_file(1));
   auto errors = refused_load(kFsdp, odd_dims(), dir, "fsdp_dtensor");
@@ -397,7 +419,8 @@ TEST(CheckpointRefusal, MissingShardAndMissingMetadata) {
 }
 
 TEST(CheckpointRefusal, DamagedTracker) {
-  const fs::path dir = fresh_dir("tracker");
+  const ScratchDir scratch("tracker");
+  const fs::path& dir = scratch.path();
   save_fsdp(dir);
   std::ofstream(dir / kCheckpointTrackerFile) << "two";
   const auto errors = refused_load(kFsdp, odd_dims(), dir, "fsdp_dtensor");
@@ -407,13 +430,15 @@ TEST(CheckpointRefusal, DamagedTracker) {
 }
 
 TEST(Checkpoint, FolderWithoutCheckpointLoadsNothing) {
-  const fs::path dir = fresh_dir("empty");
+  const ScratchDir scratch("empty");
+  const fs::path& dir = scratch.path();
   const auto errors = refused_load(kFsdp, odd_dims(), dir, "fsdp_dtensor");
   for (const auto& e : errors) EXPECT_EQ(e, "(no error)");  // nothing loaded, engine unchanged
 }
 
 TEST(Checkpoint, MostRecentKKeepsTheNewest) {
-  const fs::path dir = fresh_dir("most_recent_k");
+  const ScratchDir scratch("most_recent_k");
+  const fs::path& dir = scratch.path();
   testing::run_on_ranks(2, [&](int, ProcessGroups& pgs) {
     DataParallelEngine engine(odd_dims(), options_for(kFsdp), pgs);
     for (int64_t it = 0; it < 3; ++it) {
