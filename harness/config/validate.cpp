@@ -228,6 +228,17 @@ void checkpoint_rules(const ConfigContainer& c) {
         "checkpoint.ckpt_format=fsdp_dtensor: fsdp_dtensor checkpoint format only supports "
         "Megatron FSDP (set ddp.use_megatron_fsdp=true or another ckpt_format)");
   }
+  // Megatron divides the iteration by save_interval; shardbench reads null as "after the last
+  // iteration only".
+  if (c.checkpoint.save_interval && *c.checkpoint.save_interval <= 0) {
+    fail("checkpoint.save_interval=" + std::to_string(*c.checkpoint.save_interval) +
+         ": accepted: a positive number of iterations, or null (save after the last iteration "
+         "only)");
+  }
+  if (c.checkpoint.most_recent_k == 0 || c.checkpoint.most_recent_k < -1) {
+    fail("checkpoint.most_recent_k=" + std::to_string(c.checkpoint.most_recent_k) +
+         ": accepted: -1 (keep every checkpoint) or a positive count");
+  }
   if (c.checkpoint.async_save && c.checkpoint.ckpt_format != "torch_dist" &&
       c.checkpoint.ckpt_format != "fsdp_dtensor") {
     fail("checkpoint.async_save=true with checkpoint.ckpt_format=" + c.checkpoint.ckpt_format +

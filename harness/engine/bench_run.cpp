@@ -15,6 +15,7 @@
 
 #include "harness/config/field_registry.hpp"
 #include "harness/config/wrappers.hpp"
+#include "harness/engine/checkpoint_run.hpp"
 #include "harness/engine/device_runtime.hpp"
 #include "harness/engine/lr_schedule.hpp"
 #include "harness/engine/mock_data.hpp"
@@ -165,12 +166,11 @@ int64_t recompute_layers_from(const ConfigContainer& c, const LlamaDims& dims) {
   return n;
 }
 
-EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext& ctx) {  reject(c.model.cpu_offloading, "model.cpu_offloading", "true", "false");
+EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext& ctx) {
+  reject(c.model.cpu_offloading, "model.cpu_offloading", "true", "false");
   reject(c.mixed_precision.fp8.has_value(), "mixed_precision.fp8",
          c.mixed_precision.fp8.value_or(""), "null (bf16 or fp32 compute)");
   reject(c.optimizer.optimizer != "adam", "optimizer.optimizer", c.optimizer.optimizer, "adam");
-  reject(c.checkpoint.save.has_value(), "checkpoint.save", c.checkpoint.save.value_or(""), "null");
-  reject(c.checkpoint.load.has_value(), "checkpoint.load", c.checkpoint.load.value_or(""), "null");
   reject(c.ddp.num_distributed_optimizer_instances != 1, "ddp.num_distributed_optimizer_instances",
          std::to_string(c.ddp.num_distributed_optimizer_instances), "1");
   // Knobs the engine does not implement yet are refused rather than reported as measured.
@@ -235,6 +235,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
                         const std::string& recipe, WorkerContext& ctx) {
   const LlamaDims dims = llama_dims_from(config);
   const EngineOptions options = engine_options_from(config, ctx);
+  RunCheckpoints checkpoints(config, provenance);
   const int64_t iters = config.train.train_iters;
   const int64_t gbs = config.train.global_batch_size;
   const int64_t mbs = config.train.micro_batch_size;
@@ -301,8 +302,10 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   // Groups the steps of one run: the FSDP run and its DDP baseline share one process.
   nvtx::Range run_range("benchmark/" + rec.label, nvtx::Color::kStep);
 
+  // A resumed run continues with the iteration after the checkpoint's: its batch, its LR.
+  const int64_t first_it = checkpoints.resume(engine, *ctx.pgs.world, iters, rank0);
   std::vector<double> my_step_ms;
-  for (int64_t it = 0; it < iters; ++it) {
+  for (int64_t it = first_it; it < iters; ++it) {
     heartbeat("step " + std::to_string(it + 1));
     maybe_inject_fault(ctx.rank, it + 1);
     StepInputs in{mock_global_batch(static_cast<uint64_t>(config.rng.seed), it, gbs,
@@ -373,26 +376,30 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
       if (rank0) std::cout << format_memory_line(snap, it + 1) << std::endl;
       rec.allocator.push_back(snap);
     }
+    // Outside the timed step, as Megatron's save_checkpoint_and_time.
+    checkpoints.after_iteration(engine, *ctx.pgs.world, it + 1, iters, rank0);
   }
   if (ctx.device.is_cuda()) rec.allocator.push_back(allocator_snapshot(ctx.device, "end", ctx.rank));
 
-  // Every rank's own step times, gathered to all (small: iters doubles per rank).
+  // Every rank's own step times, gathered to all (small: one double per step and rank).
+  const int64_t ran = static_cast<int64_t>(my_step_ms.size());  // iters - first_it
   at::Tensor mine = at::tensor(my_step_ms, at::kDouble).to(ctx.device);
-  at::Tensor all = at::empty({ctx.world_size * iters}, mine.options());
-  if (iters > 0) wait_work(ctx.pgs.world->all_gather(all, mine), "step-time all-gather");
-  all = all.to(at::kCPU).view({ctx.world_size, iters});
+  at::Tensor all = at::empty({ctx.world_size * ran}, mine.options());
+  if (ran > 0) wait_work(ctx.pgs.world->all_gather(all, mine), "step-time all-gather");
+  all = all.to(at::kCPU).view({ctx.world_size, ran});
   for (int r = 0; r < ctx.world_size; ++r) {
-    std::vector<double> row(static_cast<size_t>(iters));
-    for (int64_t i = 0; i < iters; ++i) row[static_cast<size_t>(i)] = all[r][i].item<double>();
+    std::vector<double> row(static_cast<size_t>(ran));
+    for (int64_t i = 0; i < ran; ++i) row[static_cast<size_t>(i)] = all[r][i].item<double>();
     rec.per_rank_step_ms.push_back(row);
   }
-  for (int64_t i = 0; i < iters; ++i) {
+  for (int64_t i = 0; i < ran; ++i) {
     for (int r = 0; r < ctx.world_size; ++r) {
       rec.steps[static_cast<size_t>(i)].per_rank_elapsed_ms.push_back(
           rec.per_rank_step_ms[static_cast<size_t>(r)][static_cast<size_t>(i)]);
     }
   }
   rec.memory = engine.memory();
+  rec.checkpoint = checkpoints.record();
   return rec;
 }
 

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <vector>
 
+#include "harness/config/field_registry.hpp"
 #include "harness/config/resolve.hpp"
 #include "harness/config/wrappers.hpp"
 #include "harness/engine/bench_run.hpp"

@@ -85,6 +85,7 @@ class DataParallelEngine final : public ModuleHooks {
 
   const LlamaWeights& weights() const { return weights_; }
   const EngineOptions& options() const { return options_; }
+  const LlamaDims& dims() const { return dims_; }
   // "ddp", "ddp+distopt", "megatron_fsdp/optim_grads_params", "torch_fsdp2/reshard_after_forward"
   std::string label() const;
   std::string strategy_name() const;
@@ -102,6 +103,25 @@ class DataParallelEngine final : public ModuleHooks {
 
   // The full fp32 main weights, one tensor per parameter spec (collective over the DP group).
   std::vector<at::Tensor> gather_main_weights();
+
+  // Checkpointing (checkpoint.hpp). The state that makes the next steps bit-identical, per
+  // group: fp32 main weights, the AdamW moments and, unless they are the main weights, the
+  // compute weights this rank's optimizer writes. Gradients are zero between steps and are not
+  // part of it. Waits for in-flight parameter syncs first; the tensors alias the engine's
+  // buffers, so a load copies into them and then calls restore_checkpoint_state.
+  struct StateBuffer {
+    int group = 0;
+    std::string name;  // "main_weights", "exp_avg", "exp_avg_sq", "model_weights"
+    at::Tensor tensor;
+    bool sharded = false;  // this rank's shard of the group's padded buffer, not all of it
+  };
+  std::vector<StateBuffer> checkpoint_state();
+  // AdamW steps taken so far (the same in every group).
+  int64_t optimizer_steps() const;
+  // After checkpoint_state()'s tensors were overwritten: sets the optimizer's step count and
+  // re-gathers the replicated compute weights of groups whose main weights are sharded.
+  // Collective over the DP group.
+  void restore_checkpoint_state(int64_t optimizer_steps);
 
   EngineMemory memory() const;
   // Per-group layouts and whether each buffer class is sharded (for tests and reports).

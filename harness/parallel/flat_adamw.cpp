@@ -104,6 +104,15 @@ bool FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
   return false;
 }
 
+void FlatAdamW::set_steps_taken(int64_t steps) {
+  at::NoGradGuard no_grad;
+  step_ = steps;
+  // The CPU path's per-class counters count in fp32, exactly for any realistic step count.
+  for (auto& counters : step_tensors_) {
+    for (auto& t : counters) t.fill_(static_cast<double>(steps));
+  }
+}
+
 int64_t FlatAdamW::state_bytes() const {
   return static_cast<int64_t>(exp_avg_.nbytes() + exp_avg_sq_.nbytes());
 }

@@ -44,6 +44,11 @@ class FlatAdamW {
 
   int64_t state_bytes() const;
   int64_t steps_taken() const { return step_; }
+  // Checkpointing: the moments (aliases of this optimizer's state) and the step count a loaded
+  // checkpoint continues from (bias correction depends on it).
+  const at::Tensor& exp_avg() const { return exp_avg_; }
+  const at::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  void set_steps_taken(int64_t steps);
 
  private:
   at::Tensor main_, exp_avg_, exp_avg_sq_;

@@ -272,6 +272,32 @@ json memory_json(const RunRecord& run) {
           {"allocator_peak", peak}};
 }
 
+json checkpoint_event_json(const CheckpointEvent& e) {
+  int64_t total = e.metadata_bytes;
+  for (int64_t b : e.bytes_per_rank) total += b;
+  return {{"dir", e.dir},
+          {"iteration", e.iteration},
+          {"ms", number_or_null(e.ms)},
+          {"bytes_per_rank", e.bytes_per_rank},
+          {"metadata_bytes", e.metadata_bytes},
+          {"bytes", total}};
+}
+
+json checkpoint_json(const CheckpointRecord& c) {
+  json saves = json::array();
+  for (const CheckpointEvent& e : c.saves) saves.push_back(checkpoint_event_json(e));
+  auto opt_text = [](const std::optional<std::string>& s) { return s ? json(*s) : json(nullptr); };
+  return {{"format", c.format},
+          {"save_dir", opt_text(c.save_dir)},
+          {"save_interval", c.save_interval ? json(*c.save_interval) : json(nullptr)},
+          {"load_dir", opt_text(c.load_dir)},
+          {"loaded_from", c.loaded ? checkpoint_event_json(*c.loaded) : json(nullptr)},
+          {"load_ms", c.loaded ? number_or_null(c.loaded->ms) : json(nullptr)},
+          {"load_bytes", c.loaded ? checkpoint_event_json(*c.loaded)["bytes"] : json(nullptr)},
+          {"load_note", c.load_note},
+          {"saves", saves}};
+}
+
 }  // namespace
 
 json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
@@ -299,7 +325,8 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
           {"steps", steps},
           {"per_rank_step_ms", per_rank_step_ms},
           {"summary", summary_json(run, warmup, nan_iterations)},
-          {"memory", memory_json(run)}};
+          {"memory", memory_json(run)},
+          {"checkpoint", checkpoint_json(run.checkpoint)}};
 }
 
 }  // namespace shardbench

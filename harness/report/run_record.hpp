@@ -50,6 +50,26 @@ struct EngineMemory {
   int64_t predicted_static_bytes = 0;  // ZeRO model (targets.md) for the same strategy
 };
 
+// One checkpoint save (or the load) of a run: where, which iteration, how long, how many bytes.
+struct CheckpointEvent {
+  std::string dir;        // the iter_XXXXXXX folder
+  int64_t iteration = 0;  // completed training iterations the checkpoint holds
+  double ms = 0;          // wall time on rank 0 until every rank was done; not in step times
+  std::vector<int64_t> bytes_per_rank;  // each rank's shard file; index = rank
+  int64_t metadata_bytes = 0;
+};
+
+// Checkpointing of a run (checkpoint.save / checkpoint.load).
+struct CheckpointRecord {
+  std::string format;                     // checkpoint.ckpt_format
+  std::optional<std::string> save_dir;    // checkpoint.save; null: never saved
+  std::optional<int64_t> save_interval;   // checkpoint.save_interval; null: only at the end
+  std::optional<std::string> load_dir;    // checkpoint.load as requested; null: no load
+  std::optional<CheckpointEvent> loaded;  // what was loaded; empty when nothing was
+  std::string load_note;                  // why nothing was loaded (or what was), for readers
+  std::vector<CheckpointEvent> saves;
+};
+
 struct RunRecord {
   std::string label;     // e.g. "megatron_fsdp/optim_grads_params", "ddp+distopt"
   std::string wrapper;   // "ddp", "megatron_fsdp" or "torch_fsdp2"
@@ -85,6 +105,7 @@ struct RunRecord {
   // absent the report uses the ZeRO paper model from num_parameters and compute_dtype.
   std::optional<StaticMemoryBytes> predicted_memory;
   std::optional<DtypePolicy> dtype_policy;  // the policy the engine ran; else from compute_dtype
+  CheckpointRecord checkpoint;
 };
 
 }  // namespace shardbench

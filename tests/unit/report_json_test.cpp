@@ -301,6 +301,42 @@ TEST(ReportJson, ConformsToSchemaFile) {
   EXPECT_TRUE(single_errors.empty()) << ::testing::PrintToString(single_errors);
 }
 
+TEST(ReportJson, CheckpointSavesAndLoad) {
+  const json schema =
+      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+  // No checkpointing: the block is there and says why nothing was loaded.
+  RunRecord plain = synthetic_run("ddp", "ddp", 100, 100);
+  plain.checkpoint.format = "torch_dist";
+  plain.checkpoint.load_note = "checkpoint.load=null: no checkpoint was loaded";
+  const json none = run_to_json(plain)["checkpoint"];
+  EXPECT_TRUE(none["loaded_from"].is_null());
+  EXPECT_TRUE(none["load_ms"].is_null());
+  EXPECT_TRUE(none["load_bytes"].is_null());
+  EXPECT_TRUE(none["save_dir"].is_null());
+  EXPECT_EQ(none["load_note"], "checkpoint.load=null: no checkpoint was loaded");
+  EXPECT_TRUE(none["saves"].empty());
+
+  RunRecord resumed = synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50);
+  auto& c = resumed.checkpoint;
+  c.format = "fsdp_dtensor";
+  c.save_dir = "/ck";
+  c.save_interval = 5;
+  c.load_dir = "/ck";
+  c.loaded = CheckpointEvent{"/ck/iter_0000010", 10, 12.5, {100, 100}, 7};
+  c.saves = {{"/ck/iter_0000015", 15, 20.0, {100, 101}, 8}};
+  const json j = run_to_json(resumed)["checkpoint"];
+  EXPECT_EQ(j["loaded_from"]["iteration"], 10);
+  EXPECT_EQ(j["load_ms"], 12.5);
+  EXPECT_EQ(j["load_bytes"], 207);  // both ranks' shards and the metadata
+  EXPECT_EQ(j["saves"][0]["bytes"], 209);
+  EXPECT_EQ(j["saves"][0]["bytes_per_rank"], json({100, 101}));
+  EXPECT_EQ(j["save_interval"], 5);
+  const std::vector<RunRecord> runs = {resumed, plain};
+  const std::vector<std::string> errors =
+      check_against_schema(build_report(EnvironmentInfo{}, runs), schema);
+  EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+}
+
 TEST(ReportJson, SchemaCheckerFindsViolations) {
   const json schema =
       load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);

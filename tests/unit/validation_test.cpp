@@ -215,6 +215,26 @@ TEST(Validation, AsyncSaveNeedsDistributedFormat) {
   EXPECT_TRUE(contains(error_of(c), "async save supports torch_dist or fsdp_dtensor"));
 }
 
+TEST(Validation, SaveIntervalAndMostRecentKMustBeMeaningful) {
+  ConfigContainer c = valid_config();
+  c.checkpoint.save = "/ckpt";
+  c.checkpoint.save_interval = 0;
+  EXPECT_EQ(error_of(c),
+            "checkpoint.save_interval=0: accepted: a positive number of iterations, or null (save "
+            "after the last iteration only)");
+  c.checkpoint.save_interval = 2;
+  EXPECT_EQ(error_of(c), "(no error)");
+  c.checkpoint.save_interval = std::nullopt;
+  EXPECT_EQ(error_of(c), "(no error)");
+  for (int64_t k : {0, -2}) {
+    c.checkpoint.most_recent_k = k;
+    EXPECT_EQ(error_of(c), "checkpoint.most_recent_k=" + std::to_string(k) +
+                               ": accepted: -1 (keep every checkpoint) or a positive count");
+  }
+  c.checkpoint.most_recent_k = 3;
+  EXPECT_EQ(error_of(c), "(no error)");
+}
+
 TEST(Validation, FsdpRejectsCudaDeviceMaxConnectionsOne) {
   ConfigContainer c = fsdp_config();
   c.env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1";
