@@ -69,6 +69,13 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env) {
                     << ")" << std::endl;
         }
         run_prov["derived"] = planned.derivation;
+        // Derived runs never save or load: only the requested run checkpoints.
+        for (const char* key : {"checkpoint.save", "checkpoint.load"}) {
+          run_prov[key].push_back(
+              {{"source", "comparison run: only the requested run checkpoints"},
+               {"previous", get_field(config, key)},
+               {"value", nullptr}});
+        }
       }
       runs.push_back(run_benchmark(planned.config, run_prov, resolved.model_recipe_name, ctx));
     }

@@ -117,7 +117,7 @@ TEST(CheckpointE2E, ResumedRunContinuesTheLossesAndReportsSaveAndLoad) {
   EXPECT_TRUE(baseline["checkpoint"]["save_dir"].is_null());
   EXPECT_TRUE(baseline["checkpoint"]["saves"].empty());
   EXPECT_EQ(baseline["checkpoint"]["load_note"],
-            "checkpoint.load=null: no checkpoint was loaded (set by DDP baseline: only the "
+            "checkpoint.load=null: no checkpoint was loaded (set by comparison run: only the "
             "requested run checkpoints)");
 
   // The resumed run: loaded iteration 4, ran 5 and 6.
