@@ -1,7 +1,6 @@
 #include "harness/measure/torch_profiler.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <iomanip>
 #include <map>
 #include <set>
@@ -11,6 +10,8 @@
 
 #include <kineto/ActivityType.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
+
+#include "harness/report/atomic_write.hpp"
 #include <nlohmann/json.hpp>
 #ifdef SHARDBENCH_WITH_NCCL
 #include <torch/csrc/cuda/memory_snapshot.h>
@@ -137,13 +138,7 @@ void TorchProfilerWindow::stop() {
         {"note", device ? "sum of device activity durations; overlapping streams add up"
                         : "inclusive host time of aten ops"},
         {"rows", rows}};
-    const std::filesystem::path tmp = files_.kernels.string() + ".tmp";
-    {
-      std::ofstream f(tmp);
-      f << doc.dump(1) << "\n";
-      if (!f) throw std::runtime_error("cannot write " + tmp.string());
-    }
-    std::filesystem::rename(tmp, files_.kernels);
+    write_file_atomically(files_.kernels, doc.dump(1) + "\n");
     out << "  kernels " << files_.kernels.string() << " (" << std::fixed << std::setprecision(2)
         << total_us / steps / 1e3 << " ms/step " << (device ? "on the device" : "in aten ops")
         << ")\n";
@@ -160,13 +155,7 @@ void TorchProfilerWindow::stop() {
   if (record_memory_) {
     const std::string pickled = torch::cuda::_memory_snapshot_pickled();
     torch::cuda::_record_memory_history(std::nullopt);
-    const std::filesystem::path tmp = files_.memory.string() + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::binary);
-      f.write(pickled.data(), static_cast<std::streamsize>(pickled.size()));
-      if (!f) throw std::runtime_error("cannot write " + tmp.string());
-    }
-    std::filesystem::rename(tmp, files_.memory);
+    write_file_atomically(files_.memory, pickled);
     out << "  memory  " << files_.memory.string() << " (https://pytorch.org/memory_viz)\n";
   }
 #endif
