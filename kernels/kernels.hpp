@@ -77,4 +77,17 @@ void adamw_flat(const AdamTile* tiles, int64_t num_tiles, float* param, const vo
                 DType grad_dtype, float* exp_avg, float* exp_avg_sq, const AdamStep& step,
                 const float* grad_scale, void* model_out, Stream stream);
 
+// ---- FP8 per-tensor current scaling (Transformer Engine's "tensorwise" recipe) ----------------
+enum class Fp8Format { kE4M3, kE5M2 };  // largest finite values 448 and 57344
+
+// amax[0] = max |x| over n elements (NaN when any element is NaN). Zeroes amax first.
+void fp8_amax(const void* x, DType dtype, int64_t n, float* amax, Stream stream);
+
+// x [rows, cols] contiguous, scaled by s = max_finite(fmt) / amax[0] (1 when amax is 0) and cast
+// with saturation to FP8 (round to nearest even): `out` [rows, cols] and/or `out_t` [cols, rows]
+// (the transposed copy the Hopper FP8 GEMM needs for the other operand side); either may be null.
+// scale_inv[0] = 1 / s, the dequantisation scale at::_scaled_mm takes.
+void fp8_cast_transpose(const void* x, DType dtype, int64_t rows, int64_t cols, const float* amax,
+                        Fp8Format fmt, void* out, void* out_t, float* scale_inv, Stream stream);
+
 }  // namespace shardbench::kernels

@@ -78,8 +78,9 @@ void check_supported(const LaunchArgs& a) {
                 "virtual pipeline stages need pipeline parallelism, which is not implemented; "
                 "accepted: None or -1");
   }
-  if (a.compute_dtype != "bf16") {
-    unsupported(a, "--compute_dtype", "FP8/FP4 recipes are not implemented; accepted: bf16");
+  if (a.compute_dtype != "bf16" && a.compute_dtype != "fp8_cs") {
+    unsupported(a, "--compute_dtype",
+                "only per-tensor current-scaling FP8 is implemented; accepted: bf16, fp8_cs");
   }
   if (a.cuda_graph_impl && *a.cuda_graph_impl != "none") {
     unsupported(a, "--cuda_graph_impl", "CUDA graph capture is not implemented; accepted: none");

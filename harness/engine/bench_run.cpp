@@ -28,6 +28,7 @@
 #include "harness/measure/torch_profiler.hpp"
 #include "harness/measure/zero_model.hpp"
 #include "harness/report/console.hpp"
+#include "workloads/llama/fp8_linear.hpp"
 
 namespace shardbench {
 namespace {
@@ -166,10 +167,57 @@ int64_t recompute_layers_from(const ConfigContainer& c, const LlamaDims& dims) {
   return n;
 }
 
+// FP8 compute (-c fp8_cs): Transformer Engine's "hybrid" format (e4m3 forward, e5m2 gradients)
+// with per-tensor current scaling ("tensorwise"), on bf16 compute.
+struct Fp8Choice {
+  bool on = false;
+  bool keep_transpose_cache = false;
+};
+
+Fp8Choice fp8_from(const ConfigContainer& c, const EngineOptions& o, const LlamaDims& d,
+                   int64_t micro_batch) {
+  Fp8Choice f;
+  const auto& mp = c.mixed_precision;
+  if (!mp.fp8) return f;
+  reject(*mp.fp8 != "hybrid", "mixed_precision.fp8", *mp.fp8,
+         "null or hybrid (e4m3 forward, e5m2 gradients; -c fp8_cs sets it)");
+  reject(mp.fp8_recipe != "tensorwise", "mixed_precision.fp8_recipe", mp.fp8_recipe,
+         "tensorwise (per-tensor current scaling, -c fp8_cs); delayed, mxfp8 and blockwise are "
+         "not implemented");
+  const auto invalid = [](const std::string& field, const std::string& value,
+                          const std::string& accepted) {
+    throw std::invalid_argument(field + "=" + value + " cannot run FP8 compute; accepted: " +
+                                accepted);
+  };
+  if (o.compute_dtype != at::kBFloat16) {
+    invalid("shardbench.compute_dtype", c.shardbench.compute_dtype,
+            "bf16 with mixed_precision.fp8 (FP8 GEMMs take bf16 activations)");
+  }
+  if (!fp8::device_supported(o.device)) {
+    invalid("mixed_precision.fp8", *mp.fp8,
+            "null on this device (FP8 GEMMs need a GPU of compute capability >= 8.9, or the CPU)");
+  }
+  if (o.device.is_cuda()) {
+    // cuBLASLt's FP8 GEMMs take dimensions that are multiples of 16.
+    const std::pair<const char*, int64_t> dims[] = {
+        {"model.hidden_size", d.hidden},
+        {"model.ffn_hidden_size", d.ffn},
+        {"attention width (heads x kv_channels)", d.q_dim()},
+        {"qkv width", d.q_dim() + 2 * d.kv_dim()},
+        {"tokens per micro-batch (micro_batch_size x seq_length)", micro_batch * d.seq_length}};
+    for (const auto& [name, v] : dims) {
+      if (v % 16 != 0) invalid(name, std::to_string(v), "a multiple of 16");
+    }
+  }
+  f.on = true;
+  // Megatron FSDP's knob: with DDP and FSDP2 Transformer Engine keeps the transpose made in
+  // forward, so only the Megatron FSDP wrapper can drop it.
+  f.keep_transpose_cache = o.wrapper != "megatron_fsdp" || c.ddp.keep_fp8_transpose_cache;
+  return f;
+}
+
 EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext& ctx) {
   reject(c.model.cpu_offloading, "model.cpu_offloading", "true", "false");
-  reject(c.mixed_precision.fp8.has_value(), "mixed_precision.fp8",
-         c.mixed_precision.fp8.value_or(""), "null (bf16 or fp32 compute)");
   reject(c.optimizer.optimizer != "adam", "optimizer.optimizer", c.optimizer.optimizer, "adam");
   reject(c.ddp.num_distributed_optimizer_instances != 1, "ddp.num_distributed_optimizer_instances",
          std::to_string(c.ddp.num_distributed_optimizer_instances), "1");
@@ -265,6 +313,17 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   LlamaModel model(dims, ctx.device);
   model.set_fused_kernels(options.fused_kernels);
   model.set_recompute_layers(recompute_layers_from(config, dims));
+  const Fp8Choice fp8_choice = fp8_from(config, options, dims, mbs);
+  model.set_fp8(fp8_choice.on, fp8_choice.keep_transpose_cache);
+  if (fp8_choice.on) {
+    rec.fp8 = *config.mixed_precision.fp8 + "/" + config.mixed_precision.fp8_recipe;
+    rec.fp8_transpose_cache = fp8_choice.keep_transpose_cache ? "kept" : "rebuilt";
+    if (rank0 && config.ddp.fp8_param_gather) {
+      std::cout << "perf-launch: ddp.fp8_param_gather=true: shardbench gathers weights in bf16 and "
+                   "casts them to FP8 after the gather (FP8 all-gather is not implemented)"
+                << std::endl;
+    }
+  }
   rec.fused_kernels = model.uses_fused_kernels(options.compute_dtype);
   DataParallelEngine engine(dims, options, ctx.pgs);
   rec.label = engine.label();

@@ -106,6 +106,11 @@ struct RunRecord {
   std::optional<StaticMemoryBytes> predicted_memory;
   std::optional<DtypePolicy> dtype_policy;  // the policy the engine ran; else from compute_dtype
   CheckpointRecord checkpoint;
+  // FP8 compute: "hybrid/tensorwise" (format/recipe) or empty for none; the weights' transposed
+  // FP8 copies "kept" from forward to backward or "rebuilt" in backward. The all-gather moves
+  // bf16 weights either way (`fp8_param_gather` is recorded as false).
+  std::string fp8;
+  std::string fp8_transpose_cache;
 };
 
 }  // namespace shardbench

@@ -80,6 +80,39 @@ TEST_P(PerfLaunchE2E, FsdpRunAndDdpBaselineWriteOneReport) {
 
 INSTANTIATE_TEST_SUITE_P(Gloo, PerfLaunchE2E, ::testing::Values(2, 4));
 
+// -c fp8_cs end to end: FP8 linears on bf16 CPU ranks (the CPU recipe is an fp32 recipe, so its
+// preset does not copy fp8_param_gather onto ddp; the test sets it), Megatron FSDP (whose override set drops
+// the transpose cache) next to its DDP baseline (which keeps it), recorded in the report.
+TEST(PerfLaunchFp8, CurrentScalingRunsAndIsRecorded) {
+  const auto report = temp_report("fp8_ws2.json");
+  const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -c fp8_cs --use_megatron_fsdp "
+                       "true -gb 8 -ms 2 shardbench.compute_dtype=bf16 ddp.fp8_param_gather=true "
+                       "shardbench.report_path=" +
+                       report.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ddp.fp8_param_gather=true: shardbench gathers weights in bf16"),
+            std::string::npos)
+      << r.output;
+  std::ifstream in(report);
+  ASSERT_TRUE(in.good()) << report;
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_EQ(j["runs"][0]["identity"]["fp8"], "hybrid/tensorwise");
+  EXPECT_EQ(j["runs"][0]["identity"]["fp8_transpose_cache"], "rebuilt");
+  EXPECT_EQ(j["runs"][1]["identity"]["fp8_transpose_cache"], "kept");
+  for (const auto& run : j["runs"]) {
+    for (const auto& step : run["steps"]) EXPECT_TRUE(std::isfinite(step["loss"].get<double>()));
+  }
+
+  // FP8 needs bf16 activations: the fp32 CPU recipe says which field to change.
+  const Result fp32 = run("-m llama -mr llama3_tiny_cpu -ng 1 -g cpu -c fp8_cs -ms 1");
+  EXPECT_NE(fp32.exit_code, 0);
+  EXPECT_NE(fp32.output.find("shardbench.compute_dtype=fp32 cannot run FP8 compute; accepted: "
+                             "bf16"),
+            std::string::npos)
+      << fp32.output;
+}
+
 // dist.use_torch_fsdp2=true on 2 CPU ranks, with Megatron FSDP and the DDP baseline measured in
 // the same invocation: one report with the three wrappers side by side.
 TEST(PerfLaunchFsdp2, ThreeWrappersInOneReport) {

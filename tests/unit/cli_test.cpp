@@ -139,7 +139,8 @@ TEST(CliParse, UnsupportedValuesAreRejectedWithReason) {
   EXPECT_NE(error_of({"-et", "2"}).find("expert tensor parallelism"), std::string::npos);
   EXPECT_NE(error_of({"-vp", "5"}).find("accepted: None or -1"), std::string::npos);
   EXPECT_NE(error_of({"--cuda_graph_impl", "local"}).find("accepted: none"), std::string::npos);
-  EXPECT_NE(error_of({"-c", "fp8_cs"}).find("accepted: bf16"), std::string::npos);
+  EXPECT_NE(error_of({"-c", "fp8_mx"}).find("accepted: bf16, fp8_cs"), std::string::npos);
+  EXPECT_EQ(parse_with({"-c", "fp8_cs"}).compute_dtype, "fp8_cs");
   EXPECT_NE(error_of({"--domain", "vlm"}).find("accepted: llm"), std::string::npos);
   EXPECT_NE(error_of({"--task", "sft"}).find("accepted: pretrain"), std::string::npos);
   EXPECT_NE(error_of({"--data", "c4"}).find("accepted: mock"), std::string::npos);

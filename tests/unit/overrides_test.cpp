@@ -45,7 +45,7 @@ TEST(OverrideSets, BuiltinSetsExistAndParse) {
   const auto names = builtin_override_sets();
   for (const char* expected :
        {"megatron_fsdp", "nccl_ub", "common_perf", "recompute_offload", "cuda_graphs",
-        "precision_bf16", "finalize", "post_overrides", "deterministic"}) {
+        "precision_bf16", "precision_fp8cs", "finalize", "post_overrides", "deterministic"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
     EXPECT_NO_THROW(load_override_set(expected)) << expected;
   }
@@ -130,6 +130,16 @@ TEST(OverrideSets, PrecisionBf16) {
   EXPECT_TRUE(a.config.mixed_precision.bf16);
   EXPECT_EQ(a.config.mixed_precision.params_dtype, "bf16");
   EXPECT_TRUE(a.config.mixed_precision.grad_reduce_in_fp32);
+}
+
+TEST(OverrideSets, PrecisionFp8CurrentScaling) {
+  const Applied a = apply("precision_fp8cs");
+  EXPECT_EQ(a.config.mixed_precision.name, "bf16_with_fp8_current_scaling_mixed");
+  EXPECT_TRUE(a.config.mixed_precision.bf16);
+  EXPECT_EQ(a.config.mixed_precision.fp8, "hybrid");
+  EXPECT_EQ(a.config.mixed_precision.fp8_recipe, "tensorwise");
+  EXPECT_TRUE(a.config.mixed_precision.fp8_param_gather);
+  EXPECT_FALSE(a.config.mixed_precision.first_last_layers_bf16);
 }
 
 TEST(OverrideSets, RecomputeOffloadReadsCliValues) {

@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "harness/measure/nvtx.hpp"
+#include "workloads/llama/fp8_linear.hpp"
 #include "workloads/llama/fused_ops.hpp"
 
 namespace shardbench {
@@ -213,13 +214,18 @@ bool LlamaModel::uses_fused_kernels(at::ScalarType dtype) const {
   return fused_ && fused::supports(at::empty({0}, at::TensorOptions().dtype(dtype).device(device_)));
 }
 
+at::Tensor LlamaModel::linear(const at::Tensor& x, const at::Tensor& w) const {
+  if (fp8_ && x.scalar_type() == at::kBFloat16) return fp8::linear(x, w, fp8_keep_transpose_);
+  return at::linear(x, w);
+}
+
 at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x) const {
   const auto& d = dims_;
   const int64_t b = x.size(0), s = x.size(1);
   const bool fused = fused_ && fused::supports(x);
   // Attention block.
   auto h = at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps);
-  auto qkv = at::linear(h, w.qkv);
+  auto qkv = linear(h, w.qkv);
   at::Tensor q, k, v;
   if (fused) {
     auto qkv_split = fused::rope_qkv(qkv, rope_cos_, rope_sin_, d.heads, d.kv_heads, d.head_dim);
@@ -237,13 +243,13 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x)
   auto attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
                                                /*enable_gqa=*/d.kv_heads != d.heads);
   attn = attn.transpose(1, 2).reshape({b, s, d.q_dim()});
-  auto x1 = x + at::linear(attn, w.proj);
+  auto x1 = x + linear(attn, w.proj);
   // SwiGLU MLP: fc1 holds [gate; up] as Megatron's fused linear_fc1.
   auto h2 = at::rms_norm(x1, {d.hidden}, w.post_norm, d.norm_eps);
-  auto gate_up = at::linear(h2, w.fc1);
+  auto gate_up = linear(h2, w.fc1);
   auto act = fused ? fused::swiglu(gate_up, d.ffn)
                    : at::silu(gate_up.narrow(-1, 0, d.ffn)) * gate_up.narrow(-1, d.ffn, d.ffn);
-  return x1 + at::linear(act, w.fc2);
+  return x1 + linear(act, w.fc2);
 }
 
 at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tokens,

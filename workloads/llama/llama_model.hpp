@@ -88,6 +88,16 @@ class LlamaModel {
   // Whether a forward on `dtype` tensors of this model's device takes the fused path.
   bool uses_fused_kernels(at::ScalarType dtype) const;
 
+  // FP8 compute of the layers' four linears (qkv, proj, fc1, fc2) with per-tensor current
+  // scaling (-c fp8_cs; workloads/llama/fp8_linear.hpp), on bf16 activations. The embedding, the
+  // norms, attention and the output head stay in bf16. `keep_transpose_cache`: the weights'
+  // transposed FP8 copies live from forward to backward instead of being rebuilt in backward.
+  void set_fp8(bool on, bool keep_transpose_cache) {
+    fp8_ = on;
+    fp8_keep_transpose_ = keep_transpose_cache;
+  }
+  bool fp8() const { return fp8_; }
+
   // Full activation recompute of the first `n` layers (Megatron's recompute_granularity=full,
   // recompute_method=block): those layers keep only their input for backward and run their
   // forward again inside their backward, with the weights the engine gathered for backward (no
@@ -104,12 +114,15 @@ class LlamaModel {
   at::Tensor layer_forward(const LayerWeights& w, const at::Tensor& x) const;
 
   at::Tensor apply_rope(const at::Tensor& x) const;  // x: [B, S, H, D]
+  at::Tensor linear(const at::Tensor& x, const at::Tensor& w) const;
 
   LlamaDims dims_;
   at::Device device_;
   at::Tensor rope_cos_;  // [S, D] fp32
   at::Tensor rope_sin_;
   bool fused_ = false;
+  bool fp8_ = false;
+  bool fp8_keep_transpose_ = false;
   int64_t recompute_layers_ = 0;
 
   friend struct RecomputeLayerFn;

@@ -1,0 +1,53 @@
+// FP8 linear layers with per-tensor current scaling (Megatron's `-c fp8_cs`: Transformer Engine's
+// "hybrid" format with the "tensorwise" recipe). Forward runs x @ w^T with both operands in e4m3;
+// backward quantises the output gradient to e5m2 and runs the data and weight gradients in FP8
+// too. Every cast takes its scale from the tensor's own amax at that moment (no history).
+//
+// Hopper's FP8 GEMM accepts only row-major x column-major operands, so each tensor is needed in
+// two layouts: the input's transposed copy is made in forward (for the weight gradient) and the
+// weight's transposed copy is the "transpose cache" of `ddp.keep_fp8_transpose_cache`: kept from
+// forward to backward (one byte per weight element held across the step's forward), or dropped
+// after forward and rebuilt from the weight in backward (one more cast per weight). Both give
+// bitwise the same results, since the weight and so its scale are the same in both passes.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include <ATen/ATen.h>
+
+namespace shardbench::fp8 {
+
+// A tensor in FP8: `data` [rows, cols] and/or `data_t` [cols, rows], and the fp32 scalar that
+// dequantises them (at::_scaled_mm's scale).
+struct Quantized {
+  at::Tensor data, data_t, scale_inv;
+};
+
+// Current scaling of a 2-D contiguous bf16 or fp32 tensor into `fp8_dtype` (kFloat8_e4m3fn or
+// kFloat8_e5m2): scale = max_finite / amax (1 when amax is 0), saturating cast. On CUDA with
+// shardbench's kernels one amax pass and one cast-transpose pass; ATen ops otherwise (same
+// values).
+Quantized quantize(const at::Tensor& x, at::ScalarType fp8_dtype, bool rowwise, bool transposed);
+
+// The ATen composition of quantize() (what the CPU runs), to check the CUDA kernels against.
+Quantized quantize_reference(const at::Tensor& x, at::ScalarType fp8_dtype, bool rowwise,
+                             bool transposed);
+
+// y = x @ weight^T for x [..., in] and weight [out, in], in FP8 as described above.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool keep_transpose_cache);
+
+// Whether the FP8 path can run on this device (CPU, or CUDA compute capability >= 8.9).
+bool device_supported(const at::Device& device);
+
+// Bookkeeping for tests and the report, over all FP8 linears of the process.
+struct Counters {
+  std::atomic<int64_t> weight_casts{0};          // weight quantisations (forward and backward)
+  std::atomic<int64_t> backward_weight_casts{0}; // of which rebuilt the transpose in backward
+  std::atomic<int64_t> cache_bytes_live{0};      // transposed weights held from forward to bwd
+  std::atomic<int64_t> cache_bytes_peak{0};
+};
+Counters& counters();
+void reset_counters();
+
+}  // namespace shardbench::fp8
