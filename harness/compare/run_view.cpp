@@ -93,7 +93,8 @@ std::vector<std::string> identity_field_names() {
           "compute_dtype",    "device",
           "backend",          "global_batch_size",
           "micro_batch_size", "seq_length",
-          "sdpa_backend",     "flops_formula"};
+          "sdpa_backend",     "flops_formula",
+          "fp8",              "fp8_transpose_cache"};
 }
 
 std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& options) {
@@ -123,8 +124,10 @@ std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& opt
     json full = identity;
     if (!report.golden) full["gpu"] = gpu_of(environment, identity);
     const json config = run.value("config", json::object());
+    // A null field counts as absent: reports written before a field existed (fp8, say) still
+    // match newer ones that record it as null.
     for (const std::string& field : identity_field_names()) {
-      if (full.contains(field)) id[field] = full.at(field);
+      if (full.contains(field) && !full.at(field).is_null()) id[field] = full.at(field);
     }
     std::vector<std::string> config_fields(std::begin(kIdentityConfigFields),
                                            std::end(kIdentityConfigFields));

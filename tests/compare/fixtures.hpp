@@ -27,6 +27,8 @@ struct FixtureRun {
   int world_size = 2;
   std::string device = "cpu";
   std::string compute_dtype = "fp32";
+  std::string fp8;  // "hybrid/tensorwise" for an FP8 run
+  std::string fp8_transpose_cache;
   std::vector<double> step_ms;
   int nan_loss_at_iteration = 0;  // 0: every loss finite
   int64_t static_bytes = 1 << 20;
@@ -59,6 +61,8 @@ inline RunRecord make_run(const FixtureRun& f) {
   r.model_flops_per_step = 198180864.0;
   r.compute_dtype = f.compute_dtype;
   r.device = f.device;
+  r.fp8 = f.fp8;
+  r.fp8_transpose_cache = f.fp8_transpose_cache;
   r.backend = f.device == "cpu" ? "gloo" : "nccl";
   r.sdpa_backend = "math";
   r.config = {{"model", {{"hidden_size", 64}, {"num_layers", 2}}},

@@ -60,6 +60,30 @@ TEST(CompareMatching, GpuDtypeAndConfigArePartOfTheIdentity) {
   EXPECT_THROW(compare({fsdp_run(steady_steps(20, 20))}, {bf16}), InputError);
 }
 
+TEST(CompareMatching, Fp8AndItsTransposeCacheArePartOfTheIdentity) {
+  FixtureRun fp8 = fsdp_run(steady_steps(20, 20));
+  fp8.compute_dtype = "bf16";
+  fp8.fp8 = "hybrid/tensorwise";
+  fp8.fp8_transpose_cache = "rebuilt";
+  FixtureRun bf16 = fsdp_run(steady_steps(20, 20));
+  bf16.compute_dtype = "bf16";
+  EXPECT_THROW(compare({bf16}, {fp8}), InputError);
+  FixtureRun kept = fp8;
+  kept.fp8_transpose_cache = "kept";
+  EXPECT_THROW(compare({fp8}, {kept}), InputError);
+  EXPECT_EQ(compare({fp8}, {fp8}).pairs.size(), 1u);
+
+  // A report from before the fp8 fields existed matches a bf16 run that records them as null.
+  nlohmann::json old_report = compare_fixtures::make_report({bf16});
+  for (auto& run : old_report["runs"]) {
+    run["identity"].erase("fp8");
+    run["identity"].erase("fp8_transpose_cache");
+  }
+  const auto old_views = runs_of(LoadedReport{"old.json", old_report, false}, {});
+  const CompareResult r = compare_sides(old_views, views({bf16}, "new.json"), {});
+  EXPECT_EQ(r.pairs.size(), 1u);
+}
+
 TEST(CompareMatching, NothingMatchedNamesBothSides) {
   try {
     compare({ddp_run(steady_steps(20, 10))}, {fsdp_run(steady_steps(20, 10))});
