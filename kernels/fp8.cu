@@ -12,8 +12,8 @@ namespace {
 using detail::to_float;
 
 constexpr int kAmaxThreads = 512;
-constexpr int kTile = 32;      // transpose tile edge
-constexpr int kTileRows = 8;   // threads per tile column (each handles kTile / kTileRows rows)
+constexpr int kTile = 32;     // transpose tile edge
+constexpr int kTileRows = 8;  // threads per tile column (each handles kTile / kTileRows rows)
 
 __device__ __forceinline__ float nan_max(float m, float a) { return (a > m || a != a) ? a : m; }
 
@@ -125,8 +125,8 @@ __global__ void cast_transpose_wide_kernel(const T* __restrict__ x, int64_t rows
       uint32_t packed = 0;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(to_float(src[k]) * s, __NV_SATFINITE,
-                                                          kind);
+        const __nv_fp8_storage_t q =
+            __nv_cvt_float_to_fp8(to_float(src[k]) * s, __NV_SATFINITE, kind);
         tile[tr][quad * 4 + k] = q;
         packed |= uint32_t(q) << (8 * k);
       }
@@ -162,22 +162,22 @@ int blocks_for(int64_t n, int threads) {
 void fp8_amax(const void* x, DType dtype, int64_t n, float* amax, Stream stream) {
   cudaMemsetAsync(amax, 0, sizeof(float), stream);
   if (n == 0) return;
-  const int w = dtype == DType::kBFloat16 ? detail::vec_elems<__nv_bfloat16>()
-                                          : detail::vec_elems<float>();
+  const int w =
+      dtype == DType::kBFloat16 ? detail::vec_elems<__nv_bfloat16>() : detail::vec_elems<float>();
   if (detail::aligned16(x) && n % w == 0) {
     const int blocks = blocks_for(n / w, kAmaxThreads);
     if (dtype == DType::kBFloat16) {
-      amax_vec_kernel<<<blocks, kAmaxThreads, 0, stream>>>(
-          static_cast<const __nv_bfloat16*>(x), n / w, amax);
+      amax_vec_kernel<<<blocks, kAmaxThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                           n / w, amax);
     } else {
       amax_vec_kernel<<<blocks, kAmaxThreads, 0, stream>>>(static_cast<const float*>(x), n / w,
-                                                            amax);
+                                                           amax);
     }
   } else {
     const int blocks = blocks_for(n, kAmaxThreads);
     if (dtype == DType::kBFloat16) {
       amax_kernel<<<blocks, kAmaxThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), n,
-                                                        amax);
+                                                       amax);
     } else {
       amax_kernel<<<blocks, kAmaxThreads, 0, stream>>>(static_cast<const float*>(x), n, amax);
     }

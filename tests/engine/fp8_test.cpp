@@ -25,7 +25,7 @@ TEST(Fp8Quantize, ScaleFromAmaxSaturatesAndRoundTrips) {
   at::manual_seed(3);
   const at::Tensor x = at::randn({48, 80}) * 3;
   for (auto [dtype, max_finite, rel] : {std::tuple{at::kFloat8_e4m3fn, 448.0, 1.0 / 16},
-                                       std::tuple{at::kFloat8_e5m2, 57344.0, 1.0 / 8}}) {
+                                        std::tuple{at::kFloat8_e5m2, 57344.0, 1.0 / 8}}) {
     const fp8::Quantized q = fp8::quantize(x, dtype, true, true);
     const double amax = x.abs().max().item<double>();
     EXPECT_NEAR(q.scale_inv.item<double>(), amax / max_finite, 1e-6 * amax / max_finite);

@@ -34,10 +34,11 @@ class Fp8Gpu : public ::testing::Test {
 TEST_F(Fp8Gpu, KernelsMatchTheAtenCompositionBitwise) {
   for (auto in_dtype : {at::kBFloat16, at::kFloat}) {
     for (auto fp8_dtype : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
-      for (auto shape : {std::pair<int64_t, int64_t>{256, 384}, {100, 200}, {37, 53}, {1, 16}, {4096, 96}}) {
+      for (auto shape :
+           {std::pair<int64_t, int64_t>{256, 384}, {100, 200}, {37, 53}, {1, 16}, {4096, 96}}) {
         SCOPED_TRACE(std::to_string(shape.first) + "x" + std::to_string(shape.second));
-        const at::Tensor x = (at::randn({shape.first, shape.second}, on_gpu(at::kFloat)) * 7)
-                                 .to(in_dtype);
+        const at::Tensor x =
+            (at::randn({shape.first, shape.second}, on_gpu(at::kFloat)) * 7).to(in_dtype);
         const fp8::Quantized k = fp8::quantize(x, fp8_dtype, true, true);
         const fp8::Quantized r = fp8::quantize_reference(x, fp8_dtype, true, true);
         EXPECT_TRUE(at::equal(k.scale_inv, r.scale_inv));

@@ -42,9 +42,9 @@ bool device_supported(const at::Device& device);
 
 // Bookkeeping for tests and the report, over all FP8 linears of the process.
 struct Counters {
-  std::atomic<int64_t> weight_casts{0};          // weight quantisations (forward and backward)
-  std::atomic<int64_t> backward_weight_casts{0}; // of which rebuilt the transpose in backward
-  std::atomic<int64_t> cache_bytes_live{0};      // transposed weights held from forward to bwd
+  std::atomic<int64_t> weight_casts{0};           // weight quantisations (forward and backward)
+  std::atomic<int64_t> backward_weight_casts{0};  // of which rebuilt the transpose in backward
+  std::atomic<int64_t> cache_bytes_live{0};       // transposed weights held from forward to bwd
   std::atomic<int64_t> cache_bytes_peak{0};
 };
 Counters& counters();
