@@ -28,6 +28,7 @@
 #include "harness/measure/torch_profiler.hpp"
 #include "harness/measure/zero_model.hpp"
 #include "harness/report/console.hpp"
+#include "workloads/llama/activation_offload.hpp"
 
 namespace shardbench {
 namespace {
@@ -167,7 +168,11 @@ int64_t recompute_layers_from(const ConfigContainer& c, const LlamaDims& dims) {
 }
 
 EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext& ctx) {
-  reject(c.model.cpu_offloading, "model.cpu_offloading", "true", "false");
+  // -ol N offloads activations only (Megatron-Bridge's recompute_offload set).
+  reject(c.model.cpu_offloading && c.model.cpu_offloading_weights, "model.cpu_offloading_weights",
+         "true", "false (weights stay with the data-parallel engine; -ol offloads activations)");
+  reject(c.model.cpu_offloading && !c.model.cpu_offloading_activations,
+         "model.cpu_offloading_activations", "false", "true (what -ol offloads)");
   reject(c.mixed_precision.fp8.has_value(), "mixed_precision.fp8",
          c.mixed_precision.fp8.value_or(""), "null (bf16 or fp32 compute)");
   reject(c.optimizer.optimizer != "adam", "optimizer.optimizer", c.optimizer.optimizer, "adam");
@@ -265,6 +270,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   LlamaModel model(dims, ctx.device);
   model.set_fused_kernels(options.fused_kernels);
   model.set_recompute_layers(recompute_layers_from(config, dims));
+  model.set_offload_layers(config.model.cpu_offloading ? config.model.cpu_offloading_num_layers
+                                                       : 0);
   rec.fused_kernels = model.uses_fused_kernels(options.compute_dtype);
   DataParallelEngine engine(dims, options, ctx.pgs);
   rec.label = engine.label();
@@ -397,6 +404,12 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
       rec.steps[static_cast<size_t>(i)].per_rank_elapsed_ms.push_back(
           rec.per_rank_step_ms[static_cast<size_t>(r)][static_cast<size_t>(i)]);
     }
+  }
+  if (const ActivationOffload* offload = model.activation_offload(); offload && ran > 0) {
+    const OffloadStats s = offload->stats();
+    rec.activation_offload =
+        ActivationOffloadRecord{model.offload_layers(), s.offloaded_bytes / ran,
+                                s.offloaded_tensors / ran, s.reloaded_bytes / ran};
   }
   rec.memory = engine.memory();
   rec.checkpoint = checkpoints.record();

@@ -337,6 +337,24 @@ TEST(ReportJson, CheckpointSavesAndLoad) {
   EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
 }
 
+TEST(ReportJson, ActivationOffloadOnlyWhenItRan) {
+  const json schema =
+      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+  RunRecord plain = synthetic_run("ddp", "ddp", 100, 100);
+  EXPECT_FALSE(run_to_json(plain).contains("activation_offload"));
+  RunRecord offloaded = synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50);
+  offloaded.activation_offload = ActivationOffloadRecord{2, 4096, 12, 4096};
+  const json j = run_to_json(offloaded)["activation_offload"];
+  EXPECT_EQ(j["layers"], 2);
+  EXPECT_EQ(j["offloaded_bytes_per_step"], 4096);
+  EXPECT_EQ(j["offloaded_tensors_per_step"], 12);
+  EXPECT_EQ(j["reloaded_bytes_per_step"], 4096);
+  const std::vector<RunRecord> runs = {offloaded, plain};
+  const std::vector<std::string> errors =
+      check_against_schema(build_report(EnvironmentInfo{}, runs), schema);
+  EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+}
+
 TEST(ReportJson, SchemaCheckerFindsViolations) {
   const json schema =
       load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
