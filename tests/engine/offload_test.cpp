@@ -1,6 +1,7 @@
 // CPU activation offload (-ol N): the same loss and gradients as keeping every activation, with
 // the saved tensors of the offloaded layers copied out and back through shardbench's autograd
-// engine; weights are never copied (FSDP optim_grads_params frees and regathers them in place).
+// engine; weights are never copied (FSDP optim_grads_params frees and regathers them in place,
+// FSDP2 copies them out per block).
 #include <gtest/gtest.h>
 
 #include <mutex>
@@ -268,7 +269,8 @@ TEST_P(OffloadEngines, TrainLikeWithoutOffload) {
 
 INSTANTIATE_TEST_SUITE_P(Gloo, OffloadEngines,
                          ::testing::Values(std::make_pair("ddp", "no_shard"),
-                                           std::make_pair("megatron_fsdp", "optim_grads_params")),
+                                           std::make_pair("megatron_fsdp", "optim_grads_params"),
+                                           std::make_pair("torch_fsdp2", "")),
                          [](const auto& info) {
                            return std::string(info.param.first) + "_" + info.param.second;
                          });
