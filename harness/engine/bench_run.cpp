@@ -29,6 +29,7 @@
 #include "harness/measure/zero_model.hpp"
 #include "harness/report/console.hpp"
 #include "workloads/llama/fp8_linear.hpp"
+#include "workloads/llama/activation_offload.hpp"
 
 namespace shardbench {
 namespace {
@@ -217,7 +218,11 @@ Fp8Choice fp8_from(const ConfigContainer& c, const EngineOptions& o, const Llama
 }
 
 EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext& ctx) {
-  reject(c.model.cpu_offloading, "model.cpu_offloading", "true", "false");
+  // -ol N offloads activations only (Megatron-Bridge's recompute_offload set).
+  reject(c.model.cpu_offloading && c.model.cpu_offloading_weights, "model.cpu_offloading_weights",
+         "true", "false (weights stay with the data-parallel engine; -ol offloads activations)");
+  reject(c.model.cpu_offloading && !c.model.cpu_offloading_activations,
+         "model.cpu_offloading_activations", "false", "true (what -ol offloads)");
   reject(c.optimizer.optimizer != "adam", "optimizer.optimizer", c.optimizer.optimizer, "adam");
   reject(c.ddp.num_distributed_optimizer_instances != 1, "ddp.num_distributed_optimizer_instances",
          std::to_string(c.ddp.num_distributed_optimizer_instances), "1");
@@ -324,6 +329,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
                 << std::endl;
     }
   }
+  model.set_offload_layers(config.model.cpu_offloading ? config.model.cpu_offloading_num_layers
+                                                       : 0);
   rec.fused_kernels = model.uses_fused_kernels(options.compute_dtype);
   DataParallelEngine engine(dims, options, ctx.pgs);
   rec.label = engine.label();
@@ -456,6 +463,12 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
       rec.steps[static_cast<size_t>(i)].per_rank_elapsed_ms.push_back(
           rec.per_rank_step_ms[static_cast<size_t>(r)][static_cast<size_t>(i)]);
     }
+  }
+  if (const ActivationOffload* offload = model.activation_offload(); offload && ran > 0) {
+    const OffloadStats s = offload->stats();
+    rec.activation_offload =
+        ActivationOffloadRecord{model.offload_layers(), s.offloaded_bytes / ran,
+                                s.offloaded_tensors / ran, s.reloaded_bytes / ran};
   }
   rec.memory = engine.memory();
   rec.checkpoint = checkpoints.record();

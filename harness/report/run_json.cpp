@@ -320,17 +320,24 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
     for (double ms : rank_series) series.push_back(number_or_null(ms));
     per_rank_step_ms.push_back(series);
   }
-  return {{"label", run.label},
-          {"status", failures.empty() ? "ok" : "failed"},
-          {"failure_reasons", failures},
-          {"identity", identity_json(run)},
-          {"config", run.config.is_null() ? json::object() : run.config},
-          {"provenance", run.provenance.is_null() ? json::object() : run.provenance},
-          {"steps", steps},
-          {"per_rank_step_ms", per_rank_step_ms},
-          {"summary", summary_json(run, warmup, nan_iterations)},
-          {"memory", memory_json(run)},
-          {"checkpoint", checkpoint_json(run.checkpoint)}};
+  json j = {{"label", run.label},
+            {"status", failures.empty() ? "ok" : "failed"},
+            {"failure_reasons", failures},
+            {"identity", identity_json(run)},
+            {"config", run.config.is_null() ? json::object() : run.config},
+            {"provenance", run.provenance.is_null() ? json::object() : run.provenance},
+            {"steps", steps},
+            {"per_rank_step_ms", per_rank_step_ms},
+            {"summary", summary_json(run, warmup, nan_iterations)},
+            {"memory", memory_json(run)},
+            {"checkpoint", checkpoint_json(run.checkpoint)}};
+  if (const auto& o = run.activation_offload) {
+    j["activation_offload"] = {{"layers", o->layers},
+                               {"offloaded_bytes_per_step", o->offloaded_bytes_per_step},
+                               {"offloaded_tensors_per_step", o->offloaded_tensors_per_step},
+                               {"reloaded_bytes_per_step", o->reloaded_bytes_per_step}};
+  }
+  return j;
 }
 
 }  // namespace shardbench

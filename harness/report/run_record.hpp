@@ -70,6 +70,14 @@ struct CheckpointRecord {
   std::vector<CheckpointEvent> saves;
 };
 
+// CPU activation offload of a run (-ol N), per step on rank 0, averaged over its steps.
+struct ActivationOffloadRecord {
+  int64_t layers = 0;
+  int64_t offloaded_bytes_per_step = 0;
+  int64_t offloaded_tensors_per_step = 0;
+  int64_t reloaded_bytes_per_step = 0;
+};
+
 struct RunRecord {
   std::string label;     // e.g. "megatron_fsdp/optim_grads_params", "ddp+distopt"
   std::string wrapper;   // "ddp", "megatron_fsdp" or "torch_fsdp2"
@@ -105,6 +113,7 @@ struct RunRecord {
   // absent the report uses the ZeRO paper model from num_parameters and compute_dtype.
   std::optional<StaticMemoryBytes> predicted_memory;
   std::optional<DtypePolicy> dtype_policy;  // the policy the engine ran; else from compute_dtype
+  std::optional<ActivationOffloadRecord> activation_offload;  // absent: no offload
   CheckpointRecord checkpoint;
   // FP8 compute: "hybrid/tensorwise" (format/recipe) or empty for none; the weights' transposed
   // FP8 copies "kept" from forward to backward or "rebuilt" in backward. The all-gather moves

@@ -181,6 +181,26 @@ TEST(PerfLaunchFsdp2, RejectedWithMegatronFsdp) {
       << r.output;
 }
 
+// -ol 1 under Megatron FSDP: the run trains and its report states what moved to the host.
+TEST(PerfLaunchOffload, ActivationOffloadIsReported) {
+  const auto report = temp_report("offload_ws2.json");
+  const Result r =
+      run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu --use_megatron_fsdp true -ol 1 "
+          "--compare_ddp false -ms 2 shardbench.report_path=" +
+          report.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(report);
+  ASSERT_TRUE(in.good()) << report;
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["runs"].size(), 1u);
+  const auto& run0 = j["runs"][0];
+  EXPECT_EQ(run0["status"], "ok");
+  EXPECT_EQ(run0["activation_offload"]["layers"], 1);
+  EXPECT_GT(run0["activation_offload"]["offloaded_bytes_per_step"].get<int64_t>(), 0);
+  EXPECT_EQ(run0["activation_offload"]["reloaded_bytes_per_step"],
+            run0["activation_offload"]["offloaded_bytes_per_step"]);
+}
+
 TEST(PerfLaunchFailFast, KilledWorkerFailsTheRunNamingItsRank) {
   const auto report = temp_report("killed.json");
   const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 50 shardbench.hang_timeout_s=30 "

@@ -337,6 +337,43 @@ TEST(ReportJson, CheckpointSavesAndLoad) {
   EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
 }
 
+TEST(ReportJson, ActivationOffloadOnlyWhenItRan) {
+  const json schema =
+      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+  RunRecord plain = synthetic_run("ddp", "ddp", 100, 100);
+  EXPECT_FALSE(run_to_json(plain).contains("activation_offload"));
+  RunRecord offloaded = synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50);
+  offloaded.activation_offload = ActivationOffloadRecord{2, 4096, 12, 4096};
+  const json j = run_to_json(offloaded)["activation_offload"];
+  EXPECT_EQ(j["layers"], 2);
+  EXPECT_EQ(j["offloaded_bytes_per_step"], 4096);
+  EXPECT_EQ(j["offloaded_tensors_per_step"], 12);
+  EXPECT_EQ(j["reloaded_bytes_per_step"], 4096);
+  const std::vector<RunRecord> runs = {offloaded, plain};
+  const std::vector<std::string> errors =
+      check_against_schema(build_report(EnvironmentInfo{}, runs), schema);
+  EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+}
+
+TEST(ReportJson, Fp8IdentityFields) {
+  const json schema =
+      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+  RunRecord plain = synthetic_run("ddp", "ddp", 100, 100);
+  EXPECT_TRUE(run_to_json(plain)["identity"]["fp8"].is_null());
+  RunRecord fp8 = synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50);
+  fp8.fp8 = "hybrid/tensorwise";
+  fp8.fp8_transpose_cache = "rebuilt";
+  const json id = run_to_json(fp8)["identity"];
+  EXPECT_EQ(id["fp8"], "hybrid/tensorwise");
+  EXPECT_EQ(id["fp8_transpose_cache"], "rebuilt");
+  EXPECT_EQ(id["fp8_param_gather"], false);
+  const std::vector<RunRecord> runs = {fp8, plain};
+  EXPECT_TRUE(check_against_schema(build_report(EnvironmentInfo{}, runs), schema).empty());
+  fp8.fp8_transpose_cache = "sometimes";
+  const std::vector<RunRecord> bad = {fp8};
+  EXPECT_FALSE(check_against_schema(build_report(EnvironmentInfo{}, bad), schema).empty());
+}
+
 TEST(ReportJson, SchemaCheckerFindsViolations) {
   const json schema =
       load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);

@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "harness/measure/nvtx.hpp"
+#include "workloads/llama/activation_offload.hpp"
 #include "workloads/llama/fp8_linear.hpp"
 #include "workloads/llama/fused_ops.hpp"
 
@@ -210,6 +211,17 @@ at::Tensor LlamaModel::apply_rope(const at::Tensor& x) const {
   return x * cos + rotated * sin;
 }
 
+void LlamaModel::set_offload_layers(int64_t n) {
+  if (n < 0 || n > dims_.num_layers) {
+    throw std::invalid_argument("offload layers " + std::to_string(n) + ": accepted 0.." +
+                                std::to_string(dims_.num_layers) + " (the model's layers)");
+  }
+  offload_layers_ = n;
+  if (n == 0) return;
+  install_offload_autograd_engine();
+  if (!offload_) offload_ = std::make_shared<ActivationOffload>(device_);
+}
+
 bool LlamaModel::uses_fused_kernels(at::ScalarType dtype) const {
   return fused_ && fused::supports(at::empty({0}, at::TensorOptions().dtype(dtype).device(device_)));
 }
@@ -264,6 +276,11 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     x = at::embedding(w.embedding, tokens);
     if (hooks) x = hooks->post_forward(0, x);
   }
+  if (offload_layers_ > 0 && recompute_layers_ > 0) {
+    throw std::logic_error("LlamaModel: activation offload and recompute exclude each other");
+  }
+  const bool offload = offload_layers_ > 0 && x.requires_grad() && at::GradMode::is_enabled();
+  if (offload) offload_->begin_forward(offload_layers_);
   for (int64_t l = 0; l < d.num_layers; ++l) {
     // The range covers the engine's hooks: the unit's gather wait and the next unit's prefetch
     // belong to this layer on the timeline.
@@ -275,9 +292,20 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     if (l < recompute_layers_ && x.requires_grad() && at::GradMode::is_enabled()) {
       x = RecomputeLayerFn::apply(x, reinterpret_cast<int64_t>(this),
                                   reinterpret_cast<int64_t>(&w.layers[l]));
+    } else if (offload && l < offload_layers_) {
+      // Weights and RoPE tables are saved by reference, never copied
+      // (cpu_offloading_weights=false).
+      const LayerWeights& lw = w.layers[l];
+      ActivationOffload::LayerScope scope(
+          *offload_, l,
+          {lw.input_norm, lw.qkv, lw.proj, lw.post_norm, lw.fc1, lw.fc2, rope_cos_, rope_sin_});
+      x = layer_forward(lw, x);
     } else {
       x = layer_forward(w.layers[l], x);
     }
+    // Layer l's group comes back when backward reaches its output, and l-1's starts behind it;
+    // the first layer above the offloaded ones only prefetches the last group.
+    if (offload && l <= offload_layers_) x = offload_->reload_before_backward(x, l);
     if (hooks) x = hooks->post_forward(m, x);
     // After post_forward: the engine's pre-backward gather runs inside the layer's range.
     if (mark) x = BackwardRangeOpen::apply(x, l)[0];

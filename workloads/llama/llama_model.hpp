@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,8 @@ class ModuleHooks {
   virtual at::Tensor post_forward(int module, at::Tensor output) = 0;
 };
 
+class ActivationOffload;  // workloads/llama/activation_offload.hpp
+
 class LlamaModel {
  public:
   LlamaModel(LlamaDims dims, at::Device device);
@@ -105,6 +108,16 @@ class LlamaModel {
   void set_recompute_layers(int64_t n) { recompute_layers_ = n; }
   int64_t recompute_layers() const { return recompute_layers_; }
 
+  // CPU activation offload of the first `n` layers (Megatron's -ol N: cpu_offloading_num_layers,
+  // activations only): what those layers save for backward goes to host memory after their
+  // forward and comes back one layer ahead of their backward; weights stay where the engine put
+  // them. Excludes recompute (as in MCore). Installs shardbench's autograd engine when n > 0.
+  // 0: off.
+  void set_offload_layers(int64_t n);
+  int64_t offload_layers() const { return offload_layers_; }
+  // The offload's counters (bytes and copies); null while offload was never turned on.
+  ActivationOffload* activation_offload() const { return offload_.get(); }
+
   // tokens, labels: [B, S] int64 on the model's device. Returns the mean token loss (fp32
   // scalar). `hooks` may be null (plain forward).
   at::Tensor forward_loss(const LlamaWeights& w, const at::Tensor& tokens,
@@ -124,6 +137,8 @@ class LlamaModel {
   bool fp8_ = false;
   bool fp8_keep_transpose_ = false;
   int64_t recompute_layers_ = 0;
+  int64_t offload_layers_ = 0;
+  std::shared_ptr<ActivationOffload> offload_;
 
   friend struct RecomputeLayerFn;
 };

@@ -1,0 +1,279 @@
+// CPU activation offload (-ol N): the same loss and gradients as keeping every activation, with
+// the saved tensors of the offloaded layers copied out and back through shardbench's autograd
+// engine; weights are never copied (FSDP optim_grads_params frees and regathers them in place,
+// FSDP2 copies them out per block).
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <unordered_set>
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+
+#include "harness/engine/mock_data.hpp"
+#include "harness/engine/train_step.hpp"
+#include "tests/engine/rank_threads.hpp"
+#include "workloads/llama/activation_offload.hpp"
+
+namespace shardbench {
+namespace {
+
+constexpr uint64_t kSeed = 99;
+
+LlamaDims dims3() {
+  LlamaDims d;
+  d.num_layers = 3;
+  d.hidden = 24;
+  d.heads = 3;
+  d.kv_heads = 1;
+  d.head_dim = 8;
+  d.ffn = 40;
+  d.vocab = 37;
+  d.seq_length = 8;
+  return d;
+}
+
+double max_rel(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(1e-30, b.abs().max().item<double>());
+}
+
+std::unordered_set<const c10::StorageImpl*> storages_of(const LlamaWeights& w) {
+  std::unordered_set<const c10::StorageImpl*> out;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined() && t.has_storage()) out.insert(t.storage().unsafeGetStorageImpl());
+  };
+  for (const auto& t : {w.embedding, w.final_norm, w.output}) add(t);
+  for (const auto& l : w.layers) {
+    for (const auto& t : {l.input_norm, l.qkv, l.proj, l.post_norm, l.fc1, l.fc2}) add(t);
+  }
+  return out;
+}
+
+// One model with leaf parameters on the CPU, trained by backward() into .grad.
+struct Fixture {
+  LlamaDims d = dims3();
+  std::vector<ParamSpec> specs = llama_param_specs(d);
+  std::vector<at::Tensor> params;
+  LlamaWeights w;
+  at::Tensor tokens, labels;
+  LlamaModel model{d, at::kCPU};
+
+  Fixture() {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      at::Tensor t = at::empty(specs[i].shape, at::kFloat);
+      init_param(specs[i], static_cast<int64_t>(i), kSeed, t);
+      params.push_back(t.requires_grad_(true));
+    }
+    w = bind_weights(d, params);
+    auto batch = mock_global_batch(kSeed, 0, 4, d.seq_length, d.vocab);
+    tokens = batch.narrow(1, 0, d.seq_length);
+    labels = batch.narrow(1, 1, d.seq_length);
+  }
+  std::pair<at::Tensor, std::vector<at::Tensor>> loss_and_grads() {
+    for (auto& p : params) p.mutable_grad() = at::Tensor();
+    at::Tensor loss = model.forward_loss(w, tokens, labels, nullptr);
+    torch::autograd::backward({loss});
+    std::vector<at::Tensor> grads;
+    for (auto& p : params) grads.push_back(p.grad().clone());
+    return {loss, grads};
+  }
+};
+
+TEST(Offload, SameLossAndGradsAsStoredActivations) {
+  Fixture f;
+  const auto [ref_loss, ref] = f.loss_and_grads();
+  for (int64_t n : {int64_t{1}, f.d.num_layers - 1}) {
+    SCOPED_TRACE("offload " + std::to_string(n) + " layers");
+    f.model.set_offload_layers(n);
+    ActivationOffload* offload = f.model.activation_offload();
+    ASSERT_NE(offload, nullptr);
+    offload->reset_stats();
+    const auto weight_storages = storages_of(f.w);
+    int64_t offloaded_weights = 0;
+    offload->set_pack_observer([&](const at::Tensor& t, bool offloaded) {
+      if (offloaded && weight_storages.count(t.storage().unsafeGetStorageImpl())) {
+        ++offloaded_weights;
+      }
+    });
+    const auto [loss, grads] = f.loss_and_grads();
+    offload->set_pack_observer(nullptr);
+    EXPECT_EQ(loss.item<double>(), ref_loss.item<double>());
+    for (size_t i = 0; i < f.params.size(); ++i) {
+      ASSERT_TRUE(grads[i].defined()) << f.specs[i].name;
+      EXPECT_LE(max_rel(grads[i], ref[i]), 1e-6) << f.specs[i].name;
+    }
+    const OffloadStats s = offload->stats();
+    EXPECT_EQ(offloaded_weights, 0);
+    EXPECT_GT(s.offloaded_tensors, 0);
+    EXPECT_GT(s.offloaded_bytes, 0);
+    EXPECT_GT(s.kept_tensors, 0);  // the layer's weights, by reference
+    EXPECT_EQ(s.packed_tensors, s.offloaded_tensors + s.kept_tensors + s.deduplicated_tensors);
+    // Every copy came back, all ahead of backward (no unpack had to reload its group).
+    EXPECT_EQ(s.reloaded_tensors, s.offloaded_tensors);
+    EXPECT_EQ(s.reloaded_bytes, s.offloaded_bytes);
+    EXPECT_EQ(s.sync_reloads, 0);
+  }
+  // More layers, more bytes: each offloaded layer saves the same activations.
+  f.model.set_offload_layers(1);
+  f.model.activation_offload()->reset_stats();
+  f.loss_and_grads();
+  const int64_t one_layer_bytes = f.model.activation_offload()->stats().offloaded_bytes;
+  f.model.set_offload_layers(2);
+  f.model.activation_offload()->reset_stats();
+  f.loss_and_grads();
+  EXPECT_EQ(f.model.activation_offload()->stats().offloaded_bytes, 2 * one_layer_bytes);
+}
+
+TEST(Offload, EngineGivesHooksOnlyInsideALayerScope) {
+  install_offload_autograd_engine();
+  EXPECT_TRUE(offload_autograd_engine_active());
+  EXPECT_NE(&torch::autograd::Engine::get_default_engine(),
+            &torch::autograd::Engine::get_base_engine());
+  EXPECT_FALSE(offload_hooks_active_on_this_thread());
+  ActivationOffload offload(at::kCPU);
+  offload.begin_forward(1);
+  {
+    ActivationOffload::LayerScope scope(offload, 0, {});
+    EXPECT_TRUE(offload_hooks_active_on_this_thread());
+  }
+  EXPECT_FALSE(offload_hooks_active_on_this_thread());
+  EXPECT_EQ(offload.stats().packed_tensors, 0);
+
+  // Offload off: a forward and backward through the installed engine packs nothing.
+  Fixture f;
+  f.model.set_offload_layers(1);
+  f.model.set_offload_layers(0);
+  f.model.activation_offload()->reset_stats();
+  const auto [loss, grads] = f.loss_and_grads();
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+  EXPECT_EQ(f.model.activation_offload()->stats().packed_tensors, 0);
+  // No grad: the forward saves nothing and opens no scope.
+  f.model.set_offload_layers(2);
+  {
+    at::NoGradGuard no_grad;
+    f.model.forward_loss(f.w, f.tokens, f.labels, nullptr);
+  }
+  EXPECT_EQ(f.model.activation_offload()->stats().packed_tensors, 0);
+}
+
+TEST(Offload, InstalledEngineRunsReentrantRecomputeBackward) {
+  install_offload_autograd_engine();
+  ASSERT_TRUE(offload_autograd_engine_active());
+  Fixture f;
+  const auto [ref_loss, ref] = f.loss_and_grads();
+  f.model.set_recompute_layers(2);
+  const auto [loss, grads] = f.loss_and_grads();
+  EXPECT_EQ(loss.item<double>(), ref_loss.item<double>());
+  for (size_t i = 0; i < f.params.size(); ++i) {
+    EXPECT_LE(max_rel(grads[i], ref[i]), 1e-6) << f.specs[i].name;
+  }
+  // Both at once is refused (validation refuses -ol with -rl before a run gets here).
+  f.model.set_offload_layers(1);
+  EXPECT_THROW(f.model.forward_loss(f.w, f.tokens, f.labels, nullptr), std::logic_error);
+}
+
+TEST(Offload, UnpackWithoutReloadHookReloadsSynchronously) {
+  install_offload_autograd_engine();
+  at::Tensor a = at::randn({4, 5}, at::kFloat).requires_grad_(true);
+  at::Tensor ref_grad;
+  {
+    auto y = (a.sin() * a.cos()).sum();
+    torch::autograd::backward({y});
+    ref_grad = a.grad().clone();
+    a.mutable_grad() = at::Tensor();
+  }
+  ActivationOffload offload(at::kCPU);
+  offload.begin_forward(1);
+  at::Tensor y;
+  {
+    ActivationOffload::LayerScope scope(offload, 0, {});
+    y = (a.sin() * a.cos()).sum();
+  }
+  torch::autograd::backward({y});
+  EXPECT_TRUE(at::equal(a.grad(), ref_grad));
+  const OffloadStats s = offload.stats();
+  EXPECT_EQ(s.sync_reloads, 1);
+  EXPECT_GT(s.offloaded_tensors, 0);
+  EXPECT_EQ(s.reloaded_tensors, s.offloaded_tensors);
+  // `a` is a leaf, saved by sin and cos: copied once.
+  EXPECT_EQ(s.deduplicated_tensors, 1);
+}
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<at::Tensor> weights;
+  OffloadStats stats;
+  int64_t offloaded_weights = 0;
+};
+
+// Three steps at 2 ranks, 2 micro-batches each, with `offload` layers offloaded.
+Trained train(const char* wrapper, const char* strategy, int64_t offload) {
+  const LlamaDims d = dims3();
+  std::mutex mu;
+  Trained out;
+  testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
+    EngineOptions o;
+    o.wrapper = wrapper;
+    o.strategy = strategy;
+    o.seed = kSeed;
+    o.adam.lr = 1e-3;
+    DataParallelEngine engine(d, o, pgs);
+    LlamaModel model(d, at::kCPU);
+    model.set_offload_layers(offload);
+    int64_t offloaded_weights = 0;
+    if (offload > 0) {
+      // The engine's weights as bound for this forward: gathered views of its flat buffers.
+      model.activation_offload()->set_pack_observer([&](const at::Tensor& t, bool offloaded) {
+        if (offloaded && storages_of(engine.weights()).count(t.storage().unsafeGetStorageImpl())) {
+          ++offloaded_weights;
+        }
+      });
+    }
+    std::vector<double> losses;
+    for (int it = 0; it < 3; ++it) {
+      StepInputs in{mock_global_batch(kSeed, it, 8, d.seq_length, d.vocab), 2, 1e-3};
+      losses.push_back(train_step(model, engine, in).loss.item<double>());
+    }
+    auto weights = engine.gather_main_weights();
+    if (rank == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      out.losses = losses;
+      out.weights = weights;
+      if (offload > 0) out.stats = model.activation_offload()->stats();
+      out.offloaded_weights = offloaded_weights;
+    }
+  });
+  return out;
+}
+
+class OffloadEngines : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(OffloadEngines, TrainLikeWithoutOffload) {
+  const auto [wrapper, strategy] = GetParam();
+  const Trained ref = train(wrapper, strategy, 0);
+  const Trained got = train(wrapper, strategy, 2);
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-6 * std::abs(ref.losses[i])) << "step " << i;
+  }
+  ASSERT_EQ(got.weights.size(), ref.weights.size());
+  const auto specs = llama_param_specs(dims3());
+  for (size_t i = 0; i < ref.weights.size(); ++i) {
+    EXPECT_LE(max_rel(got.weights[i], ref.weights[i]), 1e-5) << specs[i].name;
+  }
+  EXPECT_EQ(got.offloaded_weights, 0);
+  EXPECT_GT(got.stats.offloaded_bytes, 0);
+  EXPECT_EQ(got.stats.reloaded_bytes, got.stats.offloaded_bytes);
+  EXPECT_EQ(got.stats.sync_reloads, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, OffloadEngines,
+                         ::testing::Values(std::make_pair("ddp", "no_shard"),
+                                           std::make_pair("megatron_fsdp", "optim_grads_params"),
+                                           std::make_pair("torch_fsdp2", "")),
+                         [](const auto& info) {
+                           return std::string(info.param.first) + "_" + info.param.second;
+                         });
+
+}  // namespace
+}  // namespace shardbench
