@@ -323,6 +323,13 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   if (fp8_choice.on) {
     rec.fp8 = *config.mixed_precision.fp8 + "/" + config.mixed_precision.fp8_recipe;
     rec.fp8_transpose_cache = fp8_choice.keep_transpose_cache ? "kept" : "rebuilt";
+    if (rank0) {
+      std::cout << "perf-launch: FP8 " << rec.fp8
+                << " on each layer's qkv, proj, fc1 and fc2; weight transposes "
+                << (fp8_choice.keep_transpose_cache ? "kept from forward to backward"
+                                                    : "rebuilt in backward")
+                << std::endl;
+    }
     if (rank0 && config.ddp.fp8_param_gather) {
       std::cout << "perf-launch: ddp.fp8_param_gather=true: shardbench gathers weights in bf16 and "
                    "casts them to FP8 after the gather (FP8 all-gather is not implemented)"
@@ -469,6 +476,16 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     rec.activation_offload =
         ActivationOffloadRecord{model.offload_layers(), s.offloaded_bytes / ran,
                                 s.offloaded_tensors / ran, s.reloaded_bytes / ran};
+    if (rank0) {
+      std::printf(
+          "perf-launch: activation offload of %lld layers: %.3f GiB in %lld tensors to the host "
+          "and back per step; %lld of %lld layer reloads were not prefetched\n",
+          static_cast<long long>(model.offload_layers()),
+          static_cast<double>(s.offloaded_bytes / ran) / (1024.0 * 1024.0 * 1024.0),
+          static_cast<long long>(s.offloaded_tensors / ran), static_cast<long long>(s.sync_reloads),
+          static_cast<long long>(model.offload_layers() * ran));
+      std::fflush(stdout);
+    }
   }
   rec.memory = engine.memory();
   rec.checkpoint = checkpoints.record();
