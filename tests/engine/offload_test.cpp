@@ -124,6 +124,12 @@ TEST(Offload, SameLossAndGradsAsStoredActivations) {
   EXPECT_EQ(f.model.activation_offload()->stats().offloaded_bytes, 2 * one_layer_bytes);
 }
 
+// The engine must be in place before the process's first backward (torch starts the autograd
+// device threads once, for the first engine that runs): loading the library installs it.
+TEST(Offload, EngineIsInstalledBeforeAnyOffloadIsTurnedOn) {
+  EXPECT_TRUE(offload_autograd_engine_active());
+}
+
 TEST(Offload, EngineGivesHooksOnlyInsideALayerScope) {
   install_offload_autograd_engine();
   EXPECT_TRUE(offload_autograd_engine_active());

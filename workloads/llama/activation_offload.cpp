@@ -406,6 +406,16 @@ void install_offload_autograd_engine() {
                  [] { torch::autograd::set_default_engine_stub(&shardbench_autograd_engine); });
 }
 
+namespace {
+// Installed when the library loads, before anything can run a backward. torch 2.11 starts
+// autograd's CUDA device threads once per process (a function-local static in
+// Engine::initialize_device_threads_pool), for whichever engine runs the first backward: an
+// engine installed after a CUDA backward has no device queues and fails an internal assert on
+// its first backward. The engine gives hooks only inside an offload scope, so every run goes
+// through it unchanged.
+[[maybe_unused]] const bool kInstalledAtLoad = (install_offload_autograd_engine(), true);
+}  // namespace
+
 bool offload_autograd_engine_active() {
   return dynamic_cast<ShardbenchAutogradEngine*>(&torch::autograd::Engine::get_default_engine()) !=
          nullptr;

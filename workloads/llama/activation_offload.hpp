@@ -79,8 +79,9 @@ class ActivationOffload {
 };
 
 // Makes the autograd engine one that asks ActivationOffload for saved-tensor hooks. Idempotent
-// and thread-safe; call before the first backward that should see offload (LlamaModel does when
-// offload is turned on).
+// and thread-safe. It runs when shardbench's engine library loads: it must happen before the
+// process's first backward (torch starts autograd's device threads once, for the engine that
+// runs first), so it is not left to the moment offload is turned on.
 void install_offload_autograd_engine();
 // Whether torch::autograd::Engine::get_default_engine() is the engine installed above.
 bool offload_autograd_engine_active();
