@@ -347,6 +347,10 @@ void shardbench_rules(const ConfigContainer& c) {
         "shardbench.backend=nccl with shardbench.device=cpu: NCCL needs GPUs; accepted on CPU: "
         "gloo or auto");
   }
+  if (s.offload_prefetch_layers < 1) {
+    fail("shardbench.offload_prefetch_layers=" + std::to_string(s.offload_prefetch_layers) +
+         ": accepted: 1 or more (layers whose offloaded activations are reloaded ahead)");
+  }
   if (s.hang_timeout_s <= 0) {
     fail("shardbench.hang_timeout_s=" + std::to_string(s.hang_timeout_s) + ": must be > 0");
   }

@@ -338,6 +338,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   }
   model.set_offload_layers(config.model.cpu_offloading ? config.model.cpu_offloading_num_layers
                                                        : 0);
+  model.set_offload_prefetch_layers(config.shardbench.offload_prefetch_layers);
   rec.fused_kernels = model.uses_fused_kernels(options.compute_dtype);
   DataParallelEngine engine(dims, options, ctx.pgs);
   rec.label = engine.label();
@@ -475,7 +476,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     const OffloadStats s = offload->stats();
     rec.activation_offload =
         ActivationOffloadRecord{model.offload_layers(), s.offloaded_bytes / ran,
-                                s.offloaded_tensors / ran, s.reloaded_bytes / ran};
+                                s.offloaded_tensors / ran, s.reloaded_bytes / ran,
+                                model.offload_prefetch_layers()};
     if (rank0) {
       std::printf(
           "perf-launch: activation offload of %lld layers: %.3f GiB in %lld tensors to the host "

@@ -335,7 +335,8 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
     j["activation_offload"] = {{"layers", o->layers},
                                {"offloaded_bytes_per_step", o->offloaded_bytes_per_step},
                                {"offloaded_tensors_per_step", o->offloaded_tensors_per_step},
-                               {"reloaded_bytes_per_step", o->reloaded_bytes_per_step}};
+                               {"reloaded_bytes_per_step", o->reloaded_bytes_per_step},
+                               {"prefetch_layers", o->prefetch_layers}};
   }
   return j;
 }

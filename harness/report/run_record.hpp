@@ -76,6 +76,7 @@ struct ActivationOffloadRecord {
   int64_t offloaded_bytes_per_step = 0;
   int64_t offloaded_tensors_per_step = 0;
   int64_t reloaded_bytes_per_step = 0;
+  int64_t prefetch_layers = 1;  // groups reloaded ahead of backward
 };
 
 struct RunRecord {

@@ -126,6 +126,26 @@ TEST(Offload, SameLossAndGradsAsStoredActivations) {
 
 // The engine must be in place before the process's first backward (torch starts the autograd
 // device threads once, for the first engine that runs): loading the library installs it.
+// Deeper prefetch (shardbench.offload_prefetch_layers): reloads start earlier in backward, the
+// results do not change and no unpack waits for a reload it started itself.
+TEST(Offload, DeeperPrefetchSameResults) {
+  Fixture f;
+  const auto [ref_loss, ref] = f.loss_and_grads();
+  f.model.set_offload_layers(f.d.num_layers - 1);
+  for (int64_t k : {1, 2, 4}) {
+    SCOPED_TRACE("prefetch " + std::to_string(k));
+    f.model.set_offload_prefetch_layers(k);
+    f.model.activation_offload()->reset_stats();
+    const auto [loss, grads] = f.loss_and_grads();
+    EXPECT_EQ(loss.item<double>(), ref_loss.item<double>());
+    for (size_t i = 0; i < f.params.size(); ++i) EXPECT_LE(max_rel(grads[i], ref[i]), 1e-6);
+    const OffloadStats s = f.model.activation_offload()->stats();
+    EXPECT_EQ(s.reloaded_bytes, s.offloaded_bytes);
+    EXPECT_EQ(s.sync_reloads, 0);
+  }
+  EXPECT_THROW(f.model.set_offload_prefetch_layers(0), std::invalid_argument);
+}
+
 TEST(Offload, EngineIsInstalledBeforeAnyOffloadIsTurnedOn) {
   EXPECT_TRUE(offload_autograd_engine_active());
 }

@@ -353,21 +353,23 @@ ActivationOffload::LayerScope::~LayerScope() {
   if (group && std::uncaught_exceptions() == 0) group->close();
 }
 
-at::Tensor ActivationOffload::reload_before_backward(at::Tensor layer_output, int64_t layer) {
-  std::shared_ptr<OffloadGroup> mine, previous;
+at::Tensor ActivationOffload::reload_before_backward(at::Tensor layer_output, int64_t layer,
+                                                     int64_t prefetch) {
+  // Nearest first: the copies queue on one stream in this order.
+  std::vector<std::shared_ptr<OffloadGroup>> groups;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     const auto n = static_cast<int64_t>(impl_->groups.size());
-    if (layer < n) mine = impl_->groups[static_cast<size_t>(layer)];
-    if (layer >= 1 && layer - 1 < n) previous = impl_->groups[static_cast<size_t>(layer - 1)];
+    for (int64_t g = layer; g >= std::max<int64_t>(0, layer - prefetch); --g) {
+      if (g < n) groups.push_back(impl_->groups[static_cast<size_t>(g)]);
+    }
   }
-  if (!mine && !previous) return layer_output;
+  if (groups.empty()) return layer_output;
   // A tensor hook runs when the output's gradient is complete, before the node that produced it:
   // the layer's first backward node. It captures the groups (a custom Function could only hold
   // them as raw pointers); they live as long as the graph does.
-  layer_output.register_hook([mine, previous](const at::Tensor&) {
-    if (mine) mine->reload(false);
-    if (previous) previous->reload(false);
+  layer_output.register_hook([groups = std::move(groups)](const at::Tensor&) {
+    for (const auto& g : groups) g->reload(false);
   });
   return layer_output;
 }

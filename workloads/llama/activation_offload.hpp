@@ -61,8 +61,9 @@ class ActivationOffload {
   };
 
   // Marks `layer_output` so that when backward reaches it the layer's group is copied back and
-  // the previous layer's group starts copying too (prefetch one layer ahead). Returns it.
-  at::Tensor reload_before_backward(at::Tensor layer_output, int64_t layer);
+  // the groups of the `prefetch` layers below it start copying too (1: one layer ahead,
+  // Megatron's double buffer). Returns it.
+  at::Tensor reload_before_backward(at::Tensor layer_output, int64_t layer, int64_t prefetch = 1);
 
   OffloadStats stats() const;
   void reset_stats();

@@ -222,6 +222,14 @@ void LlamaModel::set_offload_layers(int64_t n) {
   if (!offload_) offload_ = std::make_shared<ActivationOffload>(device_);
 }
 
+void LlamaModel::set_offload_prefetch_layers(int64_t k) {
+  if (k < 1) {
+    throw std::invalid_argument("offload prefetch layers " + std::to_string(k) +
+                                ": accepted 1 or more");
+  }
+  offload_prefetch_ = k;
+}
+
 bool LlamaModel::uses_fused_kernels(at::ScalarType dtype) const {
   return fused_ && fused::supports(at::empty({0}, at::TensorOptions().dtype(dtype).device(device_)));
 }
@@ -305,7 +313,9 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     }
     // Layer l's group comes back when backward reaches its output, and l-1's starts behind it;
     // the first layer above the offloaded ones only prefetches the last group.
-    if (offload && l <= offload_layers_) x = offload_->reload_before_backward(x, l);
+    if (offload && l < offload_layers_ + offload_prefetch_) {
+      x = offload_->reload_before_backward(x, l, offload_prefetch_);
+    }
     if (hooks) x = hooks->post_forward(m, x);
     // After post_forward: the engine's pre-backward gather runs inside the layer's range.
     if (mark) x = BackwardRangeOpen::apply(x, l)[0];

@@ -115,6 +115,11 @@ class LlamaModel {
   // 0: off.
   void set_offload_layers(int64_t n);
   int64_t offload_layers() const { return offload_layers_; }
+  // How many offloaded layers' activations are on their way back while backward runs: when
+  // backward reaches layer l's output, layers l-1 .. l-k start copying back (k = 1: Megatron's
+  // double buffer). A larger k hides more of the host-to-device copies behind backward.
+  void set_offload_prefetch_layers(int64_t k);
+  int64_t offload_prefetch_layers() const { return offload_prefetch_; }
   // The offload's counters (bytes and copies); null while offload was never turned on.
   ActivationOffload* activation_offload() const { return offload_.get(); }
 
@@ -138,6 +143,7 @@ class LlamaModel {
   bool fp8_keep_transpose_ = false;
   int64_t recompute_layers_ = 0;
   int64_t offload_layers_ = 0;
+  int64_t offload_prefetch_ = 1;
   std::shared_ptr<ActivationOffload> offload_;
 
   friend struct RecomputeLayerFn;
