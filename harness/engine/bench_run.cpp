@@ -319,7 +319,15 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   model.set_fused_kernels(options.fused_kernels);
   model.set_recompute_layers(recompute_layers_from(config, dims));
   const Fp8Choice fp8_choice = fp8_from(config, options, dims, mbs);
-  model.set_fp8(fp8_choice.on, fp8_choice.keep_transpose_cache);
+  // Weights that stay put for the step are cast to FP8 once per step when the step has several
+  // micro-batches (keeping the copies costs memory and buys nothing with one); gathered weights
+  // are cast after each gather.
+  const int64_t micro_batches = gbs / std::max<int64_t>(1, mbs * ctx.world_size);
+  const bool persistent_weights =
+      micro_batches > 1 &&
+      (options.wrapper == "ddp" ||
+       (options.wrapper == "megatron_fsdp" && options.strategy != "optim_grads_params"));
+  model.set_fp8(fp8_choice.on, fp8_choice.keep_transpose_cache, persistent_weights);
   if (fp8_choice.on) {
     rec.fp8 = *config.mixed_precision.fp8 + "/" + config.mixed_precision.fp8_recipe;
     rec.fp8_transpose_cache = fp8_choice.keep_transpose_cache ? "kept" : "rebuilt";
@@ -328,6 +336,9 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
                 << " on each layer's qkv, proj, fc1 and fc2; weight transposes "
                 << (fp8_choice.keep_transpose_cache ? "kept from forward to backward"
                                                     : "rebuilt in backward")
+                << "; weights cast "
+                << (persistent_weights ? "once per step, reused by its micro-batches"
+                                       : "for every forward")
                 << std::endl;
     }
     if (rank0 && config.ddp.fp8_param_gather) {

@@ -39,6 +39,7 @@ StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine, cons
     CommTimerScope(DataParallelEngine& engine, PhaseTimer* t) : e(engine) { e.set_comm_timer(t); }
     ~CommTimerScope() { e.set_comm_timer(nullptr); }
   } comm_timer(engine, phases);
+  model.new_step();  // the last optimizer step changed the weights (FP8 copies are per step)
   for (int m = 0; m < num_micro; ++m) {
     auto rows = microbatch_rows(in.global_batch, m, in.micro_batch, dp, rank).to(device);
     const int64_t seq = rows.size(1) - 1;

@@ -167,5 +167,57 @@ TEST(Fp8Model, LossAndGradsFollowBf16AndCacheCoversEveryLinear) {
   for (size_t i = 0; i < grads.size(); ++i) EXPECT_TRUE(at::equal(grads_rebuilt[i], grads[i]));
 }
 
+// Weights that stay put for a step (DDP) are cast once per step, not once per micro-batch: two
+// micro-batches give the same gradients as casting each time, with half the casts.
+TEST(Fp8Model, PersistentWeightsAreCastOncePerStep) {
+  const LlamaDims d = fp8_dims();
+  const auto specs = llama_param_specs(d);
+  std::vector<at::Tensor> params;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    at::Tensor t = at::empty(specs[i].shape, at::kBFloat16);
+    init_param(specs[i], static_cast<int64_t>(i), 6, t);
+    params.push_back(t.requires_grad_(true));
+  }
+  const LlamaWeights w = bind_weights(d, params);
+  auto batch = mock_global_batch(6, 0, 4, d.seq_length, d.vocab);
+  LlamaModel model(d, at::kCPU);
+  auto two_micro_batches = [&]() {
+    for (auto& p : params) p.mutable_grad() = at::Tensor();
+    model.new_step();
+    for (int m = 0; m < 2; ++m) {
+      auto rows = batch.narrow(0, 2 * m, 2);
+      auto loss = model.forward_loss(w, rows.narrow(1, 0, d.seq_length),
+                                     rows.narrow(1, 1, d.seq_length), nullptr);
+      torch::autograd::backward({loss});
+    }
+    std::vector<at::Tensor> grads;
+    for (auto& p : params) grads.push_back(p.grad().clone());
+    return grads;
+  };
+  model.set_fp8(true, true, /*cast_once_per_step=*/false);
+  fp8::reset_counters();
+  const auto every = two_micro_batches();
+  EXPECT_EQ(fp8::counters().weight_casts.load(), 2 * 4 * d.num_layers);
+
+  model.set_fp8(true, true, /*cast_once_per_step=*/true);
+  EXPECT_TRUE(model.fp8_casts_once_per_step());
+  fp8::reset_counters();
+  const auto once = two_micro_batches();
+  EXPECT_EQ(fp8::counters().weight_casts.load(), 4 * d.num_layers);
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_TRUE(at::equal(once[i], every[i])) << i;
+
+  // The next step casts again: the optimizer has changed the weights.
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : params) p.mul_(0.5);
+  }
+  fp8::reset_counters();
+  const auto after = two_micro_batches();
+  EXPECT_EQ(fp8::counters().weight_casts.load(), 4 * d.num_layers);
+  model.set_fp8(true, true, false);
+  const auto reference = two_micro_batches();
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(at::equal(after[i], reference[i])) << i;
+}
+
 }  // namespace
 }  // namespace shardbench

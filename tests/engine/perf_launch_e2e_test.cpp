@@ -93,6 +93,10 @@ TEST(PerfLaunchFp8, CurrentScalingRunsAndIsRecorded) {
   EXPECT_NE(r.output.find("ddp.fp8_param_gather=true: shardbench gathers weights in bf16"),
             std::string::npos)
       << r.output;
+  // FSDP optim_grads_params gathers its weights for every forward; the DDP baseline's stay put
+  // for the step's two micro-batches (8 / (2 ranks x 2)), so it casts them once per step.
+  EXPECT_NE(r.output.find("weights cast for every forward"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("weights cast once per step"), std::string::npos) << r.output;
   std::ifstream in(report);
   ASSERT_TRUE(in.good()) << report;
   const auto j = nlohmann::json::parse(in);

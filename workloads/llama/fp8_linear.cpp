@@ -91,7 +91,8 @@ Quantized quantize_weight(const at::Tensor& w, bool rowwise, bool transposed) {
 
 struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            bool keep_transpose_cache) {
+                            bool keep_transpose_cache, int64_t cache_ptr) {
+    auto* cache = reinterpret_cast<WeightCache*>(cache_ptr);
     const int64_t in = w.size(1), out_features = w.size(0);
     require(x.size(-1) == in, "input has " + std::to_string(x.size(-1)) +
                                   " features, the weight expects " + std::to_string(in));
@@ -99,7 +100,8 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     const bool need_grads = w.requires_grad() || x.requires_grad();
     // The input's transposed copy serves the weight gradient; the row-wise one only this GEMM.
     const Quantized xq = quantize(x2, at::kFloat8_e4m3fn, true, need_grads);
-    const Quantized wq = quantize_weight(w, true, need_grads && keep_transpose_cache);
+    const bool want_t = need_grads && keep_transpose_cache;
+    const Quantized wq = cache ? cache->get(w, want_t) : quantize_weight(w, true, want_t);
     // TE's defaults: fast accumulation in forward, split (exact) accumulation in backward.
     at::Tensor y = at::_scaled_mm(xq.data, wq.data.t(), xq.scale_inv, wq.scale_inv, std::nullopt,
                                   std::nullopt, x.scalar_type(), /*use_fast_accum=*/true);
@@ -149,7 +151,7 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
     at::Tensor dw = at::_scaled_mm(gq.data_t, x_t.t(), gq.scale_inv, x_scale_inv, std::nullopt,
                                    std::nullopt, w_dtype, /*use_fast_accum=*/false);
-    return {dx.view(x_shape), dw, at::Tensor()};
+    return {dx.view(x_shape), dw, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -173,8 +175,36 @@ Quantized quantize(const at::Tensor& x, at::ScalarType fp8_dtype, bool rowwise, 
   return quantize_aten(x, fp8_dtype, rowwise, transposed);
 }
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool keep_transpose_cache) {
-  return Fp8LinearFn::apply(x, weight, keep_transpose_cache);
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool keep_transpose_cache,
+                  WeightCache* cache) {
+  return Fp8LinearFn::apply(x, weight, keep_transpose_cache, reinterpret_cast<int64_t>(cache));
+}
+
+void WeightCache::clear() { entries_.clear(); }
+
+Quantized WeightCache::get(const at::Tensor& weight, bool transposed) {
+  const c10::TensorImpl* key = weight.unsafeGetTensorImpl();
+  for (auto& [impl, e] : entries_) {
+    if (impl != key) continue;
+    if (e.data == weight.data_ptr() && (!transposed || e.q.data_t.defined())) return e.q;
+    e.q = quantize_weight(weight, true, transposed);  // moved, or a transpose is now wanted
+    e.data = weight.data_ptr();
+    return e.q;
+  }
+  Entry e;
+  e.data = weight.data_ptr();
+  e.q = quantize_weight(weight, true, transposed);
+  entries_.emplace_back(key, e);
+  return e.q;
+}
+
+int64_t WeightCache::bytes() const {
+  int64_t n = 0;
+  for (const auto& [impl, e] : entries_) {
+    if (e.q.data.defined()) n += e.q.data.numel();
+    if (e.q.data_t.defined()) n += e.q.data_t.numel();
+  }
+  return n;
 }
 
 bool device_supported(const at::Device& device) {

@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -34,8 +36,31 @@ Quantized quantize(const at::Tensor& x, at::ScalarType fp8_dtype, bool rowwise, 
 Quantized quantize_reference(const at::Tensor& x, at::ScalarType fp8_dtype, bool rowwise,
                              bool transposed);
 
-// y = x @ weight^T for x [..., in] and weight [out, in], in FP8 as described above.
-at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool keep_transpose_cache);
+// The FP8 copies of weights that stay put for a whole step (DDP, and Megatron FSDP strategies
+// that keep bf16 weights), so each is cast once per step rather than once per micro-batch (what
+// Transformer Engine does for the first micro-batch). clear() at the start of every step, after
+// the optimizer changed the weights. Weights gathered for each forward (FSDP
+// optim_grads_params, FSDP2) are cast after each gather instead: caching them would hold every
+// layer's FP8 copy, the memory FSDP exists to save.
+class WeightCache {
+ public:
+  void clear();
+  // The weight's FP8 copies, cast on first use in this step (`transposed` too when asked).
+  Quantized get(const at::Tensor& weight, bool transposed);
+  int64_t bytes() const;
+
+ private:
+  struct Entry {
+    const void* data = nullptr;
+    Quantized q;
+  };
+  std::vector<std::pair<const c10::TensorImpl*, Entry>> entries_;
+};
+
+// y = x @ weight^T for x [..., in] and weight [out, in], in FP8 as described above; the weight's
+// FP8 copies come from `cache` when one is given.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool keep_transpose_cache,
+                  WeightCache* cache = nullptr);
 
 // Whether the FP8 path can run on this device (CPU, or CUDA compute capability >= 8.9).
 bool device_supported(const at::Device& device);

@@ -234,8 +234,20 @@ bool LlamaModel::uses_fused_kernels(at::ScalarType dtype) const {
   return fused_ && fused::supports(at::empty({0}, at::TensorOptions().dtype(dtype).device(device_)));
 }
 
+void LlamaModel::set_fp8(bool on, bool keep_transpose_cache, bool cast_once_per_step) {
+  fp8_ = on;
+  fp8_keep_transpose_ = keep_transpose_cache;
+  fp8_cache_ = on && cast_once_per_step ? std::make_shared<fp8::WeightCache>() : nullptr;
+}
+
+void LlamaModel::new_step() const {
+  if (fp8_cache_) fp8_cache_->clear();
+}
+
 at::Tensor LlamaModel::linear(const at::Tensor& x, const at::Tensor& w) const {
-  if (fp8_ && x.scalar_type() == at::kBFloat16) return fp8::linear(x, w, fp8_keep_transpose_);
+  if (fp8_ && x.scalar_type() == at::kBFloat16) {
+    return fp8::linear(x, w, fp8_keep_transpose_, fp8_cache_.get());
+  }
   return at::linear(x, w);
 }
 

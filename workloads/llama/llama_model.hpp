@@ -78,6 +78,9 @@ class ModuleHooks {
 };
 
 class ActivationOffload;  // workloads/llama/activation_offload.hpp
+namespace fp8 {
+class WeightCache;  // workloads/llama/fp8_linear.hpp
+}
 
 class LlamaModel {
  public:
@@ -95,11 +98,14 @@ class LlamaModel {
   // scaling (-c fp8_cs; workloads/llama/fp8_linear.hpp), on bf16 activations. The embedding, the
   // norms, attention and the output head stay in bf16. `keep_transpose_cache`: the weights'
   // transposed FP8 copies live from forward to backward instead of being rebuilt in backward.
-  void set_fp8(bool on, bool keep_transpose_cache) {
-    fp8_ = on;
-    fp8_keep_transpose_ = keep_transpose_cache;
-  }
+  // `cast_once_per_step`: the weights stay put for the whole step (DDP; Megatron FSDP other than
+  // optim_grads_params), so their FP8 copies are made on the first micro-batch and reused until
+  // new_step() (fp8::WeightCache).
+  void set_fp8(bool on, bool keep_transpose_cache, bool cast_once_per_step = false);
   bool fp8() const { return fp8_; }
+  bool fp8_casts_once_per_step() const { return fp8_cache_ != nullptr; }
+  // Call before each step's first micro-batch: the optimizer changed the weights.
+  void new_step() const;
 
   // Full activation recompute of the first `n` layers (Megatron's recompute_granularity=full,
   // recompute_method=block): those layers keep only their input for backward and run their
@@ -141,6 +147,7 @@ class LlamaModel {
   bool fused_ = false;
   bool fp8_ = false;
   bool fp8_keep_transpose_ = false;
+  std::shared_ptr<fp8::WeightCache> fp8_cache_;  // mutable through the pointer: per-step state
   int64_t recompute_layers_ = 0;
   int64_t offload_layers_ = 0;
   int64_t offload_prefetch_ = 1;
