@@ -17,13 +17,8 @@ constexpr int kTileRows = 8;  // threads per tile column (each handles kTile / k
 
 __device__ __forceinline__ float nan_max(float m, float a) { return (a > m || a != a) ? a : m; }
 
-template <typename T>
-__global__ void amax_kernel(const T* __restrict__ x, int64_t n, float* amax) {
-  float m = 0.f;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    m = nan_max(m, fabsf(to_float(x[i])));
-  }
+// Reduces each thread's `m` over the block and folds the block's maximum into *amax.
+__device__ __forceinline__ void block_amax_to(float m, float* amax) {
   for (int off = 16; off > 0; off >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, off));
   __shared__ float warp_max[kAmaxThreads / 32];
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
@@ -34,6 +29,16 @@ __global__ void amax_kernel(const T* __restrict__ x, int64_t n, float* amax) {
     // Non-negative floats (and NaN, above +inf) order like their bit patterns as ints.
     if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
   }
+}
+
+template <typename T>
+__global__ void amax_kernel(const T* __restrict__ x, int64_t n, float* amax) {
+  float m = 0.f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    m = nan_max(m, fabsf(to_float(x[i])));
+  }
+  block_amax_to(m, amax);
 }
 
 __device__ __forceinline__ float max_finite(Fp8Format fmt) {
@@ -88,15 +93,7 @@ __global__ void amax_vec_kernel(const T* __restrict__ x, int64_t n_vec, float* a
 #pragma unroll
     for (int j = 0; j < W; ++j) m = nan_max(m, fabsf(to_float(v.v[j])));
   }
-  for (int off = 16; off > 0; off >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, off));
-  __shared__ float warp_max[kAmaxThreads / 32];
-  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    m = threadIdx.x < blockDim.x / 32 ? warp_max[threadIdx.x] : 0.f;
-    for (int off = 16; off > 0; off >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, off));
-    if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
-  }
+  block_amax_to(m, amax);
 }
 
 // Wide tiles for shapes with rows and cols divisible by 4: each thread loads 4 consecutive
