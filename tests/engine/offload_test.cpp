@@ -4,6 +4,7 @@
 // FSDP2 copies them out per block).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <mutex>
 #include <unordered_set>
 
@@ -12,30 +13,16 @@
 
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
-#include "tests/engine/rank_threads.hpp"
+#include "tests/engine/three_layer_training.hpp"
 #include "workloads/llama/activation_offload.hpp"
 
 namespace shardbench {
 namespace {
 
-constexpr uint64_t kSeed = 99;
+constexpr uint64_t kSeed = testing::kThreeLayerSeed;
+using testing::max_rel;
 
-LlamaDims dims3() {
-  LlamaDims d;
-  d.num_layers = 3;
-  d.hidden = 24;
-  d.heads = 3;
-  d.kv_heads = 1;
-  d.head_dim = 8;
-  d.ffn = 40;
-  d.vocab = 37;
-  d.seq_length = 8;
-  return d;
-}
-
-double max_rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(1e-30, b.abs().max().item<double>());
-}
+LlamaDims dims3() { return testing::three_layer_dims(); }
 
 std::unordered_set<const c10::StorageImpl*> storages_of(const LlamaWeights& w) {
   std::unordered_set<const c10::StorageImpl*> out;
@@ -225,72 +212,33 @@ TEST(Offload, UnpackWithoutReloadHookReloadsSynchronously) {
   EXPECT_EQ(s.deduplicated_tensors, 1);
 }
 
-struct Trained {
-  std::vector<double> losses;
-  std::vector<at::Tensor> weights;
-  OffloadStats stats;
-  int64_t offloaded_weights = 0;
-};
-
-// Three steps at 2 ranks, 2 micro-batches each, with `offload` layers offloaded.
-Trained train(const char* wrapper, const char* strategy, int64_t offload) {
-  const LlamaDims d = dims3();
-  std::mutex mu;
-  Trained out;
-  testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
-    EngineOptions o;
-    o.wrapper = wrapper;
-    o.strategy = strategy;
-    o.seed = kSeed;
-    o.adam.lr = 1e-3;
-    DataParallelEngine engine(d, o, pgs);
-    LlamaModel model(d, at::kCPU);
-    model.set_offload_layers(offload);
-    int64_t offloaded_weights = 0;
-    if (offload > 0) {
-      // The engine's weights as bound for this forward: gathered views of its flat buffers.
-      model.activation_offload()->set_pack_observer([&](const at::Tensor& t, bool offloaded) {
-        if (offloaded && storages_of(engine.weights()).count(t.storage().unsafeGetStorageImpl())) {
-          ++offloaded_weights;
-        }
-      });
-    }
-    std::vector<double> losses;
-    for (int it = 0; it < 3; ++it) {
-      StepInputs in{mock_global_batch(kSeed, it, 8, d.seq_length, d.vocab), 2, 1e-3};
-      losses.push_back(train_step(model, engine, in).loss.item<double>());
-    }
-    auto weights = engine.gather_main_weights();
-    if (rank == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      out.losses = losses;
-      out.weights = weights;
-      if (offload > 0) out.stats = model.activation_offload()->stats();
-      out.offloaded_weights = offloaded_weights;
-    }
-  });
-  return out;
-}
-
 class OffloadEngines : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(OffloadEngines, TrainLikeWithoutOffload) {
   const auto [wrapper, strategy] = GetParam();
-  const Trained ref = train(wrapper, strategy, 0);
-  const Trained got = train(wrapper, strategy, 2);
-  ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); ++i) {
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-6 * std::abs(ref.losses[i])) << "step " << i;
-  }
-  ASSERT_EQ(got.weights.size(), ref.weights.size());
-  const auto specs = llama_param_specs(dims3());
-  for (size_t i = 0; i < ref.weights.size(); ++i) {
-    EXPECT_LE(max_rel(got.weights[i], ref.weights[i]), 1e-5) << specs[i].name;
-  }
-  EXPECT_EQ(got.offloaded_weights, 0);
-  EXPECT_GT(got.stats.offloaded_bytes, 0);
-  EXPECT_EQ(got.stats.reloaded_bytes, got.stats.offloaded_bytes);
-  EXPECT_EQ(got.stats.sync_reloads, 0);
+  const auto ref = testing::train_three_steps(
+      wrapper, strategy,
+      [](DataParallelEngine&, LlamaModel& model) { model.set_offload_layers(0); });
+  std::atomic<int64_t> offloaded_weights{0};  // over both ranks
+  OffloadStats stats;
+  const auto got = testing::train_three_steps(
+      wrapper, strategy,
+      [&](DataParallelEngine& engine, LlamaModel& model) {
+        model.set_offload_layers(2);
+        // The engine's weights as bound for this forward: gathered views of its flat buffers.
+        model.activation_offload()->set_pack_observer([&](const at::Tensor& t, bool offloaded) {
+          if (offloaded &&
+              storages_of(engine.weights()).count(t.storage().unsafeGetStorageImpl())) {
+            ++offloaded_weights;
+          }
+        });
+      },
+      [&](LlamaModel& model) { stats = model.activation_offload()->stats(); });
+  testing::expect_trained_alike(got, ref);
+  EXPECT_EQ(offloaded_weights.load(), 0);
+  EXPECT_GT(stats.offloaded_bytes, 0);
+  EXPECT_EQ(stats.reloaded_bytes, stats.offloaded_bytes);
+  EXPECT_EQ(stats.sync_reloads, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gloo, OffloadEngines,

@@ -10,25 +10,15 @@
 
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
-#include "tests/engine/rank_threads.hpp"
+#include "tests/engine/three_layer_training.hpp"
 
 namespace shardbench {
 namespace {
 
-constexpr uint64_t kSeed = 99;
+constexpr uint64_t kSeed = testing::kThreeLayerSeed;
+using testing::max_rel;
 
-LlamaDims dims3() {
-  LlamaDims d;
-  d.num_layers = 3;
-  d.hidden = 24;
-  d.heads = 3;
-  d.kv_heads = 1;
-  d.head_dim = 8;
-  d.ffn = 40;
-  d.vocab = 37;
-  d.seq_length = 8;
-  return d;
-}
+LlamaDims dims3() { return testing::three_layer_dims(); }
 
 // Nodes of `loss`'s graph whose name contains `what`.
 int count_nodes(const at::Tensor& loss, const std::string& what) {
@@ -43,10 +33,6 @@ int count_nodes(const at::Tensor& loss, const std::string& what) {
     for (const auto& edge : node->next_edges()) stack.push_back(edge.function.get());
   }
   return n;
-}
-
-double max_rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(1e-30, b.abs().max().item<double>());
 }
 
 TEST(Recompute, SameLossAndGradsAsStoredActivations) {
@@ -86,55 +72,16 @@ TEST(Recompute, SameLossAndGradsAsStoredActivations) {
   }
 }
 
-struct Trained {
-  std::vector<double> losses;
-  std::vector<at::Tensor> weights;
-};
-
-// Three steps at 2 ranks, 2 micro-batches each, with `recompute` layers recomputed.
-Trained train(const char* wrapper, const char* strategy, int64_t recompute) {
-  const LlamaDims d = dims3();
-  std::mutex mu;
-  Trained out;
-  testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
-    EngineOptions o;
-    o.wrapper = wrapper;
-    o.strategy = strategy;
-    o.seed = kSeed;
-    o.adam.lr = 1e-3;
-    DataParallelEngine engine(d, o, pgs);
-    LlamaModel model(d, at::kCPU);
-    model.set_recompute_layers(recompute);
-    std::vector<double> losses;
-    for (int it = 0; it < 3; ++it) {
-      StepInputs in{mock_global_batch(kSeed, it, 8, d.seq_length, d.vocab), 2, 1e-3};
-      losses.push_back(train_step(model, engine, in).loss.item<double>());
-    }
-    auto weights = engine.gather_main_weights();
-    if (rank == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      out.losses = losses;
-      out.weights = weights;
-    }
-  });
-  return out;
-}
-
 class RecomputeEngines : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(RecomputeEngines, TrainLikeWithoutRecompute) {
   const auto [wrapper, strategy] = GetParam();
-  const Trained ref = train(wrapper, strategy, 0);
-  const Trained got = train(wrapper, strategy, 2);
-  ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); ++i) {
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-6 * std::abs(ref.losses[i])) << "step " << i;
-  }
-  ASSERT_EQ(got.weights.size(), ref.weights.size());
-  const auto specs = llama_param_specs(dims3());
-  for (size_t i = 0; i < ref.weights.size(); ++i) {
-    EXPECT_LE(max_rel(got.weights[i], ref.weights[i]), 1e-5) << specs[i].name;
-  }
+  auto with_recompute = [](int64_t layers) {
+    return [layers](DataParallelEngine&, LlamaModel& model) { model.set_recompute_layers(layers); };
+  };
+  const auto ref = testing::train_three_steps(wrapper, strategy, with_recompute(0));
+  const auto got = testing::train_three_steps(wrapper, strategy, with_recompute(2));
+  testing::expect_trained_alike(got, ref);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gloo, RecomputeEngines,
