@@ -5,28 +5,15 @@
 
 #include <cmath>
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include "harness/engine/device_runtime.hpp"
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
+#include "tests/gpu/nccl_world.hpp"
 
 namespace shardbench {
 namespace {
 
-ProcessGroups nccl_world1() {
-  c10d::TCPStoreOptions so;
-  so.port = 0;
-  so.isServer = true;
-  so.numWorkers = 1;
-  so.waitWorkers = false;
-  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
-  ProcessGroupOptions po;
-  po.backend = CommBackend::kNccl;
-  po.device_index = 0;
-  return {ProcessGroup::create(store, "world", 0, 1, po),
-          ProcessGroup::create(store, "ag", 0, 1, po), ProcessGroup::create(store, "rs", 0, 1, po)};
-}
+using testing::nccl_world1;
 
 LlamaDims gpu_dims() {
   LlamaDims d;

@@ -7,11 +7,11 @@
 #include <iostream>
 
 #include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "harness/engine/device_runtime.hpp"
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
+#include "tests/gpu/nccl_world.hpp"
 #include "workloads/llama/activation_offload.hpp"
 
 namespace shardbench {
@@ -115,19 +115,7 @@ TEST_F(OffloadGpu, SameLossAndGradsWithLowerPeak) {
   }
 }
 
-ProcessGroups nccl_world1() {
-  c10d::TCPStoreOptions so;
-  so.port = 0;
-  so.isServer = true;
-  so.numWorkers = 1;
-  so.waitWorkers = false;
-  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
-  ProcessGroupOptions po;
-  po.backend = CommBackend::kNccl;
-  po.device_index = 0;
-  return {ProcessGroup::create(store, "world", 0, 1, po),
-          ProcessGroup::create(store, "ag", 0, 1, po), ProcessGroup::create(store, "rs", 0, 1, po)};
-}
+using testing::nccl_world1;
 
 // The engines' hooks (FSDP regathers the unit before backward, on the device thread) with the
 // offload's reload hooks: the same losses as without offload.
