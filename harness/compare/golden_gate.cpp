@@ -15,7 +15,7 @@
 namespace shardbench {
 namespace {
 
-// Shortest text that parses back to the same double.
+// Text that parses back to the same double (17 significant digits).
 std::string exact(double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.17g", value);
