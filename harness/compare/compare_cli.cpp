@@ -6,6 +6,7 @@
 
 #include "harness/compare/compare_sides.hpp"
 #include "harness/compare/history.hpp"
+#include "harness/compare/loss_check.hpp"
 #include "harness/compare/render.hpp"
 #include "harness/compare/report_reader.hpp"
 #include "harness/report/atomic_write.hpp"
@@ -21,7 +22,9 @@ constexpr const char* kDescription =
     "  perf-compare --base A --base B --head C ...   several reports or folders per side\n"
     "  perf-compare --export_golden REPORT [--run LABEL] [-o FILE]\n"
     "Runs match by identity (recipe, strategy, world size, GPU, dtype, batch, relevant config).\n"
-    "Exit: 0 no regression, 1 regression / NaN loss / failed run, 2 bad input.";
+    "Against golden values the lm loss curve is judged too (evaluate.py's rules).\n"
+    "Exit: 0 no regression, 1 regression / NaN loss / failed run / lm loss off golden values,\n"
+    "2 bad input.";
 
 struct Options {
   std::vector<std::string> positional, base, head;
@@ -31,6 +34,7 @@ struct Options {
   std::vector<std::string> ignore_identity, match_config;
   std::string run_label, format = "table", json_path, markdown_path, html_path, history_dir;
   std::string color = "auto", export_golden, output;
+  LossTolerances loss;
 };
 
 void write_output(const std::string& path, const std::string& contents) {
@@ -119,6 +123,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
   if (o.no_utest) t.utest = false;
   if (o.fail_on_improvement) t.fail_on_improvement = true;
   validate_thresholds(t, "command line");
+  validate_loss_tolerances(o.loss, "command line");
 
   MatchOptions match{o.ignore_identity, o.match_config};
   CompareResult result_files;
@@ -130,7 +135,8 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
     list_runs(head_runs, "head", out);
     return 0;
   }
-  CompareResult result = compare_sides(std::move(base_runs), std::move(head_runs), t, o.run_label);
+  CompareResult result = compare_sides(base_runs, head_runs, t, o.run_label);
+  judge_golden_losses(base_runs, head_runs, o.run_label, o.loss, result);
   result.base_files = base_files;
   result.head_files = head_files;
   result.skipped_files = skipped;
@@ -175,6 +181,31 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
   app.add_option("--skip_first_percent_time", o.skip_first_percent_time,
                  "Fraction of steps skipped before the timing mean (default: 0.70)");
   app.add_option("--alpha", o.alpha, "U-test significance level (default: 0.05)");
+  const std::string loss_group = "lm loss against golden values (evaluate.py's convergence check)";
+  app.add_option("--correlation_threshold", o.loss.correlation_threshold,
+                 "Lowest Pearson r of the loss curves (default: 0.95)")
+      ->group(loss_group);
+  app.add_option("--high_loss_tolerance", o.loss.high_loss_tolerance,
+                 "Relative loss band where the golden loss > 2.0 (default: 0.10)")
+      ->group(loss_group);
+  app.add_option("--medium_loss_tolerance", o.loss.medium_loss_tolerance,
+                 "Relative loss band where the golden loss is in (0.5, 2.0] (default: 0.05)")
+      ->group(loss_group);
+  app.add_option("--low_loss_tolerance", o.loss.low_loss_tolerance,
+                 "Relative loss band where the golden loss <= 0.5 (default: 0.02)")
+      ->group(loss_group);
+  app.add_option("--final_loss_tolerance", o.loss.final_loss_tolerance,
+                 "Relative band of the last step's loss (default: 0.05)")
+      ->group(loss_group);
+  app.add_option("--max_outlier_ratio", o.loss.max_outlier_ratio,
+                 "Share of steps allowed outside the loss band / as outliers (default: 0.1)")
+      ->group(loss_group);
+  app.add_option("--outlier_threshold", o.loss.outlier_threshold,
+                 "Residual outlier: beyond this many standard deviations (default: 3.0)")
+      ->group(loss_group);
+  app.add_option("--skip_first_percent_loss", o.loss.skip_first_percent_loss,
+                 "Leading fraction of loss points left out (default: 0.20)")
+      ->group(loss_group);
   app.add_flag("--no_utest", o.no_utest, "The threshold alone decides (no Mann-Whitney U test)");
   app.add_flag("--fail_on_improvement", o.fail_on_improvement,
                "Exit 1 on an unexpected improvement too, as Megatron-Bridge's evaluate.py does");
@@ -218,7 +249,12 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
     err << "perf-compare: error: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    err << "perf-compare: error: " << e.what() << "\n";
+    // Nothing should get here (readers turn bad input into InputError); if something does, it
+    // is still bad input: one line, exit 2.
+    std::string what = e.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
+      what = what.substr(what.find("] ") + 2);
+    err << "perf-compare: error: " << what << "\n";
     return 2;
   }
 }

@@ -1,6 +1,7 @@
 #include "harness/compare/golden_input.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
 
@@ -19,15 +20,23 @@ bool is_step_key(const std::string& key) {
          std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// A number, or null for a missing key / null value; anything else is an error.
+// A number >= 0, or null for a missing key / null value; anything else is an error. Step
+// times, throughput and memory are never negative, and a loss that is has no meaning either.
 json number_at(const json& object, const char* key, const std::string& where) {
   if (!object.contains(key) || object.at(key).is_null()) return nullptr;
   const json& value = object.at(key);
   if (!value.is_number()) {
     throw InputError(where + " \"" + key + "\" is " + value.dump() + "; accepted: a number");
   }
+  if (value.get<double>() < 0) {
+    throw InputError(where + " \"" + key + "\" is " + value.dump() + "; accepted: a number >= 0");
+  }
   return value;
 }
+
+// Step keys are iteration - 1; beyond this a key is not a step of any real run (and would
+// overflow the iteration number).
+constexpr long long kMaxStepKey = 1LL << 40;
 
 }  // namespace
 
@@ -49,7 +58,16 @@ json golden_to_report(const json& golden, const std::string& file) {
                        "; accepted: an object with \"lm loss\", \"elapsed time per iteration "
                        "(ms)\", \"GPU utilization\"");
     }
-    steps_by_key[std::stoll(key)] = &value;
+    long long step = 0;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), step);
+    if (ec != std::errc() || end != key.data() + key.size() || step > kMaxStepKey) {
+      throw InputError(file + ": golden step \"" + key.substr(0, 24) +
+                       "\" is out of range; accepted: step keys 0.." + std::to_string(kMaxStepKey));
+    }
+    if (!steps_by_key.emplace(step, &value).second) {
+      throw InputError(file + ": golden step \"" + key +
+                       "\" repeats a step (leading zeros?); accepted: each step once");
+    }
   }
   json steps = json::array();
   for (const auto& [key, value] : steps_by_key) {

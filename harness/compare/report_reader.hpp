@@ -27,6 +27,20 @@ struct LoadedReport {
   bool golden = false;
 };
 
+// Bounds on input files: real reports are a few MB and a few levels deep; the limits keep a
+// hostile file (a device, a huge file, arrays nested 100,000 deep) from exhausting memory or
+// the stack.
+inline constexpr std::size_t kMaxReportBytes = std::size_t{256} << 20;
+inline constexpr int kMaxJsonDepth = 64;
+
+// Reads and parses one JSON file: only a regular file (symlinks followed) of at most
+// `max_bytes`, nested at most kMaxJsonDepth deep, each key once per object. Throws InputError
+// naming the file (and the JSON pointer where one applies): "no such file or directory", "too
+// many levels of symbolic links", "is a FIFO; accepted: a regular JSON file", "/a/b: duplicate
+// key", "not valid JSON: ..".
+nlohmann::json read_json_file(const std::filesystem::path& path,
+                              std::size_t max_bytes = kMaxReportBytes);
+
 // The major version this reader understands: the one the writer (report.hpp) produces.
 int readable_schema_major();
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "harness/compare/golden_input.hpp"
@@ -28,6 +29,24 @@ class Reader {
       fail(std::string("/") + key, "is " + value.dump() + "; expected " + accepted);
     }
     return value;
+  }
+  // "FILE: /runs/0/steps/3/loss: PROBLEM"
+  [[noreturn]] void fail_at(const std::string& pointer, const std::string& problem) const {
+    throw InputError(file_ + ": " + prefix_ + pointer + ": " + problem);
+  }
+  // A finite number at least `min_value` (above it with `exclusive`) or null; absent counts as
+  // null. A step time of 0 or a negative throughput is not a measurement. `accepted` says so.
+  void check_number(const json& object, const std::string& pointer, const char* key,
+                    double min_value, bool exclusive, const char* accepted) const {
+    if (!object.contains(key) || object.at(key).is_null()) return;
+    const json& value = object.at(key);
+    if (!value.is_number()) {
+      fail_at(pointer + "/" + key, "expected a number or null, got " + value.dump());
+    }
+    const double x = value.get<double>();
+    if (!std::isfinite(x) || x < min_value || (exclusive && x == min_value)) {
+      fail_at(pointer + "/" + key, "is " + value.dump() + "; accepted: " + accepted);
+    }
   }
 
  private:
@@ -84,26 +103,129 @@ void flatten(const json& node, const std::string& prefix, std::map<std::string, 
   }
 }
 
+// What the comparison reads, with the types and ranges of results/report.schema.json, so that a
+// report it cannot judge is bad input (exit 2), never a verdict on nonsense.
+void check_run_semantics(const Reader& r, const json& run, const json& identity, const json& steps,
+                         bool golden) {
+  for (const char* key : {"status", "config", "summary", "memory", "failure_reasons"}) {
+    if (!run.contains(key)) continue;
+    const json& value = run.at(key);
+    const bool ok = std::string(key) == "status"            ? value.is_string()
+                    : std::string(key) == "failure_reasons" ? value.is_array()
+                                                            : value.is_object();
+    if (!ok) r.fail_at(std::string("/") + key, "unexpected type " + std::string(value.type_name()));
+  }
+  if (!golden) {
+    // The identity fields every report has and the match relies on.
+    for (const char* key : {"recipe", "wrapper", "compute_dtype", "device"}) {
+      if (!identity.contains(key)) r.fail_at("/identity/" + std::string(key), "is missing");
+      if (!identity.at(key).is_string()) {
+        r.fail_at("/identity/" + std::string(key),
+                  "expected a string, got " + identity.at(key).dump());
+      }
+    }
+    if (!identity.contains("world_size")) r.fail_at("/identity/world_size", "is missing");
+    const json& world = identity.at("world_size");
+    if (!world.is_number_integer() || world.get<long long>() < 1) {
+      r.fail_at("/identity/world_size", "is " + world.dump() + "; accepted: an integer >= 1");
+    }
+    for (const std::string& field : identity_field_names()) {
+      if (!identity.contains(field)) continue;
+      const json& value = identity.at(field);
+      if (value.is_object() || value.is_array()) {
+        r.fail_at("/identity/" + field, "expected a string, number, boolean or null, got " +
+                                            std::string(value.type_name()));
+      }
+    }
+    if (steps.empty()) r.fail_at("/steps", "is empty; accepted: at least one step");
+  }
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    const json& step = steps[s];
+    const std::string at = "/steps/" + std::to_string(s);
+    if (!step.is_object())
+      r.fail_at(at, "expected a step object, got " + std::string(step.type_name()));
+    if (step.contains("iteration")) {
+      const json& it = step.at("iteration");
+      if (!it.is_number_integer() || it.get<long long>() < 1) {
+        r.fail_at(at + "/iteration", "is " + it.dump() + "; accepted: an integer >= 1");
+      }
+    }
+    r.check_number(step, at, "elapsed_ms", 0, true, "a finite number > 0 or null");
+    r.check_number(step, at, "tflops_per_gpu", 0, false, "a finite number >= 0 or null");
+    r.check_number(step, at, "tokens_per_sec_per_gpu", 0, false, "a finite number >= 0 or null");
+    r.check_number(step, at, "loss", -std::numeric_limits<double>::max(), false,
+                   "a finite number or null");
+    if (step.contains("nonfinite") && !step.at("nonfinite").is_object()) {
+      r.fail_at(at + "/nonfinite", "expected an object, got " + step.at("nonfinite").dump());
+    }
+  }
+  if (run.contains("summary") && run.at("summary").contains("measured_window")) {
+    const json& window = run.at("summary").at("measured_window");
+    if (!window.is_object() ||
+        (window.contains("begin_index") && !window.at("begin_index").is_number_unsigned())) {
+      r.fail_at("/summary/measured_window",
+                "expected {\"begin_index\": integer >= 0}, got " + window.dump().substr(0, 80));
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> identity_field_names() {
-  return {"recipe",           "wrapper",
-          "strategy",         "distributed_optimizer",
-          "world_size",       "gpu",
-          "compute_dtype",    "device",
-          "backend",          "global_batch_size",
-          "micro_batch_size", "seq_length",
-          "sdpa_backend",     "flops_formula",
-          "fp8",              "fp8_transpose_cache"};
+  return {"recipe",
+          "wrapper",
+          "strategy",
+          "distributed_optimizer",
+          "world_size",
+          "gpu",
+          "compute_dtype",
+          "device",
+          "backend",
+          "global_batch_size",
+          "micro_batch_size",
+          "seq_length",
+          "sdpa_backend",
+          "flops_formula",
+          "fp8",
+          "fp8_transpose_cache"};
 }
+
+namespace {
+RunView run_view_of(const LoadedReport& report, const json& environment, std::size_t i,
+                    const MatchOptions& options);
+}  // namespace
 
 std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& options) {
   const std::string file = report.path.string();
   const json& doc = report.doc;
+  if (doc.contains("environment") && !doc.at("environment").is_object()) {
+    throw InputError(file + ": /environment: expected an object, got " +
+                     doc.at("environment").dump().substr(0, 80));
+  }
   const json environment = doc.value("environment", json::object());
   std::vector<RunView> out;
   const json& runs = doc.at("runs");
   for (std::size_t i = 0; i < runs.size(); ++i) {
+    try {
+      out.push_back(run_view_of(report, environment, i, options));
+    } catch (const json::exception& e) {
+      // A field of an unexpected type that no check above names: still bad input, with a place.
+      std::string what = e.what();
+      if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
+        what = what.substr(what.find("] ") + 2);
+      throw InputError(file + ": /runs/" + std::to_string(i) + ": unexpected value (" + what + ")");
+    }
+  }
+  return out;
+}
+
+namespace {
+
+RunView run_view_of(const LoadedReport& report, const json& environment, std::size_t i,
+                    const MatchOptions& options) {
+  const std::string file = report.path.string();
+  const json& runs = report.doc.at("runs");
+  {
     const Reader r(file, "/runs/" + std::to_string(i));
     const json& run = runs[i];
     if (!run.is_object()) r.fail("", "is " + run.dump().substr(0, 40) + "; expected a run object");
@@ -114,6 +236,7 @@ std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& opt
     v.label = r.require(run, "label", json::value_t::string, "a string").get<std::string>();
     const json& identity = r.require(run, "identity", json::value_t::object, "an object");
     const json& steps = r.require(run, "steps", json::value_t::array, "an array of step objects");
+    check_run_semantics(r, run, identity, steps, report.golden);
     v.status = run.value("status", std::string("ok"));
     for (const json& reason : run.value("failure_reasons", json::array())) {
       if (reason.is_string()) v.failure_reasons.push_back(reason.get<std::string>());
@@ -151,6 +274,10 @@ std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& opt
       const bool loss_finite =
           finite_number(step, "loss").has_value() &&
           !(step.contains("nonfinite") && step.at("nonfinite").contains("loss"));
+      v.loss.push_back(loss_finite ? finite_number(step, "loss") : std::nullopt);
+      const json& iteration = step.contains("iteration") ? step.at("iteration") : json();
+      v.iterations.push_back(iteration.is_number_integer() ? iteration.get<long long>()
+                                                           : static_cast<long long>(s + 1));
       if (!loss_finite && v.first_nonfinite_loss_iteration == 0) {
         v.first_nonfinite_loss_iteration = step.value("iteration", static_cast<long long>(s + 1));
       }
@@ -185,10 +312,11 @@ std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& opt
         v.git_branch = git.at("branch").get<std::string>();
     }
     v.config = config;
-    out.push_back(std::move(v));
+    return v;
   }
-  return out;
 }
+
+}  // namespace
 
 void adopt_identity(RunView& run, const RunView& like) {
   run.identity = like.identity;

@@ -47,7 +47,9 @@ struct RunView {
   std::vector<std::optional<double>> tflops_per_gpu;
   std::vector<std::optional<double>> tokens_per_sec_per_gpu;
   std::vector<std::optional<double>> step_time_ms;
-  std::size_t measured_begin = 1;  // first index of the report's measured window
+  std::vector<std::optional<double>> loss;  // lm loss; nullopt where null or non-finite
+  std::vector<long long> iterations;        // each step's 1-based iteration
+  std::size_t measured_begin = 1;           // first index of the report's measured window
   // evaluate.py's memory scalars (GB): first snapshot's allocated / max_allocated, the largest
   // max_reserved; absent without a caching allocator (CPU).
   std::optional<double> alloc_gb, max_alloc_gb, max_reserved_gb;

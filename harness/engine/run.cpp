@@ -32,7 +32,8 @@ std::vector<std::string> own_command_line() {
 
 }  // namespace
 
-int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env) {
+int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
+               std::filesystem::path* report_written) {
   const auto start = std::chrono::system_clock::now();
   heartbeat("starting");
   try {
@@ -90,6 +91,7 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env) {
                                     head.strategy, head.distributed_optimizer, head.world_size,
                                     start);
       write_report(path, report);
+      if (report_written) *report_written = path;
       const std::string summary = format_comparison_summary(report);
       if (!summary.empty()) std::cout << "\n" << summary;
       std::cout << "perf-launch: report written to " << path.string() << std::endl;

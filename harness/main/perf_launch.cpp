@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/compare/golden_gate.hpp"
+#include "harness/compare/report_reader.hpp"
 #include "harness/config/resolve.hpp"
 #include "harness/engine/run.hpp"
 #include "harness/launch/launch_env.hpp"
@@ -20,6 +22,11 @@ int main(int argc, char** argv) {
     const ResolvedConfig resolved = resolve_from_argv(argc, argv);
     const std::vector<std::string> words(argv, argv + argc);
     const bool slurm = resolved.args.executor == "slurm";
+    try {  // a missing or malformed golden file is bad input, found before any training
+      check_golden_gate_inputs(resolved.args);
+    } catch (const InputError& bad_golden) {
+      throw UsageError(bad_golden.what());
+    }
     if (resolved.args.dryrun) {
       std::cout << (slurm ? slurm_dryrun_text(resolved, words) : dryrun_text(resolved));
       return 0;
@@ -30,7 +37,11 @@ int main(int argc, char** argv) {
     } catch (const std::invalid_argument& bad_env) {  // e.g. an srun task with a bad MASTER_PORT
       throw UsageError(bad_env.what());
     }
-    if (env.is_worker) return run_worker(resolved, env);
+    if (env.is_worker) {
+      std::filesystem::path report;
+      const int rc = run_worker(resolved, env, &report);
+      return golden_gate_after_run(resolved.args, env.rank, rc, report, std::cout, std::cerr);
+    }
 
     // Workers resolve the same argv again; only the launcher reports forced values once.
     for (const std::string& notice : resolved.notices)

@@ -76,7 +76,7 @@ TEST_F(CompareCli, ExitOneOnRegression) {
 TEST_F(CompareCli, ExitTwoOnBadInputNamingTheFileAndProblem) {
   const CliResult missing = cli({base_, (dir_.path() / "nope.json").string()});
   EXPECT_EQ(missing.code, 2);
-  EXPECT_NE(missing.err.find("nope.json: no such file or folder"), std::string::npos)
+  EXPECT_NE(missing.err.find("nope.json: no such file or directory"), std::string::npos)
       << missing.err;
 
   json future = json::parse(slurp(base_));

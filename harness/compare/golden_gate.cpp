@@ -1,0 +1,109 @@
+#include "harness/compare/golden_gate.hpp"
+
+#include <cstdio>
+#include <ostream>
+#include <sstream>
+
+#include "harness/cli/launch_args.hpp"
+#include "harness/compare/compare_cli.hpp"
+#include "harness/compare/loss_check.hpp"
+#include "harness/compare/report_reader.hpp"
+#include "harness/compare/run_view.hpp"
+#include "harness/compare/thresholds.hpp"
+#include "harness/launch/heartbeat.hpp"
+
+namespace shardbench {
+namespace {
+
+// Text that parses back to the same double (17 significant digits).
+std::string exact(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.17g", value);
+  return buffer;
+}
+
+}  // namespace
+
+void check_golden_gate_inputs(const LaunchArgs& args) {
+  if (!args.golden_values_path) return;
+  // The evaluation window is [max(1, int(n * skip_first_percent_time)) : n]; Bridge's explicit
+  // step bounds are not implemented, so they are refused rather than ignored.
+  if (args.eval_time_start_step || args.eval_time_end_step) {
+    throw InputError(
+        std::string(args.eval_time_start_step ? "--eval_time_start_step" : "--eval_time_end_step") +
+        " is not implemented by the golden-values gate; accepted: leave it unset "
+        "(--skip_first_percent_time chooses the timing window)");
+  }
+  Thresholds t;
+  t.timing_threshold = args.timing_threshold;
+  t.memory_threshold = args.memory_threshold;
+  t.skip_first_percent_time = args.skip_first_percent_time;
+  validate_thresholds(t, "perf-launch flags");
+  LossTolerances loss;
+  loss.correlation_threshold = args.correlation_threshold;
+  loss.high_loss_tolerance = args.high_loss_tolerance;
+  loss.medium_loss_tolerance = args.medium_loss_tolerance;
+  loss.low_loss_tolerance = args.low_loss_tolerance;
+  loss.final_loss_tolerance = args.final_loss_tolerance;
+  loss.max_outlier_ratio = args.max_outlier_ratio;
+  loss.outlier_threshold = args.outlier_threshold;
+  loss.skip_first_percent_loss = args.skip_first_percent_loss;
+  validate_loss_tolerances(loss, "perf-launch flags");
+
+  const std::string& path = *args.golden_values_path;
+  const LoadedReport golden = read_report(path);
+  if (!golden.golden) {
+    throw InputError(path +
+                     ": --golden_values_path takes Megatron-Bridge golden values ({\"0\": {\"lm "
+                     "loss\": ..}, ..}), not a shardbench report; make them with perf-compare "
+                     "--export_golden REPORT -o FILE");
+  }
+  runs_of(golden);  // every step value checked now, not after the run
+}
+
+std::vector<std::string> golden_gate_compare_args(const LaunchArgs& a,
+                                                  const std::filesystem::path& report) {
+  return {*a.golden_values_path,
+          report.string(),
+          "--timing_threshold",
+          exact(a.timing_threshold),
+          "--memory_threshold",
+          exact(a.memory_threshold),
+          "--skip_first_percent_time",
+          exact(a.skip_first_percent_time),
+          "--correlation_threshold",
+          exact(a.correlation_threshold),
+          "--high_loss_tolerance",
+          exact(a.high_loss_tolerance),
+          "--medium_loss_tolerance",
+          exact(a.medium_loss_tolerance),
+          "--low_loss_tolerance",
+          exact(a.low_loss_tolerance),
+          "--final_loss_tolerance",
+          exact(a.final_loss_tolerance),
+          "--max_outlier_ratio",
+          exact(a.max_outlier_ratio),
+          "--outlier_threshold",
+          exact(a.outlier_threshold),
+          "--skip_first_percent_loss",
+          exact(a.skip_first_percent_loss),
+          "--no_utest",
+          "--fail_on_improvement",
+          "--color",
+          "never"};
+}
+
+int golden_gate_after_run(const LaunchArgs& args, int rank, int run_exit_code,
+                          const std::filesystem::path& report, std::ostream& out,
+                          std::ostream& err) {
+  if (run_exit_code != 0 || rank != 0 || !args.golden_values_path) return run_exit_code;
+  out << "\nperf-launch: golden values check against " << *args.golden_values_path << "\n";
+  const int rc = perf_compare_main(golden_gate_compare_args(args, report), out, err);
+  const char* outcome = rc == 0 ? "passed" : rc == 1 ? "FAILED" : "could not compare";
+  out << "perf-launch: golden values check " << outcome << std::endl;
+  // The launcher's failure line then says why rank 0 exited non-zero.
+  if (rc != 0) heartbeat_error(std::string("golden values check ") + outcome);
+  return rc;
+}
+
+}  // namespace shardbench
