@@ -10,8 +10,12 @@
 
 #include "harness/config/resolve.hpp"
 #include "harness/engine/run.hpp"
+#include "harness/launch/fault_spec.hpp"
 #include "harness/launch/launch_env.hpp"
 #include "harness/launch/local_launcher.hpp"
+#include "harness/launch/output_probe.hpp"
+#include "harness/launch/rendezvous.hpp"
+#include "harness/launch/shared_gpu.hpp"
 #include "harness/slurm/submit.hpp"
 
 int main(int argc, char** argv) {
@@ -20,6 +24,8 @@ int main(int argc, char** argv) {
     const ResolvedConfig resolved = resolve_from_argv(argc, argv);
     const std::vector<std::string> words(argv, argv + argc);
     const bool slurm = resolved.args.executor == "slurm";
+    const ConfigContainer& config = resolved.config;
+    check_ranks_per_gpu(config, resolved.world_size, resolved.args.gpu, slurm ? "slurm" : "none");
     if (resolved.args.dryrun) {
       std::cout << (slurm ? slurm_dryrun_text(resolved, words) : dryrun_text(resolved));
       return 0;
@@ -30,7 +36,14 @@ int main(int argc, char** argv) {
     } catch (const std::invalid_argument& bad_env) {  // e.g. an srun task with a bad MASTER_PORT
       throw UsageError(bad_env.what());
     }
-    if (env.is_worker) return run_worker(resolved, env);
+    check_ranks_per_gpu(config, resolved.world_size, resolved.args.gpu, env.launcher);
+    // A drill that can never fire would let a fail-fast test pass without testing anything.
+    check_fault_env(resolved.world_size, config.train.train_iters);
+    if (env.is_worker) {
+      // perf-launch's own workers were probed by their launcher; torchrun and srun ranks were not.
+      if (env.launcher != "perf-launch" && env.rank == 0) probe_outputs(config);
+      return run_worker(resolved, env);
+    }
 
     // Workers resolve the same argv again; only the launcher reports forced values once.
     for (const std::string& notice : resolved.notices)
@@ -39,11 +52,18 @@ int main(int argc, char** argv) {
     // here as workers (SLURM_PROCID and a step id in their environment).
     if (slurm) return run_slurm_executor(resolved, words);
     check_local_launch(resolved);
+    probe_outputs(config);
+    const RendezvousAddress rendezvous = local_rendezvous(process_environment());
     LocalLaunchOptions o;
     o.nproc = resolved.world_size;
     o.worker_argv = std::vector<std::string>(argv, argv + argc);
-    o.env = resolved.config.env;
-    o.timeout = std::chrono::seconds(resolved.config.shardbench.hang_timeout_s);
+    o.env = config.env;
+    o.timeout = std::chrono::seconds(config.shardbench.hang_timeout_s);
+    o.master_addr = rendezvous.addr;
+    o.master_port = rendezvous.port;
+    o.ranks_per_gpu = static_cast<int>(config.shardbench.ranks_per_gpu);
+    if (const std::string notice = shared_gpu_notice(o.ranks_per_gpu, o.nproc); !notice.empty())
+      std::cerr << "perf-launch: " << notice << "\n";
     return launch_local_workers(o);
   } catch (const HelpRequested& help) {
     std::cout << help.what();
