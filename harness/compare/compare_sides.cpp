@@ -228,6 +228,25 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
 CompareResult compare_sides(std::vector<RunView> base, std::vector<RunView> head,
                             const Thresholds& t, const std::string& golden_head_label) {
   validate_thresholds(t, "thresholds");
+  // Timings of ranks sharing a GPU are not performance: never weigh them against real runs.
+  const RunView* functional = nullptr;
+  const RunView* real = nullptr;
+  for (const std::vector<RunView>* side : {&base, &head}) {
+    for (const RunView& run : *side) {
+      if (run.golden) continue;
+      const RunView*& first = run.ranks_per_gpu > 1 ? functional : real;
+      if (!first) first = &run;
+    }
+  }
+  if (functional && real) {
+    throw InputError(
+        functional->file + ": run \"" + functional->label +
+        "\" is a functional run (ranks_per_gpu=" + std::to_string(functional->ranks_per_gpu) +
+        ": ranks shared GPUs, its timings are not performance); refusing to compare "
+        "it with real runs such as " +
+        real->file + " run \"" + real->label +
+        "\"; accepted: reports of real runs on both sides, or functional runs only");
+  }
   // Golden values carry no identity: they stand for the chosen run of the head side.
   for (RunView& run : base) {
     if (!run.golden) continue;

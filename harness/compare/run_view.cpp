@@ -259,6 +259,11 @@ RunView run_view_of(const LoadedReport& report, const json& environment, std::si
     for (const std::string& field : config_fields) {
       if (const json* value = at_dotted(config, field)) id["config." + field] = *value;
     }
+    // Shared-GPU (functional) runs: the key keeps them apart from real runs and from each other.
+    if (identity.contains("ranks_per_gpu") && identity.at("ranks_per_gpu").is_number_integer()) {
+      v.ranks_per_gpu = identity.at("ranks_per_gpu").get<int64_t>();
+    }
+    if (v.ranks_per_gpu != 1) id["ranks_per_gpu"] = v.ranks_per_gpu;
     for (const std::string& field : options.ignore_fields) id.erase(field);
     v.identity = id;
     v.key = report.golden ? "golden:" + file : id.dump();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ struct RunView {
   std::string key;          // identity.dump(): equal keys match
   std::string name;         // short display name: recipe, label, world size, gpu, dtype
   std::string status = "ok";
+  // shardbench.ranks_per_gpu (identity "ranks_per_gpu"; 1 when absent). Above 1 the run is
+  // functional only (ranks shared GPUs): compare_sides() refuses to pair it with a real run.
+  int64_t ranks_per_gpu = 1;
   std::vector<std::string> failure_reasons;
   // 1-based iteration of the first step whose lm loss is NaN/Inf (or null); 0 when all finite.
   long long first_nonfinite_loss_iteration = 0;

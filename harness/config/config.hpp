@@ -248,7 +248,9 @@ using StringMap = std::map<std::string, std::string>;
   X(bool, fused_kernels, true, "GPU: fused RoPE, SwiGLU, cross-entropy and AdamW CUDA kernels")    \
   X(int64_t, offload_prefetch_layers, 1,                                                          \
     "-ol: groups reloaded ahead of backward (1: Megatron's double buffer)")                      \
-  X(bool, log_per_step, true, "Print a Megatron-style line per step")
+  X(bool, log_per_step, true, "Print a Megatron-style line per step")                              \
+  X(int64_t, ranks_per_gpu, 1,                                                                     \
+    "Local GPU runs: ranks sharing each GPU (>1: functional run, timings are not performance)")
 
 // Sections: (member name, struct name, field table).
 #define SHARDBENCH_CONFIG_SECTIONS(S)                                         \

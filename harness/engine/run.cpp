@@ -1,9 +1,14 @@
 #include "harness/engine/run.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "harness/config/field_registry.hpp"
 #include "harness/config/resolve.hpp"
@@ -13,6 +18,8 @@
 #include "harness/engine/worker_context.hpp"
 #include "harness/launch/heartbeat.hpp"
 #include "harness/launch/launch_env.hpp"
+#include "harness/launch/shared_gpu.hpp"
+#include "harness/parallel/process_group.hpp"
 #include "harness/report/console.hpp"
 #include "harness/report/environment.hpp"
 #include "harness/report/report.hpp"
@@ -20,6 +27,10 @@
 
 namespace shardbench {
 namespace {
+
+// How long a rank that failed only because a peer did waits before reporting it: the peer is
+// past the same collective and about to print its reason and exit.
+constexpr std::chrono::milliseconds kPeerFailureDelay{2000};
 
 // This process's argv, for the report (perf-launch workers run the user's own command line).
 std::vector<std::string> own_command_line() {
@@ -36,23 +47,32 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
                std::filesystem::path* report_written) {
   const auto start = std::chrono::system_clock::now();
   heartbeat("starting");
+  std::optional<WorkerContext> ctx;
   try {
     // Before any communicator or worker thread exists: this forks git.
-    EnvironmentInfo info = env.rank == 0 ? collect_environment(own_command_line(), start)
-                                         : EnvironmentInfo{};
+    EnvironmentInfo info =
+        env.rank == 0 ? collect_environment(own_command_line(), start) : EnvironmentInfo{};
     const ConfigContainer& config = resolved.config;
-    WorkerContext ctx = make_worker_context(config, env);
+    const int ranks_per_gpu =
+        static_cast<int>(std::max<int64_t>(1, config.shardbench.ranks_per_gpu));
+    ctx.emplace(make_worker_context(config, env));
     if (env.rank == 0) {
       const RuntimeVersions v = runtime_versions();
       info.torch_version = v.torch;
-      info.cuda_version = ctx.device.is_cuda() ? v.cuda : "";
-      info.nccl_version = ctx.backend == CommBackend::kNccl ? v.nccl : "";
-      info.cudnn_version = ctx.device.is_cuda() ? v.cudnn : "";
+      info.cuda_version = ctx->device.is_cuda() ? v.cuda : "";
+      info.nccl_version = ctx->backend == CommBackend::kNccl ? v.nccl : "";
+      info.cudnn_version = ctx->device.is_cuda() ? v.cudnn : "";
       info.world_size = env.world_size;
-      info.node_count = std::max(1, env.world_size / std::max(1, env.local_world_size));
-      if (ctx.device.is_cuda()) {
-        info.gpu_names.push_back(device_name(ctx.device));
-        info.gpu_count = env.world_size;
+      // Shared-GPU ranks each pose as a host of their own (GROUP_RANK = rank); they are one node.
+      info.node_count =
+          ranks_per_gpu > 1 ? 1 : std::max(1, env.world_size / std::max(1, env.local_world_size));
+      if (ctx->device.is_cuda()) {
+        info.gpu_names.push_back(device_name(ctx->device));
+        info.gpu_count = env.world_size / ranks_per_gpu;
+      }
+      if (const std::string notice = shared_gpu_notice(ranks_per_gpu, env.world_size);
+          !notice.empty()) {
+        std::cout << "perf-launch: " << notice << std::endl;
       }
     }
 
@@ -72,36 +92,57 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
         run_prov["derived"] = planned.derivation;
         // Derived runs never save or load: only the requested run checkpoints.
         for (const char* key : {"checkpoint.save", "checkpoint.load"}) {
-          run_prov[key].push_back(
-              {{"source", "comparison run: only the requested run checkpoints"},
-               {"previous", get_field(config, key)},
-               {"value", nullptr}});
+          run_prov[key].push_back({{"source", "comparison run: only the requested run checkpoints"},
+                                   {"previous", get_field(config, key)},
+                                   {"value", nullptr}});
         }
       }
-      runs.push_back(run_benchmark(planned.config, run_prov, resolved.model_recipe_name, ctx));
+      runs.push_back(run_benchmark(planned.config, run_prov, resolved.model_recipe_name, *ctx));
+      // Every rank's own engine buffers (the run record holds only this rank's).
+      runs.back().memory_per_rank = gather_engine_memory(*ctx, runs.back().memory);
     }
-    ctx.pgs.world->barrier();
+    ctx->pgs.world->barrier();
     if (env.rank == 0) {
-      const nlohmann::json report = build_report(info, runs);
+      ReportOptions report_options;
+      report_options.ranks_per_gpu = ranks_per_gpu;
+      const nlohmann::json report = build_report(info, runs, report_options);
       const RunRecord& head = runs.front();
+      const bool explicit_path = config.shardbench.report_path.has_value();
+      // A default name is unique per run (milliseconds and this process's id) and never
+      // replaces a file; an explicit path may replace a regular file the user named.
       const std::filesystem::path path =
-          config.shardbench.report_path
+          explicit_path
               ? std::filesystem::path(*config.shardbench.report_path)
               : default_report_path(config.shardbench.report_dir, head.recipe, head.wrapper,
                                     head.strategy, head.distributed_optimizer, head.world_size,
-                                    start);
-      write_report(path, report);
+                                    start, std::to_string(::getpid()));
+      write_report(path, report, explicit_path ? ExistingFile::kReplace : ExistingFile::kRefuse);
       if (report_written) *report_written = path;
       const std::string summary = format_comparison_summary(report);
-      if (!summary.empty()) std::cout << "\n" << summary;
+      if (!summary.empty()) {
+        std::cout << "\n";
+        if (ranks_per_gpu > 1) {
+          std::cout << "(functional run, ranks_per_gpu=" << ranks_per_gpu
+                    << ": the timing columns are not performance; memory columns are real)\n";
+        }
+        std::cout << summary;
+      }
       std::cout << "perf-launch: report written to " << path.string() << std::endl;
     }
+    destroy_process_groups(*ctx, /*failed=*/false);
     heartbeat("done");
     return 0;
   } catch (const std::exception& e) {
-    const std::string message = std::string("rank ") + std::to_string(env.rank) + ": " + e.what();
+    const std::string text = error_text(e);
+    if (dynamic_cast<const PeerFailedError*>(&e) != nullptr) {
+      // Another rank failed first and prints its own reason: give it the first line (and,
+      // under perf-launch, the launcher's verdict) before this consequence is reported.
+      std::this_thread::sleep_for(kPeerFailureDelay);
+    }
+    const std::string message = std::string("rank ") + std::to_string(env.rank) + ": " + text;
     std::cerr << "perf-launch: " << message << std::endl;
-    heartbeat_error(e.what());
+    heartbeat_error(text);
+    if (ctx) destroy_process_groups(*ctx, /*failed=*/true);
     return 1;
   }
 }

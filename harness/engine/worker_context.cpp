@@ -1,10 +1,12 @@
 #include "harness/engine/worker_context.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
 
 #include <ATen/Context.h>
+#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "harness/engine/device_runtime.hpp"
@@ -36,13 +38,14 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
   const bool use_cuda = want_device == "cuda" || (want_device == "auto" && cuda_available());
   if (use_cuda) {
     if (!cuda_available()) {
-      throw std::runtime_error("shardbench.device=cuda but no CUDA device is visible; accepted "
-                               "on this machine: cpu, auto");
+      throw std::runtime_error(
+          "shardbench.device=cuda but no CUDA device is visible; accepted "
+          "on this machine: cpu, auto");
     }
     const int count = cuda_device_count();
     if (env.local_rank >= count) {
-      throw std::runtime_error("local rank " + std::to_string(env.local_rank) + " has no GPU: " +
-                               std::to_string(count) + " visible on this node");
+      throw std::runtime_error("local rank " + std::to_string(env.local_rank) +
+                               " has no GPU: " + std::to_string(count) + " visible on this node");
     }
     set_cuda_device(env.local_rank);
     ctx.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
@@ -60,13 +63,30 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
   so.port = static_cast<std::uint16_t>(env.master_port);
   so.numWorkers = env.world_size;
   so.waitWorkers = false;
-  so.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  // Connecting (or finding the port taken by something that is no store) is bounded by the hang
+  // timeout too: a rank that cannot reach the store is silent, and every rank should fail with
+  // its own line rather than wait the whole distributed timeout.
+  const auto full_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  const auto connect_timeout =
+      std::min(full_timeout, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::seconds(config.shardbench.hang_timeout_s)));
+  so.timeout = connect_timeout;
   // torchrun's agent already serves a store at MASTER_PORT; elsewhere rank 0 hosts it.
   const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
   const bool agent = agent_store && std::string(agent_store) == "True";
   so.isServer = !agent && env.rank == 0;
   heartbeat("rendezvous");
-  ctx.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  try {
+    ctx.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  } catch (const std::exception& e) {
+    std::string why = error_text(e);
+    why = why.substr(0, why.find('\n'));
+    throw std::runtime_error(
+        "rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) + " failed (" +
+        (so.isServer ? "this rank hosts the store" : "the store is hosted by rank 0") +
+        ", timeout " + std::to_string(connect_timeout.count() / 1000) + " s): " + why);
+  }
+  ctx.store->setTimeout(full_timeout);
 
   ProcessGroupOptions po;
   po.backend = ctx.backend;
@@ -82,6 +102,44 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
       ProcessGroup::create(ctx.store, "reduce_scatter", env.rank, env.world_size, po);
   heartbeat("process groups ready");
   return ctx;
+}
+
+void destroy_process_groups(WorkerContext& ctx, bool failed) {
+  for (std::shared_ptr<ProcessGroup>* group :
+       {&ctx.pgs.reduce_scatter, &ctx.pgs.all_gather, &ctx.pgs.world}) {
+    if (!*group) continue;
+    try {
+      failed ? (*group)->abort() : (*group)->shutdown();
+    } catch (const std::exception&) {
+      // Exiting anyway: a group that cannot shut down cleanly is released by the process exit.
+    }
+    group->reset();
+  }
+}
+
+std::vector<EngineMemory> gather_engine_memory(WorkerContext& ctx, const EngineMemory& mine) {
+  const std::vector<int64_t> fields = {mine.model_weight_bytes,   mine.main_weight_bytes,
+                                       mine.main_grad_bytes,      mine.optimizer_state_bytes,
+                                       mine.temporary_peak_bytes, mine.predicted_static_bytes};
+  const auto n = static_cast<int64_t>(fields.size());
+  at::Tensor in = at::tensor(fields, at::TensorOptions().dtype(at::kLong)).to(ctx.device);
+  at::Tensor out = at::empty({ctx.world_size * n}, in.options());
+  wait_work(ctx.pgs.world->all_gather(out, in), "engine memory per rank");
+  const at::Tensor host = out.to(at::kCPU);
+  const int64_t* v = host.data_ptr<int64_t>();
+  std::vector<EngineMemory> per_rank(static_cast<std::size_t>(ctx.world_size));
+  for (int r = 0; r < ctx.world_size; ++r) {
+    const int64_t* f = v + r * n;
+    per_rank[static_cast<std::size_t>(r)] = {f[0], f[1], f[2], f[3], f[4], f[5]};
+  }
+  return per_rank;
+}
+
+std::string error_text(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+    return c10_error->what_without_backtrace();
+  }
+  return e.what();
 }
 
 }  // namespace shardbench

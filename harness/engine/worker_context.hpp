@@ -2,7 +2,9 @@
 // resolved config and the launch environment.
 #pragma once
 
+#include <exception>
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -10,6 +12,7 @@
 #include "harness/config/config.hpp"
 #include "harness/launch/launch_env.hpp"
 #include "harness/parallel/engine.hpp"
+#include "harness/report/run_record.hpp"
 
 namespace shardbench {
 
@@ -26,6 +29,20 @@ struct WorkerContext {
 // Picks the device (shardbench.device; auto: CUDA when present) and backend (shardbench.backend;
 // auto: NCCL on CUDA, gloo otherwise), connects to the store (rank 0 hosts it unless torchrun's
 // agent already does) and creates the world, all-gather and reduce-scatter groups.
+// A rendezvous that fails (the store's port taken, rank 0 unreachable within the timeout) throws
+// std::runtime_error with one line naming the address, not c10's stack trace.
 WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv& env);
+
+// Destroys the process groups before exit, as torch.distributed.destroy_process_group():
+// shutdown() after a successful run, abort() after a failure (peers may be gone). No-op for
+// groups that were never created; safe to call twice.
+void destroy_process_groups(WorkerContext& ctx, bool failed);
+
+// Each rank's engine buffer bytes, gathered over the world group in rank order (every rank
+// calls it; the report's memory.per_rank).
+std::vector<EngineMemory> gather_engine_memory(WorkerContext& ctx, const EngineMemory& mine);
+
+// The message of an exception without c10's C++ stack trace (its what() appends one).
+std::string error_text(const std::exception& e);
 
 }  // namespace shardbench

@@ -27,6 +27,10 @@ struct LocalLaunchOptions {
   std::vector<int> prefix_ranks;            // ranks that get command_prefix (empty: all)
   // After a failure or Ctrl-C, how long the other workers get between SIGTERM and SIGKILL.
   std::chrono::milliseconds terminate_grace{3000};
+  // Ranks sharing each GPU (shardbench.ranks_per_gpu; docs/shared-gpu-ranks.md). Above 1 every
+  // rank poses as the only process of its own host for NCCL: LOCAL_RANK is the GPU it shares,
+  // NCCL_HOSTID differs per rank and NCCL talks over loopback sockets. nproc must divide by it.
+  int ranks_per_gpu = 1;
 };
 
 struct LocalLaunchResult {
@@ -39,8 +43,8 @@ struct LocalLaunchResult {
 // Starts the workers and supervises them until all exit 0 (returns 0) or the first failure:
 // a worker exiting non-zero or by a signal, or silent for `timeout`. On failure every other
 // worker is terminated (SIGTERM, SIGKILL after terminate_grace) and reaped before returning the
-// failed worker's exit code (1 when it has none). SIGINT/SIGTERM to the launcher are forwarded
-// to the workers and give 128 + signal. Throws std::invalid_argument for bad options and
+// failed worker's exit code (1 when it has none). SIGINT/SIGTERM/SIGHUP to the launcher are
+// forwarded to the workers and give 128 + signal. Throws std::invalid_argument for bad options and
 // std::system_error when processes or pipes cannot be created (workers started so far are
 // killed and reaped first). Only one launch may run at a time in a process (signal handlers),
 // and the calling thread must outlive it: PR_SET_PDEATHSIG fires when the forking thread exits.

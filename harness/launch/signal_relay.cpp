@@ -48,11 +48,11 @@ SignalRelay::SignalRelay() {
   sigemptyset(&action.sa_mask);
   // SA_NOCLDSTOP: a worker stopped by a debugger or Ctrl-Z has not failed.
   action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
+  for (int i = 0; i < kSignalCount; ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
 }
 
 SignalRelay::~SignalRelay() {
-  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
+  for (int i = 0; i < kSignalCount; ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
   const int write_fd = g_wake_write_fd.exchange(-1);
   ::close(write_fd);
   ::close(read_fd_);

@@ -1,5 +1,5 @@
-// Turns SIGCHLD, SIGINT and SIGTERM into readable bytes on a pipe (the self-pipe trick), so the
-// launcher sleeps in one poll() over heartbeat pipes and signals alike, with no lost wake-ups
+// Turns SIGCHLD, SIGINT, SIGTERM and SIGHUP into readable bytes on a pipe (the self-pipe trick), so
+// the launcher sleeps in one poll() over heartbeat pipes and signals alike, with no lost wake-ups
 // and no busy waiting.
 #pragma once
 
@@ -20,15 +20,17 @@ class SignalRelay {
   int wake_fd() const { return read_fd_; }
   void drain();
 
-  // SIGINT or SIGTERM received since the last call, 0 if none.
+  // SIGINT, SIGTERM or SIGHUP (a closed terminal or ssh session) received since the last call,
+  // 0 if none.
   int take_stop_signal();
 
   // The signals with handlers, so a forked child can restore their defaults before exec.
-  static constexpr int kSignals[] = {SIGCHLD, SIGINT, SIGTERM};
+  static constexpr int kSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+  static constexpr int kSignalCount = 4;
 
  private:
   int read_fd_ = -1;
-  struct sigaction previous_[3] = {};
+  struct sigaction previous_[kSignalCount] = {};
 };
 
 }  // namespace shardbench

@@ -1,5 +1,6 @@
 #include "harness/launch/worker_command.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <stdexcept>
 #include <system_error>
@@ -56,6 +57,10 @@ void validate_launch_options(const LocalLaunchOptions& options) {
     reject("terminate_grace", std::to_string(options.terminate_grace.count()) + " ms",
            "milliseconds >= 0");
   }
+  if (options.ranks_per_gpu < 1 || options.nproc % options.ranks_per_gpu != 0) {
+    reject("ranks_per_gpu", std::to_string(options.ranks_per_gpu),
+           "an integer >= 1 that divides nproc=" + std::to_string(options.nproc));
+  }
   if (options.master_addr.empty()) reject("master_addr", "\"\"", "a host name or address");
   if (options.master_port < 0 || options.master_port > 65535) {
     reject("master_port", std::to_string(options.master_port),
@@ -83,6 +88,11 @@ void validate_launch_options(const LocalLaunchOptions& options) {
         reject("env", quoted(name), "any variable but the ones perf-launch sets per worker");
       }
     }
+    if (options.ranks_per_gpu > 1 && shared_gpu_nccl_environment(0).count(name)) {
+      reject("env", quoted(name),
+             "any variable but the ones perf-launch sets per worker (ranks_per_gpu=" +
+                 std::to_string(options.ranks_per_gpu) + " sets the NCCL host id and transport)");
+    }
   }
 }
 
@@ -91,16 +101,32 @@ std::map<std::string, std::string> worker_environment(
     int rank, int master_port, int heartbeat_fd) {
   std::map<std::string, std::string> env = launcher_env;
   for (const auto& [name, value] : options.env) env.emplace(name, value);  // setdefault
+  const int shared = std::max(1, options.ranks_per_gpu);
   env["RANK"] = std::to_string(rank);
   env["WORLD_SIZE"] = std::to_string(options.nproc);
-  env["LOCAL_RANK"] = std::to_string(rank);
-  env["LOCAL_WORLD_SIZE"] = std::to_string(options.nproc);
-  env["GROUP_RANK"] = "0";
+  if (shared == 1) {
+    env["LOCAL_RANK"] = std::to_string(rank);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(options.nproc);
+    env["GROUP_RANK"] = "0";
+  } else {
+    // Each rank is the only one of its "host" (torchrun's view of one process per node), on
+    // the GPU it shares with ranks_per_gpu - 1 others.
+    env["LOCAL_RANK"] = std::to_string(rank / shared);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(options.nproc / shared);
+    env["GROUP_RANK"] = std::to_string(rank);
+    for (const auto& [name, value] : shared_gpu_nccl_environment(rank)) env[name] = value;
+  }
   env["MASTER_ADDR"] = options.master_addr;
   env["MASTER_PORT"] = std::to_string(master_port);
   env[kLauncherVar] = std::string(kPerfLaunchName);
   env[kHeartbeatFdVar] = std::to_string(heartbeat_fd);
   return env;
+}
+
+std::map<std::string, std::string> shared_gpu_nccl_environment(int rank) {
+  return {{"NCCL_HOSTID", "shardbench-rank" + std::to_string(rank)},
+          {"NCCL_SOCKET_IFNAME", "lo"},
+          {"NCCL_IB_DISABLE", "1"}};
 }
 
 std::vector<std::string> worker_command(const LocalLaunchOptions& options, int rank) {

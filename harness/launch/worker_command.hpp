@@ -18,10 +18,18 @@ void validate_launch_options(const LocalLaunchOptions& options);
 // environment does not already set (explicit shell values win, like os.environ.setdefault in
 // Megatron-Bridge's bootstrap), then the variables perf-launch owns: RANK, WORLD_SIZE,
 // LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, SHARDBENCH_LAUNCHER and
-// SHARDBENCH_HEARTBEAT_FD (these always reflect this launch, whatever the shell held).
+// SHARDBENCH_HEARTBEAT_FD (these always reflect this launch, whatever the shell held). With
+// options.ranks_per_gpu > 1, LOCAL_RANK is the index of the GPU the rank shares (rank /
+// ranks_per_gpu), LOCAL_WORLD_SIZE the number of GPUs, GROUP_RANK the rank itself, and the NCCL
+// variables of shared_gpu_nccl_environment() are set as well.
 std::map<std::string, std::string> worker_environment(
     const std::map<std::string, std::string>& launcher_env, const LocalLaunchOptions& options,
     int rank, int master_port, int heartbeat_fd);
+
+// The NCCL variables that let several ranks share one GPU: a host id of their own (NCCL then
+// sees distinct hosts and skips its duplicate-GPU check), the socket transport on loopback and
+// no InfiniBand. Owned by perf-launch in that mode.
+std::map<std::string, std::string> shared_gpu_nccl_environment(int rank);
 
 // command_prefix (with "{rank}" and "{local_rank}" replaced) for the ranks in prefix_ranks (all
 // ranks when it is empty), followed by worker_argv.

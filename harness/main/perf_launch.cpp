@@ -12,8 +12,12 @@
 #include "harness/compare/report_reader.hpp"
 #include "harness/config/resolve.hpp"
 #include "harness/engine/run.hpp"
+#include "harness/launch/fault_spec.hpp"
 #include "harness/launch/launch_env.hpp"
 #include "harness/launch/local_launcher.hpp"
+#include "harness/launch/output_probe.hpp"
+#include "harness/launch/rendezvous.hpp"
+#include "harness/launch/shared_gpu.hpp"
 #include "harness/slurm/submit.hpp"
 
 int main(int argc, char** argv) {
@@ -27,6 +31,8 @@ int main(int argc, char** argv) {
     } catch (const InputError& bad_golden) {
       throw UsageError(bad_golden.what());
     }
+    const ConfigContainer& config = resolved.config;
+    check_ranks_per_gpu(config, resolved.world_size, resolved.args.gpu, slurm ? "slurm" : "none");
     if (resolved.args.dryrun) {
       std::cout << (slurm ? slurm_dryrun_text(resolved, words) : dryrun_text(resolved));
       return 0;
@@ -37,7 +43,12 @@ int main(int argc, char** argv) {
     } catch (const std::invalid_argument& bad_env) {  // e.g. an srun task with a bad MASTER_PORT
       throw UsageError(bad_env.what());
     }
+    check_ranks_per_gpu(config, resolved.world_size, resolved.args.gpu, env.launcher);
+    // A drill that can never fire would let a fail-fast test pass without testing anything.
+    check_fault_env(resolved.world_size, config.train.train_iters);
     if (env.is_worker) {
+      // perf-launch's own workers were probed by their launcher; torchrun and srun ranks were not.
+      if (env.launcher != "perf-launch" && env.rank == 0) probe_outputs(config);
       std::filesystem::path report;
       const int rc = run_worker(resolved, env, &report);
       return golden_gate_after_run(resolved.args, env.rank, rc, report, std::cout, std::cerr);
@@ -50,11 +61,18 @@ int main(int argc, char** argv) {
     // here as workers (SLURM_PROCID and a step id in their environment).
     if (slurm) return run_slurm_executor(resolved, words);
     check_local_launch(resolved);
+    probe_outputs(config);
+    const RendezvousAddress rendezvous = local_rendezvous(process_environment());
     LocalLaunchOptions o;
     o.nproc = resolved.world_size;
     o.worker_argv = std::vector<std::string>(argv, argv + argc);
-    o.env = resolved.config.env;
-    o.timeout = std::chrono::seconds(resolved.config.shardbench.hang_timeout_s);
+    o.env = config.env;
+    o.timeout = std::chrono::seconds(config.shardbench.hang_timeout_s);
+    o.master_addr = rendezvous.addr;
+    o.master_port = rendezvous.port;
+    o.ranks_per_gpu = static_cast<int>(config.shardbench.ranks_per_gpu);
+    if (const std::string notice = shared_gpu_notice(o.ranks_per_gpu, o.nproc); !notice.empty())
+      std::cerr << "perf-launch: " << notice << "\n";
     return launch_local_workers(o);
   } catch (const HelpRequested& help) {
     std::cout << help.what();

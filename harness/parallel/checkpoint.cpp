@@ -37,8 +37,8 @@ void agree(ProcessGroup& world, const at::Device& device, const std::string& loc
   for (int r = 0; r < world.world(); ++r) {
     if (host[r].item<float>() == 0) continue;
     if (!local_error.empty()) throw std::runtime_error(local_error);
-    throw std::runtime_error(what + ": rank " + std::to_string(r) + " failed (see its error)" +
-                             suffix);
+    throw PeerFailedError(what + ": rank " + std::to_string(r) + " failed (see its error)" + suffix,
+                          r);
   }
 }
 

@@ -128,9 +128,9 @@ void check_checkpoint_metadata(const json& meta, const json& mine, const std::st
   }
   const std::string saved_format = meta.value("format", "");
   if (saved_format != format) {
-    throw std::runtime_error(where + "ckpt_format=" + saved_format +
-                             ", this run has checkpoint.ckpt_format=" + format +
-                             "; accepted: " + format);
+    throw std::runtime_error(
+        where + "ckpt_format=" + saved_format + ", this run has checkpoint.ckpt_format=" + format +
+        "; accepted: checkpoint.ckpt_format=" + saved_format + " (the format it was saved in)");
   }
   const json& saved = meta.value("layout", json::object());
   // Every layout field, in the order a user would look for them (the label follows from them).
@@ -143,9 +143,9 @@ void check_checkpoint_metadata(const json& meta, const json& mine, const std::st
           where + "saved with " + field + "=" + value_at(saved, "layout." + field).dump() +
           ", this run has " + field + "=" + value_at(mine, "layout." + field).dump() +
           "; a checkpoint resumes only with the layout it was saved with (accepted: " + field +
-          "=" + value_at(mine, "layout." + field).dump() + ", i.e. " +
-          mine["label"].get<std::string>() + " at DP size " +
-          std::to_string(mine["dp_size"].get<int>()) + ")");
+          "=" + value_at(saved, "layout." + field).dump() + ", i.e. " +
+          saved.value("label", std::string("its saved layout")) + " at DP size " +
+          saved.value("dp_size", json()).dump() + ")");
     }
   }
 }

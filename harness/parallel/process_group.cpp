@@ -131,8 +131,15 @@ void ProcessGroup::barrier() {
   if (options_.backend == CommBackend::kNccl) {
     opts.device_ids = {options_.device_index};
   }
+  // NCCL's barrier blocks the host too (until its all-reduce ran on the device): a rank waiting
+  // here for a peer that hung keeps telling the launcher so, under NCCL as under gloo.
+  WaitingScope waiting("barrier");
   wait_work(backend_->barrier(opts), "barrier");
 }
+
+void ProcessGroup::shutdown() { backend_->shutdown(); }
+
+void ProcessGroup::abort() { backend_->abort(); }
 
 void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
   if (!work) return;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -54,6 +55,11 @@ class ProcessGroup {
   c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& tensor, int root);
   // Blocks the host until every rank arrived (used around timed regions and at shutdown).
   void barrier();
+  // destroy_process_group(): waits for queued collectives and releases the communicator (NCCL
+  // warns at exit about a group never shut down). After a failure, abort() instead: it does not
+  // wait for peers that may be gone. Either is final; the group accepts no more collectives.
+  void shutdown();
+  void abort();
 
  private:
   ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, int rank, int world,
@@ -66,6 +72,19 @@ class ProcessGroup {
   int rank_;
   int world_;
   ProcessGroupOptions options_;
+};
+
+// Thrown by a rank that failed only because another rank did (every rank learns of a refusal
+// through one collective). Its message names that rank; run_worker() lets the failing rank's
+// own reason reach the user first.
+class PeerFailedError : public std::runtime_error {
+ public:
+  PeerFailedError(const std::string& message, int peer_rank)
+      : std::runtime_error(message), peer_rank_(peer_rank) {}
+  int peer_rank() const { return peer_rank_; }
+
+ private:
+  int peer_rank_;
 };
 
 // Waits for `work` (null-safe) and rethrows its error with the collective's name.

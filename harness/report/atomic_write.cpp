@@ -1,6 +1,7 @@
 #include "harness/report/atomic_write.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -70,9 +71,25 @@ void fsync_directory(const std::filesystem::path& dir) {
 
 namespace detail {
 
+// A hard link never replaces an existing name: the no-clobber counterpart of rename().
+int link_new(const char* from, const char* to) {
+  if (::link(from, to) != 0) return -1;
+  ::unlink(from);
+  return 0;
+}
+
 void write_file_atomically(const std::filesystem::path& path, std::string_view contents,
-                           RenameFn rename_fn) {
+                           RenameFn rename_fn, ExistingFile existing) {
   if (path.filename().empty()) fail(path, "path names no file", EINVAL);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) {
+      throw std::runtime_error("cannot write " + path.string() +
+                               ": it is not a regular file (a folder, device, FIFO or socket); "
+                               "accepted: a regular file or a path that does not exist");
+    }
+    if (existing == ExistingFile::kRefuse) fail(path, "refusing to replace it", EEXIST);
+  }
   const std::filesystem::path dir =
       path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::error_code ec;
@@ -98,6 +115,7 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
     const int err = errno;
     fail(path, "close " + tmp.string(), err);
   }
+  if (existing == ExistingFile::kRefuse && rename_fn == &std::rename) rename_fn = &link_new;
   if (rename_fn(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     fail(path, "rename " + tmp.string() + " -> " + path.string(), err);
@@ -108,8 +126,9 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
 
 }  // namespace detail
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view contents) {
-  detail::write_file_atomically(path, contents, &std::rename);
+void write_file_atomically(const std::filesystem::path& path, std::string_view contents,
+                           ExistingFile existing) {
+  detail::write_file_atomically(path, contents, &std::rename, existing);
 }
 
 }  // namespace shardbench

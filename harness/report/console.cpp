@@ -58,10 +58,18 @@ IterationLog iteration_log(const RunRecord& run, const StepRecord& step,
   log.consumed_samples = step.iteration * run.global_batch_size;
   log.elapsed_ms = step.elapsed_ms;
   const double step_s = step.elapsed_ms / 1e3;
-  if (run.model_flops_per_step > 0 && step_s > 0) {
+  // Ranks sharing a GPU (shardbench.ranks_per_gpu > 1) time nothing real: no throughput.
+  const nlohmann::json* shared = nullptr;
+  if (run.config.is_object() && run.config.contains("shardbench") &&
+      run.config.at("shardbench").is_object() &&
+      run.config.at("shardbench").contains("ranks_per_gpu")) {
+    shared = &run.config.at("shardbench").at("ranks_per_gpu");
+  }
+  const bool functional = shared && shared->is_number_integer() && shared->get<int64_t>() > 1;
+  if (!functional && run.model_flops_per_step > 0 && step_s > 0) {
     log.tflops_per_gpu = tflops_per_gpu(run.model_flops_per_step, step_s, run.world_size);
   }
-  if (run.global_batch_size > 0 && run.seq_length > 0 && step_s > 0) {
+  if (!functional && run.global_batch_size > 0 && run.seq_length > 0 && step_s > 0) {
     log.tokens_per_sec_per_gpu =
         tokens_per_sec_per_gpu(run.global_batch_size, run.seq_length, step_s, run.world_size);
   }
@@ -166,7 +174,10 @@ std::string format_comparison_summary(const json& report) {
     out += printf_string(" %14s %9s", name.c_str(), "change");
   }
   out += "\n";
+  // Functional runs (ranks shared GPUs): memory only, no timings and no timing verdict.
+  const bool functional = base.at("identity").value("functional_only", false);
   for (const Row& row : rows) {
+    if (functional && !row.memory) continue;
     const std::string m = std::string("/metrics/") + row.metric;
     const std::optional<double> b = number_at(cmps.front(), m + "/baseline");
     std::vector<std::optional<double>> heads;
@@ -206,6 +217,10 @@ std::string format_comparison_summary(const json& report) {
       out += printf_string(" %14s %9s", cell(heads[i]).c_str(), change_text.c_str());
     }
     out += "\n";
+  }
+  if (functional) {
+    out += "(functional run: ranks shared GPUs, so step times and throughput are not compared)\n";
+    return out;
   }
   for (const json& cmp : cmps) out += "verdict: " + cmp.value("verdict", "") + "\n";
   return out;

@@ -34,7 +34,12 @@ std::vector<std::size_t> fsdp_runs(std::span<const RunRecord> runs) {
 json build_report(const EnvironmentInfo& env, std::span<const RunRecord> runs,
                   const ReportOptions& options) {
   json run_objects = json::array();
-  for (const RunRecord& run : runs) run_objects.push_back(run_to_json(run, options.warmup));
+  for (const RunRecord& run : runs) {
+    json run_object = run_to_json(run, options.warmup);
+    run_object["identity"]["ranks_per_gpu"] = options.ranks_per_gpu;
+    run_object["identity"]["functional_only"] = options.ranks_per_gpu > 1;
+    run_objects.push_back(std::move(run_object));
+  }
 
   const std::vector<std::size_t> fsdp = fsdp_runs(runs);
   std::optional<std::size_t> head = options.head_index;
@@ -73,9 +78,10 @@ json build_report(const EnvironmentInfo& env, std::span<const RunRecord> runs,
           {"comparisons", comparisons}};
 }
 
-void write_report(const std::filesystem::path& path, const json& report) {
+void write_report(const std::filesystem::path& path, const json& report, ExistingFile existing) {
   // Invalid UTF-8 (an odd environment value) is replaced rather than losing the whole report.
-  write_file_atomically(path, report.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+  write_file_atomically(path, report.dump(2, ' ', false, json::error_handler_t::replace) + "\n",
+                        existing);
 }
 
 }  // namespace shardbench

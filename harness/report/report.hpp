@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/measure/stats.hpp"
+#include "harness/report/atomic_write.hpp"
 #include "harness/report/environment.hpp"
 #include "harness/report/run_record.hpp"
 
@@ -28,12 +29,18 @@ struct ReportOptions {
   // run against that DDP run; without both there is no comparison (null, and an empty list).
   std::optional<std::size_t> head_index;
   std::optional<std::size_t> baseline_index;
+  // shardbench.ranks_per_gpu of the runs: recorded in every run's identity ("ranks_per_gpu", and
+  // "functional_only": true above 1, where ranks share GPUs and timings are not performance).
+  int ranks_per_gpu = 1;
 };
 
 nlohmann::json build_report(const EnvironmentInfo& env, std::span<const RunRecord> runs,
                             const ReportOptions& options = {});
 
 // Writes the report atomically (see atomic_write.hpp), pretty-printed with a final newline.
-void write_report(const std::filesystem::path& path, const nlohmann::json& report);
+// `existing` kRefuse (default names) never replaces a file; an explicit path may replace a
+// regular file. Anything but a regular file at `path` is refused either way.
+void write_report(const std::filesystem::path& path, const nlohmann::json& report,
+                  ExistingFile existing = ExistingFile::kReplace);
 
 }  // namespace shardbench

@@ -16,13 +16,17 @@ inline constexpr std::string_view kDefaultResultsDir = "results/local";
 std::string strategy_tag(std::string_view wrapper, std::string_view strategy,
                          bool distributed_optimizer);
 
-// <results_dir>/<recipe>_<strategy_tag>_ws<world>_<YYYYMMDDTHHMMSSZ>.json, e.g.
-// results/local/llama3_tiny_cpu_fsdp-optim_grads_params_ws2_20261202T161500Z.json.
-// Characters outside [A-Za-z0-9._-] in the recipe become '_'; an empty recipe becomes "run".
+// <results_dir>/<recipe>_<strategy_tag>_ws<world>_<YYYYMMDDTHHMMSS.mmmZ>_<run_id>.json, e.g.
+// results/local/llama3_tiny_cpu_fsdp-optim_grads_params_ws2_20261202T161500.123Z_4242.json.
+// The milliseconds and the run id (perf-launch passes its pid) keep two runs started in the same
+// second apart; the report is then written without replacing any file (write_report_new()).
+// Characters outside [A-Za-z0-9._-] in the recipe and run id become '_'; an empty recipe
+// becomes "run".
 std::filesystem::path default_report_path(const std::filesystem::path& results_dir,
                                           std::string_view recipe, std::string_view wrapper,
                                           std::string_view strategy, bool distributed_optimizer,
                                           int world_size,
-                                          std::chrono::system_clock::time_point start_time);
+                                          std::chrono::system_clock::time_point start_time,
+                                          std::string_view run_id);
 
 }  // namespace shardbench

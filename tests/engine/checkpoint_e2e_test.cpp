@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,19 @@ void remove_tree(const fs::path& p) {
 
 std::string run(const std::string& args, int* exit_code) {
   const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) + " " + args + " 2>&1";
+  std::string output;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return "popen failed";
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), pipe)) output += buf.data();
+  const int status = pclose(pipe);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return output;
+}
+
+// Like run(), with stderr only (stdout dropped).
+std::string run_stderr(const std::string& args, int* exit_code) {
+  const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) + " " + args + " 2>&1 >/dev/null";
   std::string output;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return "popen failed";
@@ -161,6 +175,38 @@ TEST(CheckpointE2E, UnsupportedCheckpointSettingsAreRefusedBeforeTraining) {
                      "yet; accepted: torch_dist (DDP) or fsdp_dtensor (Megatron FSDP)"),
             std::string::npos)
       << out;
+}
+
+// A checkpoint refused by one rank: the first rank line on stderr is that rank's own reason
+// (not rank 0's "rank 1 failed"), and the launcher names the refusing rank.
+TEST(CheckpointE2E, RefusingRanksOwnReasonComesFirst) {
+  const fs::path root =
+      fs::temp_directory_path() / ("shardbench_ckpt_refusal_" + std::to_string(getpid()));
+  remove_tree(root);
+  const fs::path ckpt = root / "ckpt";
+  const std::string common =
+      "-m llama -mr llama3_tiny_cpu -ng 2 -g cpu --compare_ddp false "
+      "shardbench.report_dir=" +
+      root.string() + " ";
+  int code = -1;
+  std::string out = run(common + "-ms 2 --save_dir " + ckpt.string(), &code);
+  ASSERT_EQ(code, 0) << out;
+  const fs::path shard = ckpt / "iter_0000002" / "rank_00001.bin";
+  ASSERT_TRUE(fs::exists(shard));
+  fs::resize_file(shard, fs::file_size(shard) - 8);
+  out = run_stderr(common + "-ms 4 --load_dir " + ckpt.string(), &code);
+  EXPECT_EQ(code, 1) << out;
+  std::string first_rank_line;
+  std::string last_line;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (first_rank_line.empty() && line.rfind("perf-launch: rank ", 0) == 0) first_rank_line = line;
+    if (!line.empty()) last_line = line;
+  }
+  EXPECT_EQ(first_rank_line.rfind("perf-launch: rank 1: ", 0), 0u) << out;
+  EXPECT_NE(first_rank_line.find("(truncated)"), std::string::npos) << out;
+  EXPECT_EQ(last_line.rfind("perf-launch: rank 1 (pid", 0), 0u) << out;
+  remove_tree(root);
 }
 
 }  // namespace

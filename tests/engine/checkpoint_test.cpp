@@ -319,7 +319,7 @@ TEST(CheckpointRefusal, AnotherStrategy) {
     EXPECT_TRUE(contains(e,
                          "saved with strategy=\"optim_grads_params\", this run has "
                          "strategy=\"optim\"; a checkpoint resumes only with the layout it "
-                         "was saved with (accepted: strategy=\"optim\""))
+                         "was saved with (accepted: strategy=\"optim_grads_params\""))
         << e;
     EXPECT_TRUE(contains(e, "nothing was loaded")) << e;
   }
@@ -338,7 +338,8 @@ TEST(CheckpointRefusal, AnotherWrapper) {
   for (const auto& e : refused_load(ddp, odd_dims(), dir, "torch_dist")) {
     EXPECT_TRUE(contains(e,
                          "ckpt_format=fsdp_dtensor, this run has "
-                         "checkpoint.ckpt_format=torch_dist; accepted: torch_dist"))
+                         "checkpoint.ckpt_format=torch_dist; accepted: "
+                         "checkpoint.ckpt_format=fsdp_dtensor"))
         << e;
   }
 }

@@ -53,7 +53,8 @@ void write_report(const std::string& dir, const shardbench::LaunchEnv& env) {
         << "pid=" << ::getpid() << "\n";
     for (char** entry = environ; *entry != nullptr; ++entry) {
       const std::string kv(*entry);
-      if (kv.rfind("SHARDBENCH_TEST_", 0) == 0) out << "env." << kv << "\n";
+      if (kv.rfind("SHARDBENCH_TEST_", 0) == 0 || kv.rfind("NCCL_", 0) == 0)
+        out << "env." << kv << "\n";
     }
   }
   // Renamed into place so a test never reads a half-written report.

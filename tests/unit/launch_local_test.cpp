@@ -202,6 +202,36 @@ TEST_F(LaunchLocalTest, SigtermToLauncherIsForwarded) {
   expect_all_gone(result, 2);
 }
 
+// A closed terminal or ssh session: the workers are stopped and the launcher says so (129).
+TEST_F(LaunchLocalTest, SighupToLauncherStopsTheWorkers) {
+  std::thread hangup([this] {
+    if (wait_for_reports(2, std::chrono::seconds(5))) kill(getpid(), SIGHUP);
+  });
+  const LocalLaunchResult result = run_local_workers(fake_job(2, "sleep"));
+  hangup.join();
+  EXPECT_EQ(result.exit_code, 128 + SIGHUP);
+  EXPECT_EQ(result.failed_rank, -1);
+  EXPECT_EQ(result.failure, "received SIGHUP; stopping the workers");
+  expect_all_gone(result, 2);
+}
+
+// Shared-GPU ranks: each worker process really gets its device index and NCCL host id.
+TEST_F(LaunchLocalTest, SharedGpuRanksSeeTheirOwnHostAndTheSharedDevice) {
+  LocalLaunchOptions options = fake_job(2, "ok");
+  options.ranks_per_gpu = 2;
+  const LocalLaunchResult result = run_local_workers(options);
+  ASSERT_EQ(result.exit_code, 0) << result.failure;
+  for (int rank = 0; rank < 2; ++rank) {
+    const Report r = report(rank);
+    EXPECT_EQ(r.at("rank"), std::to_string(rank));
+    EXPECT_EQ(r.at("local_rank"), "0");
+    EXPECT_EQ(r.at("local_world_size"), "1");
+    EXPECT_EQ(r.at("node_rank"), std::to_string(rank));
+    EXPECT_EQ(r.at("env.NCCL_HOSTID"), "shardbench-rank" + std::to_string(rank));
+    EXPECT_EQ(r.at("env.NCCL_SOCKET_IFNAME"), "lo");
+  }
+}
+
 TEST_F(LaunchLocalTest, ExtraEnvHasSetdefaultSemantics) {
   setenv("SHARDBENCH_TEST_SHELL", "from-shell", 1);
   LocalLaunchOptions options = fake_job(2, "ok");

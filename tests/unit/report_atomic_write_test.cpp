@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -96,6 +97,36 @@ TEST_F(ReportAtomicWrite, ParentIsAFile) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("plain/report.json"), std::string::npos) << e.what();
   }
+}
+
+// /dev/null as root: a rename would have replaced the device node with a regular file. A FIFO
+// in a temp folder stands in for it (mknod needs root; mkfifo does not).
+TEST_F(ReportAtomicWrite, RefusesANonRegularTargetAndLeavesItIntact) {
+  fs::create_directories(dir_);
+  const fs::path fifo = dir_ / "null";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+  try {
+    write_file_atomically(fifo, "x");
+    FAIL() << "a FIFO target was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_EQ(others(dir_, fifo), 0);
+  // A symlink to it is refused too (the rename would replace the link, the check follows it).
+  const fs::path link = dir_ / "link";
+  fs::create_symlink(fifo, link);
+  EXPECT_THROW(write_file_atomically(link, "x"), std::runtime_error);
+  EXPECT_TRUE(fs::is_symlink(link));
+}
+
+TEST_F(ReportAtomicWrite, RefuseModeNeverReplacesAFile) {
+  const fs::path target = dir_ / "report.json";
+  write_file_atomically(target, "first", ExistingFile::kRefuse);
+  EXPECT_EQ(read(target), "first");
+  EXPECT_THROW(write_file_atomically(target, "second", ExistingFile::kRefuse), std::runtime_error);
+  EXPECT_EQ(read(target), "first");
+  EXPECT_EQ(others(dir_, target), 0);  // no temp file left behind
 }
 
 }  // namespace
