@@ -26,6 +26,8 @@ void llama3_canonical(ConfigContainer& c) {
   c.model.vocab_size = 128256;  // perf recipes pin tokenizer.vocab_size=128256, should_pad_vocab
   c.model.should_pad_vocab = true;
   c.model.seq_length = 8192;
+  // Megatron-Bridge's GPTModelProvider default (MCore's TransformerConfig says false).
+  c.model.cross_entropy_loss_fusion = true;
 
   c.ddp.use_distributed_optimizer = true;
   c.ddp.overlap_grad_reduce = true;

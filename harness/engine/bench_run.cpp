@@ -16,9 +16,11 @@
 #include "harness/config/field_registry.hpp"
 #include "harness/config/wrappers.hpp"
 #include "harness/engine/checkpoint_run.hpp"
+#include "harness/engine/determinism.hpp"
 #include "harness/engine/device_runtime.hpp"
 #include "harness/engine/lr_schedule.hpp"
 #include "harness/engine/mock_data.hpp"
+#include "harness/engine/step_checks.hpp"
 #include "harness/engine/train_step_phases.hpp"
 #include "harness/launch/heartbeat.hpp"
 #include "harness/measure/flops.hpp"
@@ -28,8 +30,9 @@
 #include "harness/measure/torch_profiler.hpp"
 #include "harness/measure/zero_model.hpp"
 #include "harness/report/console.hpp"
-#include "workloads/llama/fp8_linear.hpp"
 #include "workloads/llama/activation_offload.hpp"
+#include "workloads/llama/fp8_linear.hpp"
+#include "workloads/llama/fused_ops.hpp"
 
 namespace shardbench {
 namespace {
@@ -41,6 +44,11 @@ void reject(bool unsupported, const std::string& field, const std::string& value
                                 " is not implemented by the shardbench engine yet; accepted: " +
                                 accepted);
   }
+}
+
+void invalid_unless(bool ok, const std::string& field, const std::string& value,
+                    const std::string& accepted) {
+  if (!ok) throw std::invalid_argument(field + "=" + value + " is invalid; accepted: " + accepted);
 }
 
 int64_t round_up(int64_t v, int64_t m) { return m > 0 ? (v + m - 1) / m * m : v; }
@@ -130,6 +138,20 @@ TorchProfilerFiles torch_profiler_files_for(const ConfigContainer& c, const RunR
   return torch_profiler_files(dir, stem, rank);
 }
 
+// Collective: the same answer on every rank (see step_checks.hpp). The loss check comes first,
+// as Megatron checks the loss in forward, before backward's grad checks.
+std::string step_failure(const ConfigContainer& c, const DataParallelEngine& engine,
+                         WorkerContext& ctx, int64_t iteration, double loss) {
+  std::string failure =
+      loss_check_failure(c.rerun_state_machine.check_for_nan_in_loss, loss, iteration);
+  if (engine.options().check_for_nan_in_grad) {
+    std::string grads =
+        grad_check_failure(engine.grad_fault(), iteration, *ctx.pgs.world, ctx.device);
+    if (failure.empty()) failure = std::move(grads);
+  }
+  return failure;
+}
+
 }  // namespace
 
 LlamaDims llama_dims_from(const ConfigContainer& c) {
@@ -217,6 +239,51 @@ Fp8Choice fp8_from(const ConfigContainer& c, const EngineOptions& o, const Llama
   return f;
 }
 
+// Megatron's precision-aware optimizer fields (docs/precision_aware_optimizer.md).
+void precision_aware_optimizer_from(const ConfigContainer& c, EngineOptions& o) {
+  const auto& opt = c.optimizer;
+  const std::pair<const char*, const std::string*> dtypes[] = {
+      {"main_grads_dtype", &opt.main_grads_dtype},
+      {"main_params_dtype", &opt.main_params_dtype},
+      {"exp_avg_dtype", &opt.exp_avg_dtype},
+      {"exp_avg_sq_dtype", &opt.exp_avg_sq_dtype}};
+  if (!opt.use_precision_aware_optimizer) {
+    // MCore's OptimizerConfig: "<field> can only be fp32 when not using precision-aware optimizer".
+    for (const auto& [name, value] : dtypes) {
+      invalid_unless(*value == "fp32", std::string("optimizer.") + name, *value,
+                     "fp32 without optimizer.use_precision_aware_optimizer=true");
+    }
+    return;
+  }
+  reject(opt.main_params_dtype != "fp32", "optimizer.main_params_dtype", opt.main_params_dtype,
+         "fp32 (fp16 main weights with Transformer Engine's remainders are not implemented)");
+  const auto moment = [](const char* field, const std::string& value) {
+    reject(value == "fp16", std::string("optimizer.") + field, value,
+           "fp32, bf16 (fp16 moments need Transformer Engine's per-tensor scaling)");
+    return value == "bf16" ? at::kBFloat16 : at::kFloat;
+  };
+  o.exp_avg_dtype = moment("exp_avg_dtype", opt.exp_avg_dtype);
+  o.exp_avg_sq_dtype = moment("exp_avg_sq_dtype", opt.exp_avg_sq_dtype);
+  // The optimizer reads the reduced main grads in their buffer's dtype: bf16 exactly when the
+  // compute dtype is bf16 and the reduction is not in fp32 (Megatron-LM: main_grads_dtype can
+  // only be fp32 when grads are accumulated and reduced in fp32).
+  if (opt.main_grads_dtype == "bf16") {
+    invalid_unless(o.compute_dtype == at::kBFloat16 && !o.grad_reduce_in_fp32,
+                   "optimizer.main_grads_dtype", "bf16",
+                   "fp32 with ddp.grad_reduce_in_fp32=true or shardbench.compute_dtype=fp32");
+  }
+}
+
+LlamaModel::FusedKernels fused_kernels_from(const ConfigContainer& c) {
+  // shardbench.fused_kernels is the master switch; Megatron's per-fusion fields pick within it.
+  const bool on = c.shardbench.fused_kernels;
+  LlamaModel::FusedKernels k;
+  k.rope_qkv = on && c.model.apply_rope_fusion;
+  k.swiglu = on;
+  k.cross_entropy = on && c.model.cross_entropy_loss_fusion;
+  return k;
+}
+
 EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext& ctx) {
   // -ol N offloads activations only (Megatron-Bridge's recompute_offload set).
   reject(c.model.cpu_offloading && c.model.cpu_offloading_weights, "model.cpu_offloading_weights",
@@ -224,6 +291,12 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   reject(c.model.cpu_offloading && !c.model.cpu_offloading_activations,
          "model.cpu_offloading_activations", "false", "true (what -ol offloads)");
   reject(c.optimizer.optimizer != "adam", "optimizer.optimizer", c.optimizer.optimizer, "adam");
+  invalid_unless(c.logger.log_interval >= 1, "logger.log_interval",
+                 std::to_string(c.logger.log_interval), "1 or more");
+  invalid_unless(c.train.empty_unused_memory_level >= 0 && c.train.empty_unused_memory_level <= 2,
+                 "train.empty_unused_memory_level",
+                 std::to_string(c.train.empty_unused_memory_level),
+                 "0 (never), 1 (after forward/backward), 2 (also after the optimizer step)");
   reject(c.ddp.num_distributed_optimizer_instances != 1, "ddp.num_distributed_optimizer_instances",
          std::to_string(c.ddp.num_distributed_optimizer_instances), "1");
   // Knobs the engine does not implement yet are refused rather than reported as measured.
@@ -281,6 +354,9 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   o.adam.eps = c.optimizer.adam_eps;
   o.adam.weight_decay = c.optimizer.weight_decay;
   o.adam.lr = c.optimizer.lr;
+  precision_aware_optimizer_from(c, o);
+  o.check_for_nan_in_grad = c.ddp.check_for_nan_in_grad;
+  o.check_for_large_grads = c.ddp.check_for_large_grads;
   return o;
 }
 
@@ -288,6 +364,10 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
                         const std::string& recipe, WorkerContext& ctx) {
   const LlamaDims dims = llama_dims_from(config);
   const EngineOptions options = engine_options_from(config, ctx);
+  check_deterministic_config(config, ctx.device.is_cuda(), ctx.backend == CommBackend::kNccl,
+                             [](const char* name) { return std::getenv(name); });
+  // Until this run returns: ATen's deterministic algorithms and SDPA backends.
+  const DeterministicScope deterministic(config);
   RunCheckpoints checkpoints(config, provenance);
   const int64_t iters = config.train.train_iters;
   const int64_t gbs = config.train.global_batch_size;
@@ -312,11 +392,16 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   rec.model_flops_per_step = model_flops_per_step(fd, gbs, dims.seq_length);
   rec.dtype_policy = DtypePolicy::for_compute_dtype(
       rec.compute_dtype, options.grad_reduce_in_fp32 || options.compute_dtype == at::kFloat);
+  if (rec.dtype_policy) {
+    // The moments as the precision-aware optimizer stores them.
+    rec.dtype_policy->optimizer_state_bytes =
+        c10::elementSize(options.exp_avg_dtype) + c10::elementSize(options.exp_avg_sq_dtype);
+  }
 
   heartbeat("building engine");
   reset_allocator_peaks(ctx.device);
   LlamaModel model(dims, ctx.device);
-  model.set_fused_kernels(options.fused_kernels);
+  model.set_fused_kernels(fused_kernels_from(config));
   model.set_recompute_layers(recompute_layers_from(config, dims));
   const Fp8Choice fp8_choice = fp8_from(config, options, dims, mbs);
   // Weights that stay put for the step are cast to FP8 once per step when the step has several
@@ -350,8 +435,19 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   model.set_offload_layers(config.model.cpu_offloading ? config.model.cpu_offloading_num_layers
                                                        : 0);
   model.set_offload_prefetch_layers(config.shardbench.offload_prefetch_layers);
-  rec.fused_kernels = model.uses_fused_kernels(options.compute_dtype);
   DataParallelEngine engine(dims, options, ctx.pgs);
+  rec.fused_kernel_set = model.fused_kernel_names(options.compute_dtype);
+  if (engine.optimizer_uses_kernel()) rec.fused_kernel_set.push_back("adamw");
+  if (rank0 && options.fused_kernels && !engine.optimizer_uses_kernel() && fused::built() &&
+      ctx.device.is_cuda() &&
+      (options.exp_avg_dtype != at::kFloat || options.exp_avg_sq_dtype != at::kFloat)) {
+    std::cout << "perf-launch: optimizer.exp_avg_dtype=" << config.optimizer.exp_avg_dtype
+              << ", exp_avg_sq_dtype=" << config.optimizer.exp_avg_sq_dtype
+              << ": shardbench's AdamW kernel keeps fp32 moments, so the optimizer runs ATen's "
+                 "fused AdamW chunk by chunk instead"
+              << std::endl;
+  }
+  rec.fused_kernels = !rec.fused_kernel_set.empty();
   rec.label = engine.label();
   rec.wrapper = options.wrapper;
   rec.strategy = engine.strategy_name();
@@ -361,6 +457,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
                               (options.wrapper == "ddp" && options.use_distributed_optimizer);
   rec.num_parameters = engine.num_parameters();
   rec.sdpa_backend = sdpa_backend_name(dims, mbs, options.compute_dtype, ctx.device);
+  rec.deterministic = config.model.deterministic_mode;
 
   LrSchedule lr;
   lr.max_lr = config.optimizer.lr;
@@ -395,7 +492,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     maybe_inject_fault(ctx.rank, it + 1);
     StepInputs in{mock_global_batch(static_cast<uint64_t>(config.rng.seed), it, gbs,
                                     dims.seq_length, dims.vocab),
-                  mbs, lr.at(it)};
+                  mbs, lr.at(it), config.train.empty_unused_memory_level};
     nsys.before_step(it + 1);
     torch_profiler.before_step(it + 1);
     // Megatron's interval timer: barrier, start; step; barrier-aligned stop.
@@ -448,7 +545,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
       std::cout << "perf-launch: rank " << ctx.rank << " " << torch_profiler.summary()
                 << std::flush;
     }
-    if (print) {
+    // Megatron's training_log prints every logger.log_interval iterations.
+    if (print && (it + 1) % config.logger.log_interval == 0) {
       std::cout << format_iteration_line(iteration_log(rec, rec.steps.back(), 0)) << "\n";
       std::cout << format_step_time_line(step.elapsed_ms,
                                          rec.model_flops_per_step /
@@ -460,6 +558,13 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
                                      ctx.rank);
       if (rank0) std::cout << format_memory_line(snap, it + 1) << std::endl;
       rec.allocator.push_back(snap);
+    }
+    // Megatron's fatal checks end the run after this step, before a checkpoint could save it.
+    if (const std::string failure = step_failure(config, engine, ctx, it + 1, step.loss);
+        !failure.empty()) {
+      rec.failure_reasons.push_back(failure);
+      if (rank0) std::cerr << "perf-launch: " << failure << std::endl;
+      break;
     }
     // Outside the timed step, as Megatron's save_checkpoint_and_time.
     checkpoints.after_iteration(engine, *ctx.pgs.world, it + 1, iters, rank0);

@@ -18,6 +18,9 @@ namespace shardbench {
 // something the engine does not implement.
 EngineOptions engine_options_from(const ConfigContainer& config, const WorkerContext& ctx);
 LlamaDims llama_dims_from(const ConfigContainer& config);
+// The model's fused kernels: shardbench.fused_kernels, narrowed by model.apply_rope_fusion and
+// model.cross_entropy_loss_fusion.
+LlamaModel::FusedKernels fused_kernels_from(const ConfigContainer& config);
 
 RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& provenance,
                         const std::string& recipe, WorkerContext& ctx);

@@ -50,6 +50,11 @@ AllocatorSnapshot allocator_snapshot(const at::Device& device, const std::string
   return s;
 }
 
+void empty_allocator_cache(const at::Device& device) {
+  if (!device.is_cuda()) return;
+  c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
 void reset_allocator_peaks(const at::Device& device) {
   if (!device.is_cuda()) return;
   touch_allocator(device);

@@ -41,6 +41,25 @@ std::vector<std::string> own_command_line() {
   return words;
 }
 
+// "<label>: <first reason>" of the first run whose status is failed; empty when all are ok.
+std::string first_failure(const nlohmann::json& report) {
+  for (const nlohmann::json& run : report.at("runs")) {
+    if (run.value("status", "ok") == "ok") continue;
+    const nlohmann::json& reasons = run.value("failure_reasons", nlohmann::json::array());
+    return run.value("label", "run") + ": " +
+           (reasons.empty() ? std::string("failed") : reasons.front().get<std::string>());
+  }
+  return "";
+}
+
+// Collective: rank 0's verdict to every rank (also the barrier after the report is written).
+bool agree_on_failure(bool rank0_failed, WorkerContext& ctx) {
+  at::Tensor flag =
+      at::full({1}, rank0_failed ? 1.0 : 0.0, at::TensorOptions().dtype(at::kFloat)).to(ctx.device);
+  wait_work(ctx.pgs.world->broadcast(flag, 0), "run-status broadcast");
+  return flag.to(at::kCPU).item<float>() != 0;
+}
+
 }  // namespace
 
 int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
@@ -102,10 +121,14 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
       runs.back().memory_per_rank = gather_engine_memory(*ctx, runs.back().memory);
     }
     ctx->pgs.world->barrier();
+    // Rank 0's report decides the run's status; every rank exits with it, after the report is
+    // written (a rank leaving early would make the launcher stop rank 0 mid-write).
+    std::string failure;
     if (env.rank == 0) {
       ReportOptions report_options;
       report_options.ranks_per_gpu = ranks_per_gpu;
       const nlohmann::json report = build_report(info, runs, report_options);
+      failure = first_failure(report);
       const RunRecord& head = runs.front();
       const bool explicit_path = config.shardbench.report_path.has_value();
       // A default name is unique per run (milliseconds and this process's id) and never
@@ -129,7 +152,14 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
       }
       std::cout << "perf-launch: report written to " << path.string() << std::endl;
     }
+    const bool failed = agree_on_failure(!failure.empty(), *ctx);
     destroy_process_groups(*ctx, /*failed=*/false);
+    if (failed) {
+      if (env.rank == 0) std::cerr << "perf-launch: run failed: " << failure << std::endl;
+      heartbeat_error(env.rank == 0 ? "run failed: " + failure
+                                    : "run failed (rank 0's report names why)");
+      return 1;
+    }
     heartbeat("done");
     return 0;
   } catch (const std::exception& e) {

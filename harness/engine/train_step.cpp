@@ -4,6 +4,7 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include "harness/engine/device_runtime.hpp"
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step_phases.hpp"
 #include "harness/measure/nvtx.hpp"
@@ -68,12 +69,14 @@ StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine, cons
     PhaseScope phase(phases, Phase::kBackward);
     engine.finish_backward();
   }
+  if (in.empty_unused_memory_level >= 1) empty_allocator_cache(device);
   StepOutputs out;
   {
     nvtx::Range range(kOptimizerLabel);
     PhaseScope phase(phases, Phase::kOptimizer);
     out.grad_norm = engine.optimizer_step(in.lr);
   }
+  if (in.empty_unused_memory_level >= 2) empty_allocator_cache(device);
   out.loss = loss_sum / static_cast<double>(num_micro);
   return out;
 }

@@ -15,6 +15,9 @@ struct StepInputs {
   at::Tensor global_batch;  // [GBS, seq + 1] on the CPU (mock_global_batch)
   int64_t micro_batch = 1;
   double lr = 0;
+  // train.empty_unused_memory_level, as Megatron's train_step: >= 1 empties the CUDA caching
+  // allocator after forward and backward (grads reduced), >= 2 also after the optimizer step.
+  int64_t empty_unused_memory_level = 0;
 };
 
 struct StepOutputs {

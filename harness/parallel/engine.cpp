@@ -33,6 +33,7 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
     : dims_(dims), options_(std::move(options)), pgs_(std::move(groups)) {
   dp_ = pgs_.world->world();
   rank_ = pgs_.world->rank();
+  grad_checker_ = GradChecker(options_.check_for_nan_in_grad, options_.check_for_large_grads);
   if (options_.wrapper == "megatron_fsdp") {
     spec_ = &sharding_spec(options_.strategy);
   } else if (options_.wrapper == "torch_fsdp2") {
@@ -264,7 +265,8 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     const int64_t b = std::min(seg.offset + seg.numel, owned_hi);
     if (a < b) segs.push_back({a - owned_lo, b - a, seg.no_weight_decay});
   }
-  g.optimizer = std::make_unique<FlatAdamW>(g.main, std::move(segs), options_.fused_kernels);
+  g.optimizer = std::make_unique<FlatAdamW>(g.main, std::move(segs), options_.fused_kernels,
+                                            options_.exp_avg_dtype, options_.exp_avg_sq_dtype);
 }
 
 void DataParallelEngine::bind_leaves(EngineGroup& g) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "harness/measure/phase_timer.hpp"
 #include "harness/parallel/flat_adamw.hpp"
 #include "harness/parallel/flat_layout.hpp"
+#include "harness/parallel/grad_check.hpp"
 #include "harness/parallel/process_group.hpp"
 #include "harness/parallel/sharding.hpp"
 #include "harness/report/run_record.hpp"
@@ -66,6 +68,14 @@ struct EngineOptions {
   // shardbench.fused_kernels: the optimizer runs shardbench's flat AdamW kernel on CUDA.
   bool fused_kernels = false;
   AdamWHyper adam;
+  // ddp.check_for_nan_in_grad / ddp.check_for_large_grads: each bucket's local grads are checked
+  // before its collective (grad_check.hpp).
+  bool check_for_nan_in_grad = false;
+  bool check_for_large_grads = false;
+  // Megatron's precision-aware optimizer (optimizer.exp_avg_dtype / exp_avg_sq_dtype): the AdamW
+  // moments' storage dtype, fp32 or bf16 (flat_adamw.hpp).
+  at::ScalarType exp_avg_dtype = at::kFloat;
+  at::ScalarType exp_avg_sq_dtype = at::kFloat;
 };
 
 struct ProcessGroups {
@@ -90,6 +100,8 @@ class DataParallelEngine final : public ModuleHooks {
   std::string label() const;
   std::string strategy_name() const;
   int64_t num_parameters() const { return num_parameters_; }
+  // Whether the optimizer step runs shardbench's flat AdamW kernel (else ATen's fused AdamW).
+  bool optimizer_uses_kernel() const;
   int dp() const { return dp_; }
   int rank() const { return rank_; }
 
@@ -138,6 +150,11 @@ class DataParallelEngine final : public ModuleHooks {
 
   // Units whose gathered weights exist or are being gathered (tests, memory accounting).
   int live_gathered_units() const;
+
+  // The first NaN/Inf local grad norm this rank found before a collective in the current step
+  // (cleared when the step's first micro-batch begins); none when the checks are off.
+  const std::optional<GradFault>& grad_fault() const { return grad_checker_.fault(); }
+  int64_t large_grads_found() const { return grad_checker_.large_grads_found(); }
   int64_t ag_prefetch_elems() const { return ag_prefetch_elems_; }
   int64_t rs_queue_capacity_elems() const { return rs_queue_capacity_elems_; }
 
@@ -201,6 +218,7 @@ class DataParallelEngine final : public ModuleHooks {
   int64_t live_temp_bytes_ = 0;
   int64_t peak_temp_bytes_ = 0;
   PhaseTimer* comm_timer_ = nullptr;
+  GradChecker grad_checker_{false, false};
 };
 
 }  // namespace shardbench

@@ -29,6 +29,10 @@ std::vector<DataParallelEngine::StateBuffer> DataParallelEngine::checkpoint_stat
   return out;
 }
 
+bool DataParallelEngine::optimizer_uses_kernel() const {
+  return !groups_.empty() && groups_.front()->optimizer->uses_kernel();
+}
+
 int64_t DataParallelEngine::optimizer_steps() const {
   return groups_.empty() ? 0 : groups_.front()->optimizer->steps_taken();
 }

@@ -99,7 +99,8 @@ void DataParallelEngine::allocate_and_init_per_param(EngineGroup& g) {
       g.segments.push_back({slot.shard_offset, slot.shard_numel, nowd});
     }
   }
-  g.optimizer = std::make_unique<FlatAdamW>(g.main, g.segments, options_.fused_kernels);
+  g.optimizer = std::make_unique<FlatAdamW>(g.main, g.segments, options_.fused_kernels,
+                                            options_.exp_avg_dtype, options_.exp_avg_sq_dtype);
 }
 
 void DataParallelEngine::launch_per_param_gather(EngineGroup& g) {

@@ -208,6 +208,7 @@ void DataParallelEngine::pre_backward(int module) {
 void DataParallelEngine::begin_microbatch(int index, int count) {
   microbatch_ = index;
   microbatch_count_ = count;
+  if (index == 0) grad_checker_.clear_fault();
   // Reductions of the previous micro-batch still own their temporary full-grad buffers.
   if (index > 0) drain_reductions(0);
   for (auto& g : groups_) {
@@ -260,6 +261,8 @@ void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
   g.reduce_launched = true;
   if (g.layout.per_param_dim0) reduce_scatter_copy_in(g);
   at::Tensor src = g.spec.grads_sharded ? g.grad_full : g.grad;
+  // Megatron checks the bucket's local grads before the collective (and before the 1/DP scale).
+  grad_checker_.check(src, g.index, optimizer_steps() + 1, rank_);
   {
     nvtx::Range range(grad_reduce_labels(g).launch(g), tensor_bytes(src));
     // Megatron: average_in_collective uses ReduceOp.AVG, otherwise grads are pre-scaled by 1/DP

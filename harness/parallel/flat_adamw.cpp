@@ -1,8 +1,10 @@
 #include "harness/parallel/flat_adamw.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #ifdef SHARDBENCH_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
@@ -12,12 +14,21 @@
 
 namespace shardbench {
 
-FlatAdamW::FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments, bool use_kernel)
+FlatAdamW::FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments, bool use_kernel,
+                     at::ScalarType exp_avg_dtype, at::ScalarType exp_avg_sq_dtype)
     : main_(std::move(main)), segments_(std::move(segments)) {
-  exp_avg_ = at::zeros_like(main_);
-  exp_avg_sq_ = at::zeros_like(main_);
+  for (const at::ScalarType t : {exp_avg_dtype, exp_avg_sq_dtype}) {
+    if (t != at::kFloat && t != at::kBFloat16) {
+      throw std::invalid_argument(std::string("FlatAdamW: moment dtype ") + c10::toString(t) +
+                                  "; accepted: Float, BFloat16");
+    }
+  }
+  exp_avg_ = at::zeros_like(main_, main_.options().dtype(exp_avg_dtype));
+  exp_avg_sq_ = at::zeros_like(main_, main_.options().dtype(exp_avg_sq_dtype));
+  const bool fp32_moments = exp_avg_dtype == at::kFloat && exp_avg_sq_dtype == at::kFloat;
 #ifdef SHARDBENCH_CUDA_KERNELS
-  if (use_kernel && main_.is_cuda() && main_.scalar_type() == at::kFloat && main_.is_contiguous()) {
+  if (use_kernel && fp32_moments && main_.is_cuda() && main_.scalar_type() == at::kFloat &&
+      main_.is_contiguous()) {
     // Tiles of at most kAdamTileElems that never cross a segment; built once, kept on the device.
     std::vector<kernels::AdamTile> tiles;
     for (const auto& seg : segments_) {
@@ -34,6 +45,7 @@ FlatAdamW::FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments, bool us
   }
 #else
   (void)use_kernel;
+  (void)fp32_moments;
 #endif
   for (int cls = 0; cls < 2; ++cls) {
     for (const auto& seg : segments_) {
@@ -81,6 +93,10 @@ bool FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
 #endif
   (void)model_out;
   const at::Tensor grad32 = grad.scalar_type() == at::kFloat ? grad : grad.to(at::kFloat);
+  if (exp_avg_.scalar_type() != at::kFloat || exp_avg_sq_.scalar_type() != at::kFloat) {
+    step_low_precision_moments(grad32, hyper, grad_scale);
+    return false;
+  }
   for (int cls = 0; cls < 2; ++cls) {
     std::vector<at::Tensor> params, grads, avgs, avg_sqs;
     for (const auto& seg : segments_) {
@@ -102,6 +118,31 @@ bool FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
                       grad_scale, /*found_inf=*/std::nullopt);
   }
   return false;
+}
+
+// The same fused AdamW, on fp32 copies of each chunk of the moments, written back rounded to
+// their dtype: the update is computed in fp32 and only the stored moments lose precision, as
+// Transformer Engine's FusedAdam does with bf16 exp_avg / exp_avg_sq.
+void FlatAdamW::step_low_precision_moments(const at::Tensor& grad32, const AdamWHyper& hyper,
+                                           const std::optional<at::Tensor>& grad_scale) {
+  const at::Tensor step = at::full({}, static_cast<double>(step_), main_.options());
+  for (const auto& seg : segments_) {
+    const double wd = seg.no_weight_decay ? 0.0 : hyper.weight_decay;
+    for (int64_t off = 0; off < seg.numel; off += kLowPrecisionChunkElems) {
+      const int64_t start = seg.offset + off;
+      const int64_t len = std::min(kLowPrecisionChunkElems, seg.numel - off);
+      at::Tensor avg = exp_avg_.narrow(0, start, len);
+      at::Tensor avg_sq = exp_avg_sq_.narrow(0, start, len);
+      at::Tensor avg32 = avg.to(at::kFloat);
+      at::Tensor avg_sq32 = avg_sq.to(at::kFloat);
+      at::_fused_adamw_({main_.narrow(0, start, len)}, {grad32.narrow(0, start, len)}, {avg32},
+                        {avg_sq32}, {}, {step}, hyper.lr, hyper.beta1, hyper.beta2, wd, hyper.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, grad_scale,
+                        /*found_inf=*/std::nullopt);
+      avg.copy_(avg32);
+      avg_sq.copy_(avg_sq32);
+    }
+  }
 }
 
 void FlatAdamW::set_steps_taken(int64_t steps) {

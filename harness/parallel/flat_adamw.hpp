@@ -29,9 +29,13 @@ struct AdamSegment {
 
 class FlatAdamW {
  public:
-  // `main`: fp32 flat main weights; moments are allocated like it.
-  // `use_kernel`: take shardbench's CUDA kernel when main is on CUDA and it is built.
-  FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments, bool use_kernel = false);
+  // `main`: fp32 flat main weights; moments are allocated like it, in `exp_avg_dtype` and
+  // `exp_avg_sq_dtype` (fp32, or bf16 as Megatron's precision-aware optimizer stores them).
+  // `use_kernel`: take shardbench's CUDA kernel when main is on CUDA, it is built and the
+  // moments are fp32 (the kernel keeps fp32 moments; bf16 moments take the ATen path).
+  FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments, bool use_kernel = false,
+            at::ScalarType exp_avg_dtype = at::kFloat,
+            at::ScalarType exp_avg_sq_dtype = at::kFloat);
 
   // One step with `grad` (same shape as main; fp32 or bf16) at learning rate `lr`. Grads are
   // divided by `grad_scale` (a one-element fp32 tensor) when given. `model_out` (bf16, same
@@ -57,6 +61,11 @@ class FlatAdamW {
   at::Tensor tiles_;                          // kernels::AdamTile table on the device (kernel path)
   int64_t num_tiles_ = 0;
   int64_t step_ = 0;
+  // Moments below fp32: each step upcasts a chunk of this many elements at a time, so the
+  // temporary fp32 copies stay small.
+  static constexpr int64_t kLowPrecisionChunkElems = int64_t{1} << 22;
+  void step_low_precision_moments(const at::Tensor& grad32, const AdamWHyper& hyper,
+                                  const std::optional<at::Tensor>& grad_scale);
 };
 
 // The textbook AdamW update on one tensor (decoupled weight decay, bias correction), used by the

@@ -51,10 +51,12 @@ json identity_json(const RunRecord& run) {
           {"backend", run.backend},
           {"sdpa_backend", run.sdpa_backend},
           {"fused_kernels", run.fused_kernels},
+          {"fused_kernel_set", run.fused_kernel_set},
           {"fp8", run.fp8.empty() ? json(nullptr) : json(run.fp8)},
           {"fp8_transpose_cache",
            run.fp8_transpose_cache.empty() ? json(nullptr) : json(run.fp8_transpose_cache)},
-          {"fp8_param_gather", false}};
+          {"fp8_param_gather", false},
+          {"deterministic", run.deterministic}};
 }
 
 // Per-step object; appends to `failures` when the loss or grad norm is not finite.

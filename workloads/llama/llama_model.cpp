@@ -231,7 +231,18 @@ void LlamaModel::set_offload_prefetch_layers(int64_t k) {
 }
 
 bool LlamaModel::uses_fused_kernels(at::ScalarType dtype) const {
-  return fused_ && fused::supports(at::empty({0}, at::TensorOptions().dtype(dtype).device(device_)));
+  return !fused_kernel_names(dtype).empty();
+}
+
+std::vector<std::string> LlamaModel::fused_kernel_names(at::ScalarType dtype) const {
+  std::vector<std::string> names;
+  if (!fused::supports(at::empty({0}, at::TensorOptions().dtype(dtype).device(device_)))) {
+    return names;
+  }
+  if (fused_.rope_qkv) names.push_back("rope_qkv");
+  if (fused_.swiglu) names.push_back("swiglu");
+  if (fused_.cross_entropy) names.push_back("cross_entropy");
+  return names;
 }
 
 void LlamaModel::set_fp8(bool on, bool keep_transpose_cache, bool cast_once_per_step) {
@@ -254,12 +265,12 @@ at::Tensor LlamaModel::linear(const at::Tensor& x, const at::Tensor& w) const {
 at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x) const {
   const auto& d = dims_;
   const int64_t b = x.size(0), s = x.size(1);
-  const bool fused = fused_ && fused::supports(x);
+  const bool fusable = fused::supports(x);
   // Attention block.
   auto h = at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps);
   auto qkv = linear(h, w.qkv);
   at::Tensor q, k, v;
-  if (fused) {
+  if (fusable && fused_.rope_qkv) {
     auto qkv_split = fused::rope_qkv(qkv, rope_cos_, rope_sin_, d.heads, d.kv_heads, d.head_dim);
     q = qkv_split[0].transpose(1, 2);
     k = qkv_split[1].transpose(1, 2);
@@ -279,8 +290,9 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x)
   // SwiGLU MLP: fc1 holds [gate; up] as Megatron's fused linear_fc1.
   auto h2 = at::rms_norm(x1, {d.hidden}, w.post_norm, d.norm_eps);
   auto gate_up = linear(h2, w.fc1);
-  auto act = fused ? fused::swiglu(gate_up, d.ffn)
-                   : at::silu(gate_up.narrow(-1, 0, d.ffn)) * gate_up.narrow(-1, d.ffn, d.ffn);
+  auto act = fusable && fused_.swiglu
+                 ? fused::swiglu(gate_up, d.ffn)
+                 : at::silu(gate_up.narrow(-1, 0, d.ffn)) * gate_up.narrow(-1, d.ffn, d.ffn);
   return x1 + linear(act, w.fc2);
 }
 
@@ -339,10 +351,10 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
   auto logits = at::linear(h, w.output);
   // Cross-entropy with fp32 math, as Megatron's vocab-parallel loss. The fused kernel reads the
   // logits in their own dtype and writes their gradient over them (nothing else reads them).
-  auto loss = fused_ && fused::supports(logits)
-                  ? fused::cross_entropy(logits.view({-1, d.vocab}), labels.reshape({-1}), true)
-                  : at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat),
-                                           labels.reshape({-1}));
+  auto loss =
+      fused_.cross_entropy && fused::supports(logits)
+          ? fused::cross_entropy(logits.view({-1, d.vocab}), labels.reshape({-1}), true)
+          : at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat), labels.reshape({-1}));
   if (hooks) loss = hooks->post_forward(head, loss);
   return loss;
 }

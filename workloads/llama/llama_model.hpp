@@ -89,10 +89,20 @@ class LlamaModel {
   const LlamaDims& dims() const { return dims_; }
 
   // Fused CUDA kernels for RoPE + qkv split, SwiGLU and cross-entropy (workloads/llama/
-  // fused_ops.hpp) where the tensors allow them; ATen ops otherwise. Off by default.
-  void set_fused_kernels(bool on) { fused_ = on; }
-  // Whether a forward on `dtype` tensors of this model's device takes the fused path.
+  // fused_ops.hpp) where the tensors allow them; ATen ops otherwise. Off by default. Each one
+  // has its own switch (model.apply_rope_fusion, model.cross_entropy_loss_fusion; SwiGLU only
+  // shardbench.fused_kernels); set_fused_kernels(bool) sets all three.
+  struct FusedKernels {
+    bool rope_qkv = false;
+    bool swiglu = false;
+    bool cross_entropy = false;
+  };
+  void set_fused_kernels(bool on) { fused_ = {on, on, on}; }
+  void set_fused_kernels(FusedKernels k) { fused_ = k; }
+  // Whether a forward on `dtype` tensors of this model's device takes any fused path.
   bool uses_fused_kernels(at::ScalarType dtype) const;
+  // The fused kernels such a forward runs, by name: "rope_qkv", "swiglu", "cross_entropy".
+  std::vector<std::string> fused_kernel_names(at::ScalarType dtype) const;
 
   // FP8 compute of the layers' four linears (qkv, proj, fc1, fc2) with per-tensor current
   // scaling (-c fp8_cs; workloads/llama/fp8_linear.hpp), on bf16 activations. The embedding, the
@@ -144,7 +154,7 @@ class LlamaModel {
   at::Device device_;
   at::Tensor rope_cos_;  // [S, D] fp32
   at::Tensor rope_sin_;
-  bool fused_ = false;
+  FusedKernels fused_;
   bool fp8_ = false;
   bool fp8_keep_transpose_ = false;
   std::shared_ptr<fp8::WeightCache> fp8_cache_;  // mutable through the pointer: per-step state

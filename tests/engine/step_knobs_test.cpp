@@ -1,0 +1,108 @@
+// Megatron's cheap knobs as the engine reads them: logger.log_interval, the per-kernel fusion
+// switches, train.empty_unused_memory_level's domain, and what the report records of them.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/engine/bench_run.hpp"
+#include "harness/engine/worker_context.hpp"
+
+namespace shardbench {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string run(const std::string& args, int* code) {
+  const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) + " " + args + " 2>&1";
+  std::string out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return out;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), pipe)) out += buf.data();
+  const int status = pclose(pipe);
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return out;
+}
+
+TEST(StepKnobs, LogIntervalPrintsEveryNthIterationAndTheReportRecordsTheKnobs) {
+  const fs::path dir = fs::temp_directory_path() / ("shardbench_knobs_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path report = dir / "log_interval.json";
+  fs::remove(report);
+  int code = -1;
+  const std::string out =
+      run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 4 "
+          "logger.log_interval=2 train.empty_unused_memory_level=2 "
+          "shardbench.report_path=" +
+              report.string(),
+          &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(out.find(" iteration        1/       4 |"), std::string::npos) << out;
+  EXPECT_NE(out.find(" iteration        2/       4 |"), std::string::npos) << out;
+  EXPECT_EQ(out.find(" iteration        3/       4 |"), std::string::npos) << out;
+  EXPECT_NE(out.find(" iteration        4/       4 |"), std::string::npos) << out;
+  std::ifstream in(report);
+  const auto j = nlohmann::json::parse(in);
+  const auto& run0 = j["runs"][0];
+  EXPECT_EQ(run0["steps"].size(), 4u);  // every step is measured, only the console skips
+  EXPECT_EQ(run0["config"]["logger"]["log_interval"], 2);
+  EXPECT_EQ(run0["config"]["train"]["empty_unused_memory_level"], 2);
+  // The CPU runs none of shardbench's CUDA kernels, whatever the switches say.
+  EXPECT_EQ(run0["identity"]["fused_kernel_set"], nlohmann::json::array());
+  EXPECT_EQ(run0["identity"]["fused_kernels"], false);
+  EXPECT_EQ(run0["identity"]["deterministic"], false);
+}
+
+std::string options_error(const ConfigContainer& c) {
+  try {
+    engine_options_from(c, WorkerContext{});
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(StepKnobs, OutOfDomainValuesAreRefusedNamingTheField) {
+  ConfigContainer c;
+  c.logger.log_interval = 0;
+  EXPECT_EQ(options_error(c), "logger.log_interval=0 is invalid; accepted: 1 or more");
+  c.logger.log_interval = 1;
+  c.train.empty_unused_memory_level = 3;
+  EXPECT_EQ(options_error(c),
+            "train.empty_unused_memory_level=3 is invalid; accepted: 0 (never), 1 (after "
+            "forward/backward), 2 (also after the optimizer step)");
+  c.train.empty_unused_memory_level = 2;
+  EXPECT_EQ(options_error(c), "");
+}
+
+TEST(StepKnobs, FusionFieldsPickKernelsWithinTheMasterSwitch) {
+  ConfigContainer c;
+  c.shardbench.fused_kernels = true;
+  c.model.apply_rope_fusion = true;
+  c.model.cross_entropy_loss_fusion = false;
+  auto k = fused_kernels_from(c);
+  EXPECT_TRUE(k.rope_qkv);
+  EXPECT_TRUE(k.swiglu);
+  EXPECT_FALSE(k.cross_entropy);
+  c.model.apply_rope_fusion = false;
+  c.model.cross_entropy_loss_fusion = true;
+  k = fused_kernels_from(c);
+  EXPECT_FALSE(k.rope_qkv);
+  EXPECT_TRUE(k.cross_entropy);
+  c.shardbench.fused_kernels = false;
+  k = fused_kernels_from(c);
+  EXPECT_FALSE(k.rope_qkv || k.swiglu || k.cross_entropy);
+}
+
+}  // namespace
+}  // namespace shardbench
