@@ -16,6 +16,7 @@ using nlohmann::json;
 std::string number_text(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
   std::ostringstream out;
   out.precision(17);
   out << v;
@@ -47,14 +48,17 @@ bool is_number_type(FieldType type) {
 std::string range_text(const FieldInfo& field) {
   const FieldDomain& d = field.domain;
   const bool integer = field.type != FieldType::kDouble;
+  const auto bound = [&](double v) {
+    return integer ? std::to_string(static_cast<int64_t>(v)) : number_text(v);
+  };
   const std::string kind = integer ? "an integer" : "a finite number";
   if (d.min && d.max && !d.min_exclusive && !d.max_exclusive && integer) {
-    return kind + " from " + number_text(*d.min) + " to " + number_text(*d.max);
+    return kind + " from " + bound(*d.min) + " to " + bound(*d.max);
   }
   std::string text = kind;
-  if (d.min) text += std::string(d.min_exclusive ? " > " : " >= ") + number_text(*d.min);
+  if (d.min) text += std::string(d.min_exclusive ? " > " : " >= ") + bound(*d.min);
   if (d.min && d.max) text += " and";
-  if (d.max) text += std::string(d.max_exclusive ? " < " : " <= ") + number_text(*d.max);
+  if (d.max) text += std::string(d.max_exclusive ? " < " : " <= ") + bound(*d.max);
   return text;
 }
 
@@ -154,6 +158,15 @@ void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckCo
     }
   }
   const auto& s = c.shardbench;
+  // Megatron's backend field is not read; the run's backend is shardbench.backend. A value that
+  // disagrees with the backend the run will use would label the report wrongly.
+  const std::string run_backend =
+      s.backend != "auto" ? s.backend : (s.device == "cpu" ? "gloo" : "");
+  if (!run_backend.empty() && c.dist.distributed_backend != run_backend) {
+    refuse("dist.distributed_backend", c.dist.distributed_backend, p,
+           "this run communicates over " + run_backend + " (shardbench.backend, --backend)",
+           run_backend);
+  }
   const bool needs_gpu = s.device == "cuda" || (s.backend == "nccl" && s.device != "cpu");
   if (needs_gpu && ctx.probe_gpus) {
     const int count = ctx.cuda_device_count ? ctx.cuda_device_count() : visible_cuda_devices();

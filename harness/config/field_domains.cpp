@@ -202,7 +202,9 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"checkpoint.load", honoured()},
       {"checkpoint.pretrained_checkpoint", not_impl("pretrained weights are not loaded")},
       {"checkpoint.ckpt_format",
-       honoured("torch and zarr are not implemented").only_values({"torch_dist", "fsdp_dtensor"})},
+       honoured("torch and zarr are not implemented (torch_dist for DDP, fsdp_dtensor for "
+                "Megatron FSDP)")
+           .only_values({"torch_dist", "fsdp_dtensor"})},
       {"checkpoint.save_interval", positive_int().at_most(kMaxIters)},
       {"checkpoint.most_recent_k", honoured().at_least(-1).at_most(kMaxIters)},
       {"checkpoint.async_save", not_impl("checkpoints are saved synchronously")},

@@ -222,15 +222,15 @@ ResolvedConfig resolve(const LaunchArgs& args, const ValidationContext& context)
   r.apply_set("finalize");
   r.apply_set("post_overrides");
 
-  // The field table's checks (field_checks.hpp): what the engine does not implement is named
-  // before any arithmetic on it, ranges before weak scaling multiplies the batch, and again after
-  // validation, whose forced values must pass too.
+  // The field table's checks (field_checks.hpp): ranges, relations and what the engine does not
+  // implement before weak scaling does arithmetic on them, ranges again after weak scaling
+  // multiplied the batch, and the statuses again after validation, whose forced values count.
   FieldCheckContext checks;
   checks.num_gpus = args.num_gpus;
   checks.probe_gpus = args.executor != "slurm";
   checks.cuda_device_count = context.cuda_device_count;
-  check_field_support(r.out.config, r.out.provenance);
   check_field_domains(r.out.config, r.out.provenance, checks);
+  check_field_support(r.out.config, r.out.provenance);
   r.weak_scaling(base_gbs, entries_after_recipe);
   check_field_domains(r.out.config, r.out.provenance, checks);
 
