@@ -143,7 +143,6 @@ void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckCo
   if (c.mixed_precision.fp8 && c.shardbench.compute_dtype != "bf16") {
     // Same words as the engine's refusal (bench_run.cpp), now before any worker starts.
     throw UsageError("shardbench.compute_dtype=" + c.shardbench.compute_dtype +
-                     source_part(p, "shardbench.compute_dtype") +
                      " cannot run FP8 compute; accepted: bf16 with mixed_precision.fp8 (FP8 GEMMs "
                      "take bf16 activations)");
   }

@@ -63,6 +63,10 @@ TEST(FieldSupport, DefaultCommandsResolve) {
   EXPECT_EQ(error_of({"--use_megatron_fsdp", "true"}), "(accepted)");
   EXPECT_EQ(error_of({"dist.use_torch_fsdp2=true", "--compare_wrappers", "megatron_fsdp"}),
             "(accepted)");
+  // The FP8 end-to-end command (tests/engine/perf_launch_e2e_test.cpp).
+  EXPECT_EQ(error_of({"-c", "fp8_cs", "--use_megatron_fsdp", "true", "-gb", "8", "-ms", "2",
+                      "shardbench.compute_dtype=bf16", "ddp.fp8_param_gather=true"}),
+            "(accepted)");
   ValidationContext ctx = no_gpu();
   ctx.cuda_device_count = [] { return 8; };
   for (const char* recipe : {"llama3_8b", "llama3_70b", "llama3_bench_1p5b"}) {

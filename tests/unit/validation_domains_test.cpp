@@ -165,6 +165,12 @@ TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
        "optimizer.lr_decay_style=WSD (from override optimizer.lr_decay_style=WSD): not "
        "implemented: inverse-square-root and WSD are not implemented; accepted: constant, "
        "linear, cosine"},
+      {{"-c", "fp8_cs"},
+       "shardbench.compute_dtype=fp32 cannot run FP8 compute; accepted: bf16 with "
+       "mixed_precision.fp8 (FP8 GEMMs take bf16 activations)"},
+      {{"dist.use_torch_fsdp2=true", "ddp.fsdp_double_buffer=true"},
+       "ddp.fsdp_double_buffer=true (from override ddp.fsdp_double_buffer=true): a Megatron FSDP "
+       "knob; accepted: false with dist.use_torch_fsdp2=true"},
       // One number syntax: hex refused by flags and overrides alike, 64-bit overflow refused.
       {{"ddp.bucket_size=0x10"},
        "override 'ddp.bucket_size=0x10': config key 'ddp.bucket_size': cannot use '0x10', "
