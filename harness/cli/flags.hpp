@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness/cli/launch_args.hpp"
+#include "harness/config/field_domain.hpp"
 
 namespace shardbench {
 
@@ -29,9 +30,12 @@ struct FlagSpec {
   // Converts and stores one occurrence. `flag` is the spelling to name in errors
   // ("-ng/--num_gpus").
   std::function<void(LaunchArgs& args, const std::string& flag, const std::string& value)> store;
-  // A Megatron-Bridge flag shardbench does not implement: accepted by the parser only so that
-  // `store` can reject it with a reason; --help marks it.
-  bool not_supported = false;
+  // What shardbench does with the flag (field_domain.hpp): honoured, informational, or
+  // not_implemented (then `store` or check_supported refuses every value but `accepted`). A flag
+  // without a status makes flag_specs() throw, so none can be added without one.
+  Support support = Support::kUnset;
+  // not_implemented flags: the one value still accepted (argparse's default), "" for none.
+  std::string accepted;
 
   // "-ng/--num_gpus" or "--lr".
   std::string display_name() const {
@@ -39,6 +43,7 @@ struct FlagSpec {
   }
 };
 
+// The table; throws std::logic_error when a flag has no support status.
 const std::vector<FlagSpec>& flag_specs();
 // The flag with this short or long spelling, or nullptr.
 const FlagSpec* find_flag(const std::string& spelling);

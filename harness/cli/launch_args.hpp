@@ -120,6 +120,8 @@ struct LaunchArgs {
   std::vector<std::string> overrides;
   // Every flag given: long name -> (spelling used, raw value; "" for switches). For provenance.
   std::map<std::string, std::pair<std::string, std::string>> given;
+
+  bool operator==(const LaunchArgs&) const = default;
 };
 
 }  // namespace shardbench

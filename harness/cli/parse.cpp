@@ -129,7 +129,15 @@ struct Cli11App {
     values.resize(specs.size());
     for (size_t i = 0; i < specs.size(); ++i) {
       const FlagSpec& spec = specs[i];
-      std::string description = (spec.not_supported ? "[not supported yet] " : "") + spec.help;
+      std::string description = spec.help;
+      if (spec.support == Support::kNotImplemented) {
+        description =
+            (spec.accepted.empty() ? "[not supported yet] "
+                                   : "[not supported yet; accepted: " + spec.accepted + "] ") +
+            description;
+      } else if (spec.support == Support::kInformational) {
+        description = "[recorded only] " + description;
+      }
       if (!spec.default_text.empty()) description += " (default: " + spec.default_text + ")";
       CLI::Option* opt = nullptr;
       if (spec.kind == FlagKind::kSwitch) {

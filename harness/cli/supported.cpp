@@ -88,6 +88,14 @@ void check_supported(const LaunchArgs& a) {
   if (a.cuda_graph_scope && !a.cuda_graph_scope->empty()) {
     unsupported(a, "--cuda_graph_scope", "CUDA graph capture is not implemented");
   }
+  // The Slurm executor explains these itself (slurm/job_spec.cpp); the local one has no container.
+  if (a.executor == "local") {
+    for (const char* flag : {"--container_image", "--custom_mounts"}) {
+      if (a.given.count(flag)) {
+        unsupported(a, flag, "perf-launch runs its own binary, not a container; drop the flag");
+      }
+    }
+  }
   if (a.optimizer_type && *a.optimizer_type == "muon") {
     unsupported(a, "--optimizer_type",
                 "the llama recipes use adam (Muon exists only for some Megatron-Bridge recipes, "

@@ -1,7 +1,9 @@
 #include "harness/config/field_registry.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <stdexcept>
 #include <type_traits>
 
 #include "harness/config/errors.hpp"
@@ -80,6 +82,29 @@ void add_field(std::vector<FieldInfo>& out, const char* section_name,
   out.push_back(std::move(info));
 }
 
+// Every field takes its status and domain from field_domains.cpp; a field without one (or an
+// entry without a field) is a programming error that fails every use of the registry.
+void attach_domains(std::vector<FieldInfo>& fields) {
+  const auto& table = field_domain_table();
+  for (FieldInfo& field : fields) {
+    const auto it = std::find_if(table.begin(), table.end(),
+                                 [&](const auto& entry) { return entry.first == field.name; });
+    if (it == table.end() || it->second.support == Support::kUnset) {
+      throw std::logic_error("config field '" + field.name +
+                             "' has no support status: add it to harness/config/field_domains.cpp");
+    }
+    field.domain = it->second;
+  }
+  for (const auto& [name, domain] : table) {
+    const bool known = std::any_of(fields.begin(), fields.end(),
+                                   [&](const FieldInfo& f) { return f.name == name; });
+    if (!known) {
+      throw std::logic_error("harness/config/field_domains.cpp names '" + name +
+                             "', which is not a config field");
+    }
+  }
+}
+
 std::vector<FieldInfo> build_registry() {
   std::vector<FieldInfo> out;
 #define SB_REGISTER_X(type, name, default_value, doc) \
@@ -106,6 +131,7 @@ std::vector<FieldInfo> build_registry() {
   env.set = [](ConfigContainer& c, const json& v) { c.env = v.get<StringMap>(); };
   env.default_value = json::object();
   out.push_back(std::move(env));
+  attach_domains(out);
   return out;
 }
 
@@ -120,6 +146,12 @@ void check_env_name(std::string_view key) {
                      "': environment variable names are letters, digits and '_', not starting "
                      "with a digit");
   }
+}
+
+// JSON integers above INT64_MAX arrive as unsigned and would wrap in get<int64_t>().
+bool fits_int64(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= uint64_t{INT64_MAX};
+  return v.is_number_integer();
 }
 
 bool is_integral_number(const json& v) {
@@ -140,10 +172,11 @@ json check_value(const FieldInfo& field, std::string_view key, const json& value
     case FieldType::kBool:
       return value.is_boolean() ? value : reject();
     case FieldType::kInt:
-      if (value.is_number_integer()) return json(value.get<int64_t>());
+      if (fits_int64(value)) return json(value.get<int64_t>());
       return is_integral_number(value) ? json(static_cast<int64_t>(value.get<double>())) : reject();
     case FieldType::kDouble:
-      return value.is_number() ? json(value.get<double>()) : reject();
+      return value.is_number() && std::isfinite(value.get<double>()) ? json(value.get<double>())
+                                                                     : reject();
     case FieldType::kString:
       return value.is_string() ? value : reject();
     case FieldType::kEnum:
@@ -156,7 +189,7 @@ json check_value(const FieldInfo& field, std::string_view key, const json& value
       if (!value.is_array()) return reject();
       json out = json::array();
       for (const json& item : value) {
-        if (!item.is_number_integer()) return reject();
+        if (!fits_int64(item)) return reject();
         out.push_back(item);
       }
       return out;
@@ -204,10 +237,10 @@ std::string FieldInfo::accepted() const {
       text = std::string("a bool (") + kBoolSpellings + ")";
       break;
     case FieldType::kInt:
-      text = "an integer";
+      text = kIntegerSyntax;
       break;
     case FieldType::kDouble:
-      text = "a number";
+      text = kNumberSyntax;
       break;
     case FieldType::kString:
       text = "a string";
@@ -296,11 +329,7 @@ json parse_field_value(std::string_view key, std::string_view raw_text) {
       if (const auto b = parse_bool_arg(text)) return *b;
       return reject();
     case FieldType::kInt:
-      if (const auto i = parse_int64(text)) return *i;
-      // Accept integral scientific notation (suggested_communication_unit_size = 8e8).
-      if (const auto d = parse_double(text); d && is_integral_number(json(*d))) {
-        return static_cast<int64_t>(*d);
-      }
+      if (const auto i = parse_int64(text)) return *i;  // also integral 8e8
       return reject();
     case FieldType::kDouble:
       if (const auto d = parse_double(text)) return *d;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/config/config.hpp"
+#include "harness/config/field_domain.hpp"
 
 namespace shardbench {
 
@@ -28,13 +29,16 @@ struct FieldInfo {
   nlohmann::json default_value;  // value in a default-constructed ConfigContainer
   std::function<nlohmann::json(const ConfigContainer&)> get;
   std::function<void(ConfigContainer&, const nlohmann::json&)> set;  // value already checked
+  // Support status, range and implemented values, from field_domains.cpp.
+  FieldDomain domain;
 
   // What the field accepts, for messages and --help: "int", "int or null", "fp32|bf16", ...
   std::string accepted() const;
 };
 
-// Every field, in declaration order. "env" is the string map of environment variables; its
-// entries are addressed as "env.NAME".
+// Every field, in declaration order. Throws std::logic_error when a field has no entry in
+// field_domains.cpp (or an entry names no field): every field must declare its support status.
+// "env" is the string map of environment variables; its entries are addressed as "env.NAME".
 const std::vector<FieldInfo>& field_registry();
 
 // The field a dotted key names, or nullptr. "env.NAME" resolves to the "env" field.

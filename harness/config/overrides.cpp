@@ -236,16 +236,32 @@ OverrideSet load_override_set(const std::string& name_or_path) {
   const bool is_path =
       name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".set");
   const std::string path = is_path ? name_or_path : overrides_dir() + "/" + name_or_path + ".set";
-  std::ifstream in(path);
-  if (!in) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
     if (is_path) throw UsageError("override set file '" + path + "' cannot be read");
     throw UsageError("unknown override set '" + name_or_path + "'" +
                      did_you_mean(name_or_path, builtin_override_sets()) + "; built-in sets (in " +
                      overrides_dir() + "): " + join(builtin_override_sets(), ", "));
   }
-  std::ostringstream content;
-  content << in.rdbuf();
-  return parse_override_set(name_or_path, path, content.str());
+  // A device (/dev/zero), FIFO or folder would be read without end or not at all.
+  if (!std::filesystem::is_regular_file(status)) {
+    throw UsageError("override set file '" + path +
+                     "' is not a regular file; accepted: a text file of at most " +
+                     std::to_string(kMaxOverrideSetBytes) + " bytes");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("override set file '" + path + "' cannot be read");
+  // Read at most one byte past the cap, whatever the size said when it was checked.
+  std::string content(kMaxOverrideSetBytes + 1, '\0');
+  in.read(content.data(), static_cast<std::streamsize>(content.size()));
+  content.resize(static_cast<size_t>(in.gcount()));
+  if (content.size() > kMaxOverrideSetBytes) {
+    throw UsageError("override set file '" + path + "' is larger than " +
+                     std::to_string(kMaxOverrideSetBytes) +
+                     " bytes; accepted: a text file of at most that size");
+  }
+  return parse_override_set(name_or_path, path, content);
 }
 
 std::vector<std::string> apply_override_set(const OverrideSet& set, ConfigEditor& editor,

@@ -52,7 +52,11 @@ std::vector<std::string> builtin_override_sets();
 // Parses a set; every error is "<path>:<line>: '<text>': <problem>; <what is accepted>".
 OverrideSet parse_override_set(const std::string& name, const std::string& path,
                                std::string_view content);
-// A built-in set by name ("megatron_fsdp"), or a file path (anything with '/' or ".set").
+// Override-set files are small text files; a larger one (or a device, FIFO, folder) is refused.
+inline constexpr size_t kMaxOverrideSetBytes = size_t{1} << 20;
+
+// A built-in set by name ("megatron_fsdp"), or a file path (anything with '/' or ".set"). The
+// file must be a regular file of at most kMaxOverrideSetBytes.
 OverrideSet load_override_set(const std::string& name_or_path);
 
 // Applies the set's lines in order through `editor` (provenance "override set <name>").

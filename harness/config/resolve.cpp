@@ -1,6 +1,7 @@
 #include "harness/config/resolve.hpp"
 
 #include "harness/cli/parse.hpp"
+#include "harness/config/field_checks.hpp"
 #include "harness/config/overrides.hpp"
 #include "harness/config/text.hpp"
 #include "workloads/recipes.hpp"
@@ -220,13 +221,25 @@ ResolvedConfig resolve(const LaunchArgs& args, const ValidationContext& context)
   r.trailing_overrides();
   r.apply_set("finalize");
   r.apply_set("post_overrides");
+
+  // The field table's checks (field_checks.hpp): ranges, relations and what the engine does not
+  // implement before weak scaling does arithmetic on them, ranges again after weak scaling
+  // multiplied the batch, and the statuses again after validation, whose forced values count.
+  FieldCheckContext checks;
+  checks.num_gpus = args.num_gpus;
+  checks.probe_gpus = args.executor != "slurm";
+  checks.cuda_device_count = context.cuda_device_count;
+  check_field_domains(r.out.config, r.out.provenance, checks);
+  check_field_support(r.out.config, r.out.provenance);
   r.weak_scaling(base_gbs, entries_after_recipe);
+  check_field_domains(r.out.config, r.out.provenance, checks);
 
   ValidationContext validation = context;
   validation.num_gpus = args.num_gpus;
   for (std::string& notice : validate_config(r.out.config, r.out.provenance, validation)) {
     r.out.notices.push_back(std::move(notice));
   }
+  check_field_support(r.out.config, r.out.provenance);
   r.out.world_size = static_cast<int>(args.num_gpus);
   r.out.data_parallel_size = static_cast<int>(data_parallel_size(r.out.config, args.num_gpus));
   r.out.gpus_per_node =

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 
 namespace shardbench {
@@ -18,20 +19,57 @@ std::optional<bool> parse_bool_arg(std::string_view text) {
   return std::nullopt;
 }
 
+namespace {
+
+// The one number syntax of flags, `key=value` overrides and override-set files: optional sign,
+// decimal digits, optional fraction, optional decimal exponent. No hex, no "inf"/"nan", no
+// spaces, no digit separators; what Python's float() reads minus its special spellings.
+bool is_decimal_number(std::string_view text) {
+  size_t i = 0;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+  size_t digits = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++digits;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++digits;
+  }
+  if (digits == 0) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    size_t exponent_digits = 0;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+      ++i, ++exponent_digits;
+    }
+    if (exponent_digits == 0) return false;
+  }
+  return i == text.size();
+}
+
+}  // namespace
+
 std::optional<int64_t> parse_int64(std::string_view text) {
-  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  if (!is_decimal_number(text)) return std::nullopt;
+  std::string_view digits = text;
+  if (digits.front() == '+') digits.remove_prefix(1);
   int64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec == std::errc() && end == digits.data() + digits.size()) return value;
+  if (ec == std::errc::result_out_of_range) return std::nullopt;  // beyond 64 bits
+  // Integral scientific notation (suggested_communication_unit_size = 8e8), exact only while a
+  // double holds every integer (2^53).
+  const auto d = parse_double(text);
+  if (!d || *d != std::floor(*d) || std::fabs(*d) > 9007199254740992.0) return std::nullopt;
+  return static_cast<int64_t>(*d);
 }
 
 std::optional<double> parse_double(std::string_view text) {
+  if (!is_decimal_number(text)) return std::nullopt;
   const std::string s(text);
-  if (s.empty() || std::isspace(static_cast<unsigned char>(s.front()))) return std::nullopt;
   char* end = nullptr;
   const double value = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() + s.size()) return std::nullopt;
+  // 1e309 overflows to inf: out of a double's range, refused rather than read as infinity.
+  if (end != s.c_str() + s.size() || !std::isfinite(value)) return std::nullopt;
   return value;
 }
 

@@ -13,7 +13,12 @@ namespace shardbench {
 inline constexpr const char* kBoolSpellings = "true/1/t/yes/y or false/0/f/no/n";
 std::optional<bool> parse_bool_arg(std::string_view text);
 
-// Whole-string numbers: "12abc" and "" are rejected.
+// The one number syntax of flags, `key=value` overrides and override-set files (whole string,
+// decimal, optional sign and exponent): "12abc", "", "0x10", " 5", "nan", "inf" are rejected,
+// and so are integers beyond 64 bits and numbers beyond a double's range (1e309). An integer may
+// be written with an exponent when it is integral and exact (8e8).
+inline constexpr const char* kIntegerSyntax = "a decimal integer (64-bit)";
+inline constexpr const char* kNumberSyntax = "a finite decimal number";
 std::optional<int64_t> parse_int64(std::string_view text);
 std::optional<double> parse_double(std::string_view text);
 

@@ -25,6 +25,9 @@ struct ValidationContext {
   // Reads the launching process's environment; a value there wins over config.env, as in
   // Megatron-Bridge's bootstrap.py (os.environ.setdefault). Defaults to std::getenv.
   std::function<std::optional<std::string>(const std::string&)> getenv;
+  // Visible CUDA devices for the shardbench.device=cuda check; empty: ask the driver (tests set
+  // it so that the check behaves the same on machines with and without GPUs).
+  std::function<int()> cuda_device_count;
 };
 
 // Validates and completes `config` in place. Returns notices (forced values, warnings).

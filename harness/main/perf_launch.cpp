@@ -3,6 +3,7 @@
 // itself, torchrun or srun), submit a Slurm job (--executor slurm), or start one worker process
 // per rank on this node and supervise them.
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -20,10 +21,35 @@
 #include "harness/launch/shared_gpu.hpp"
 #include "harness/slurm/submit.hpp"
 
+namespace {
+
+// SHARDBENCH_DEBUG=1 prints an unexpected error's full text instead of its first line.
+void report_unexpected(const std::string& what) {
+  const char* debug = std::getenv("SHARDBENCH_DEBUG");
+  const bool full = debug != nullptr && std::string(debug) == "1";
+  const std::string first_line = what.substr(0, what.find('\n'));
+  std::cerr << "perf-launch: error: " << (full ? what : first_line) << "\n";
+  if (!full) std::cerr << "perf-launch: (SHARDBENCH_DEBUG=1 shows the full error text)\n";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace shardbench;
   try {
-    const ResolvedConfig resolved = resolve_from_argv(argc, argv);
+    ResolvedConfig resolved;
+    try {
+      resolved = resolve_from_argv(argc, argv);
+    } catch (const UsageError&) {
+      throw;
+    } catch (const HelpRequested&) {
+      throw;
+    } catch (const std::exception& error) {
+      // Resolution reads only the command line and the override sets: whatever fails there is
+      // bad input, reported as one line.
+      report_unexpected(error.what());
+      return 2;
+    }
     const std::vector<std::string> words(argv, argv + argc);
     const bool slurm = resolved.args.executor == "slurm";
     try {  // a missing or malformed golden file is bad input, found before any training
@@ -80,5 +106,13 @@ int main(int argc, char** argv) {
   } catch (const UsageError& error) {
     std::cerr << "perf-launch: error: " << error.what() << "\n";
     return 2;
+  } catch (const std::exception& error) {
+    // Anything else reaching the top after resolution (a library's exception) failed the run:
+    // one line, the full text (a c10 error carries a C++ stack trace) only on request.
+    report_unexpected(error.what());
+    return 1;
+  } catch (...) {
+    report_unexpected("unknown exception");
+    return 1;
   }
 }

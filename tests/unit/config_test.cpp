@@ -47,7 +47,7 @@ TEST(ConfigRegistry, EveryFieldHasDocAndDottedName) {
   const FieldInfo* bucket = find_field("ddp.bucket_size");
   ASSERT_NE(bucket, nullptr);
   EXPECT_TRUE(bucket->nullable);
-  EXPECT_EQ(bucket->accepted(), "an integer or null");
+  EXPECT_EQ(bucket->accepted(), "a decimal integer (64-bit) or null");
 }
 
 TEST(ConfigRegistry, SetFieldParsesEachType) {
@@ -87,7 +87,8 @@ TEST(ConfigRegistry, WrongTypesNameKeyValueAndAccepted) {
     FAIL();
   } catch (const UsageError& e) {
     EXPECT_STREQ(e.what(),
-                 "config key 'ddp.bucket_size': cannot use 'big', expected an integer or null");
+                 "config key 'ddp.bucket_size': cannot use 'big', expected a decimal integer "
+                 "(64-bit) or null");
   }
   try {
     set_field(c, "ddp.overlap_grad_reduce", "maybe");

@@ -141,13 +141,13 @@ TEST(DryrunPipeline, OrderSetsThenUserFilesThenTrailingOverrides) {
   const std::string path = ::testing::TempDir() + "/shardbench_user.set";
   {
     std::ofstream out(path);
-    out << "# a user's own set\nddp.bucket_size = 1000\ntrain.manual_gc_interval = 7\n";
+    out << "# a user's own set\nddp.bucket_size = 1000\noptimizer.adam_beta2 = 0.99\n";
   }
   const ResolvedConfig r =
       resolve_8b({"--use_megatron_fsdp", "true", "--override_set", path, "ddp.bucket_size=2000",
                   "ddp.data_parallel_sharding_strategy=optim"});
   EXPECT_EQ(r.config.ddp.bucket_size, 2000);
-  EXPECT_EQ(r.config.train.manual_gc_interval, 7);
+  EXPECT_EQ(r.config.optimizer.adam_beta2, 0.99);
   EXPECT_EQ(sources(r, "ddp.bucket_size"),
             (std::vector<std::string>{"override set " + path, "override ddp.bucket_size=2000"}));
   EXPECT_EQ(r.config.ddp.data_parallel_sharding_strategy, "optim");
@@ -156,14 +156,18 @@ TEST(DryrunPipeline, OrderSetsThenUserFilesThenTrailingOverrides) {
   std::remove(path.c_str());
 }
 
-TEST(DryrunPipeline, FinalizeReappliesNcclUbAfterTrailingOverride) {
-  const ResolvedConfig r = resolve_8b({"--use_megatron_fsdp", "true", "ddp.nccl_ub=true"});
-  EXPECT_TRUE(r.config.ddp.nccl_ub);
-  EXPECT_TRUE(r.config.ddp.fsdp_manual_registration);
-  EXPECT_EQ(sources(r, "ddp.fsdp_manual_registration").front(), "override set finalize");
-  const ResolvedConfig flag = resolve_8b({"--use_megatron_fsdp", "true", "--nccl_ub", "true"});
-  EXPECT_EQ(flag.config.env.at("NCCL_NVLS_ENABLE"), "1");
-  EXPECT_EQ(sources(flag, "ddp.fsdp_manual_registration").front(), "override set nccl_ub");
+// NCCL user buffers are not implemented: the flag and the field are refused at resolution (the
+// finalize and nccl_ub sets stay faithful copies, tested in overrides_test.cpp).
+TEST(DryrunPipeline, NcclUbIsRefusedAtResolution) {
+  try {
+    resolve_8b({"--use_megatron_fsdp", "true", "ddp.nccl_ub=true"});
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(),
+                 "ddp.nccl_ub=true (from override ddp.nccl_ub=true): not implemented by "
+                 "shardbench: NCCL user buffers are not implemented; accepted: false");
+  }
+  EXPECT_THROW(resolve_8b({"--use_megatron_fsdp", "true", "--nccl_ub", "true"}), UsageError);
 }
 
 TEST(DryrunPipeline, RecomputeAndOffloadFlags) {
@@ -218,7 +222,7 @@ TEST(DryrunPipeline, ValidationErrorsSurfaceAsUsageErrors) {
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()),
               "override 'ddp.bucket_size=lots': config key 'ddp.bucket_size': cannot use 'lots', "
-              "expected an integer or null");
+              "expected a decimal integer (64-bit) or null");
   }
 }
 

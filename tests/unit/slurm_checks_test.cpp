@@ -119,8 +119,14 @@ TEST(SlurmChecks, RejectsMalformedSlurmValues) {
             "-i is not supported by the Slurm executor: shardbench runs its own perf-launch "
             "binary (which must be on a file system every node sees), not a container; drop the "
             "flag");
-  EXPECT_EQ(check_error(resolve_slurm("h100", 8, {"-en", "--profiling_ranks", "0,8"})),
-            "--profiling_ranks: rank 8 is outside the job; accepted: ranks in [0, 8)");
+  // Refused at resolution now (field_checks.cpp), with the same words.
+  try {
+    resolve_slurm("h100", 8, {"-en", "--profiling_ranks", "0,8"});
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(),
+                 "--profiling_ranks: rank 8 is outside the job; accepted: ranks in [0, 8)");
+  }
 }
 
 TEST(SlurmChecks, AdditionalParamsBecomeSbatchOptions) {

@@ -1,0 +1,262 @@
+#include "harness/config/field_checks.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "harness/config/errors.hpp"
+#include "harness/config/gpu_probe.hpp"
+#include "harness/config/text.hpp"
+
+namespace shardbench {
+namespace {
+
+using nlohmann::json;
+
+std::string number_text(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
+  std::ostringstream out;
+  out.precision(17);
+  out << v;
+  // Shortest form that reads back: 0.1 rather than 0.10000000000000001.
+  for (int p = 1; p <= 17; ++p) {
+    std::ostringstream s;
+    s.precision(p);
+    s << v;
+    if (std::stod(s.str()) == v) return s.str();
+  }
+  return out.str();
+}
+
+std::string source_part(const Provenance& provenance, const std::string& key) {
+  const auto source = provenance.last_source(key);
+  return source ? " (from " + *source + ")" : "";
+}
+
+[[noreturn]] void refuse(const std::string& key, const json& value, const Provenance& provenance,
+                         const std::string& problem, const std::string& accepted) {
+  throw UsageError(key + "=" + message_value(value) + source_part(provenance, key) + ": " +
+                   problem + "; accepted: " + accepted);
+}
+
+bool is_number_type(FieldType type) {
+  return type == FieldType::kInt || type == FieldType::kDouble || type == FieldType::kIntList;
+}
+
+std::string range_text(const FieldInfo& field) {
+  const FieldDomain& d = field.domain;
+  const bool integer = field.type != FieldType::kDouble;
+  const auto bound = [&](double v) {
+    return integer ? std::to_string(static_cast<int64_t>(v)) : number_text(v);
+  };
+  const std::string kind = integer ? "an integer" : "a finite number";
+  if (d.min && d.max && !d.min_exclusive && !d.max_exclusive && integer) {
+    return kind + " from " + bound(*d.min) + " to " + bound(*d.max);
+  }
+  std::string text = kind;
+  if (d.min) text += std::string(d.min_exclusive ? " > " : " >= ") + bound(*d.min);
+  if (d.min && d.max) text += " and";
+  if (d.max) text += std::string(d.max_exclusive ? " < " : " <= ") + bound(*d.max);
+  return text;
+}
+
+bool in_range(const FieldDomain& d, double v) {
+  if (!std::isfinite(v)) return false;
+  if (d.min && (d.min_exclusive ? v <= *d.min : v < *d.min)) return false;
+  if (d.max && (d.max_exclusive ? v >= *d.max : v > *d.max)) return false;
+  return true;
+}
+
+std::vector<json> accepted_values(const FieldInfo& field) {
+  if (!field.domain.only.empty()) return field.domain.only;
+  return {field.default_value};
+}
+
+std::string values_text(const std::vector<json>& values) {
+  std::vector<std::string> parts;
+  for (const json& v : values) parts.push_back(message_value(v));
+  return join(parts, ", ");
+}
+
+bool contains(const std::vector<json>& values, const json& value) {
+  return std::find(values.begin(), values.end(), value) != values.end();
+}
+
+void check_one(const FieldInfo& field, const json& value, const Provenance& provenance) {
+  const FieldDomain& d = field.domain;
+  if (value.is_null()) {
+    if (!d.null_ok && field.nullable) {
+      refuse(field.name, value, provenance, "must be set", accepted_text(field));
+    }
+    return;
+  }
+  if (is_number_type(field.type)) {
+    const json items = value.is_array() ? value : json::array({value});
+    for (const json& item : items) {
+      if (!item.is_number() || !in_range(d, item.get<double>())) {
+        refuse(field.name, value, provenance, "out of range", accepted_text(field));
+      }
+    }
+  }
+  // An honoured field restricted to the values the engine implements.
+  if (d.support != Support::kNotImplemented && !d.only.empty() && !contains(d.only, value)) {
+    refuse(field.name, value, provenance, "not implemented" + (d.note.empty() ? "" : ": " + d.note),
+           accepted_text(field));
+  }
+}
+
+// ---- relations between fields
+
+void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckContext& ctx) {
+  const auto& m = c.model;
+  if (m.recompute_num_layers && *m.recompute_num_layers > m.num_layers) {
+    refuse("model.recompute_num_layers", *m.recompute_num_layers, p,
+           "more than the model's model.num_layers=" + std::to_string(m.num_layers),
+           "0.." + std::to_string(m.num_layers));
+  }
+  if (c.train.manual_gc && c.train.manual_gc_interval < 1) {
+    refuse("train.manual_gc_interval", c.train.manual_gc_interval, p,
+           "train.manual_gc=true needs an interval", "1 or more steps");
+  }
+  for (int64_t rank : c.profiling.profile_ranks) {
+    if (rank < ctx.num_gpus) continue;
+    const std::string problem = "rank " + std::to_string(rank) + " is outside the job";
+    const std::string accepted = "ranks in [0, " + std::to_string(ctx.num_gpus) + ")";
+    const auto source = p.last_source("profiling.profile_ranks");
+    if (source && source->rfind("CLI flag ", 0) == 0) {
+      throw UsageError(source->substr(9) + ": " + problem + "; accepted: " + accepted);
+    }
+    refuse("profiling.profile_ranks", get_field(c, "profiling.profile_ranks"), p, problem,
+           accepted);
+  }
+  // Every rank builds the step's mock global batch: gbs * seq_length tokens of 8 bytes.
+  constexpr int64_t kMaxTokensPerStep = int64_t{1} << 32;
+  if (c.train.global_batch_size * m.seq_length > kMaxTokensPerStep) {
+    refuse("train.global_batch_size", c.train.global_batch_size, p,
+           "times model.seq_length=" + std::to_string(m.seq_length) +
+               " is more than 2^32 tokens "
+               "per step",
+           "global_batch_size * seq_length <= 4294967296");
+  }
+  if (c.mixed_precision.fp8 && c.shardbench.compute_dtype != "bf16") {
+    // Same words as the engine's refusal (bench_run.cpp), now before any worker starts.
+    throw UsageError("shardbench.compute_dtype=" + c.shardbench.compute_dtype +
+                     " cannot run FP8 compute; accepted: bf16 with mixed_precision.fp8 (FP8 GEMMs "
+                     "take bf16 activations)");
+  }
+  if (c.dist.use_torch_fsdp2) {
+    if (c.ddp.fsdp_double_buffer) {
+      refuse("ddp.fsdp_double_buffer", true, p, "a Megatron FSDP knob",
+             "false with dist.use_torch_fsdp2=true");
+    }
+    if (c.ddp.suggested_communication_unit_size) {
+      refuse("ddp.suggested_communication_unit_size", *c.ddp.suggested_communication_unit_size, p,
+             "a Megatron FSDP knob", "null with dist.use_torch_fsdp2=true");
+    }
+  }
+  const auto& s = c.shardbench;
+  // Megatron's backend field is not read; the run's backend is shardbench.backend. A value that
+  // disagrees with the backend the run will use would label the report wrongly.
+  const std::string run_backend =
+      s.backend != "auto" ? s.backend : (s.device == "cpu" ? "gloo" : "");
+  if (!run_backend.empty() && c.dist.distributed_backend != run_backend) {
+    refuse("dist.distributed_backend", c.dist.distributed_backend, p,
+           "this run communicates over " + run_backend + " (shardbench.backend, --backend)",
+           run_backend);
+  }
+  const bool needs_gpu = s.device == "cuda" || (s.backend == "nccl" && s.device != "cpu");
+  if (needs_gpu && ctx.probe_gpus) {
+    const int count = ctx.cuda_device_count ? ctx.cuda_device_count() : visible_cuda_devices();
+    if (count < 1) {
+      const std::string key = s.device == "cuda" ? "shardbench.device" : "shardbench.backend";
+      refuse(key, get_field(c, key), p, "no CUDA device is visible on this machine",
+             s.device == "cuda" ? "cpu or auto" : "gloo or auto");
+    }
+  }
+}
+
+}  // namespace
+
+std::string message_value(const json& value) {
+  if (value.is_number_float()) return number_text(value.get<double>());
+  if (value.is_array()) {
+    std::vector<std::string> parts;
+    for (const json& item : value) parts.push_back(message_value(item));
+    return "[" + join(parts, ",") + "]";
+  }
+  return value_text(value);
+}
+
+std::string accepted_text(const FieldInfo& field) {
+  const FieldDomain& d = field.domain;
+  std::string text;
+  if (d.support == Support::kNotImplemented || !d.only.empty()) {
+    text = values_text(accepted_values(field));
+  } else if (is_number_type(field.type) && (d.min || d.max)) {
+    text = (field.type == FieldType::kIntList ? "a list of " : "") + range_text(field);
+    if (field.nullable && d.null_ok) text += " or null";
+  } else {
+    text = field.accepted();
+  }
+  return text;
+}
+
+bool is_builtin_source(const std::string& source) {
+  if (source.rfind("recipe ", 0) == 0 || source.rfind("validation: ", 0) == 0 ||
+      source.rfind("weak scaling", 0) == 0) {
+    return true;
+  }
+  const std::string set = "override set ";
+  if (source.rfind(set, 0) != 0) return false;
+  // A built-in set is named; a user's --override_set file is a path.
+  const std::string name = source.substr(set.size());
+  return name.find('/') == std::string::npos && !name.ends_with(".set");
+}
+
+void check_field_domains(const ConfigContainer& config, const Provenance& provenance,
+                         const FieldCheckContext& context) {
+  for (const FieldInfo& field : field_registry()) {
+    if (field.type == FieldType::kStringMap) continue;
+    check_one(field, field.get(config), provenance);
+  }
+  relations(config, provenance, context);
+}
+
+void check_field_support(const ConfigContainer& config, const Provenance& provenance) {
+  for (const FieldInfo& field : field_registry()) {
+    const FieldDomain& d = field.domain;
+    const json value = field.get(config);
+    if (d.support == Support::kNotImplemented) {
+      // The user's value counts even when a later built-in rule resets it (the finalize set
+      // turns ddp.fsdp_manual_registration off without nccl_ub): it was asked for and ignored.
+      for (const ProvenanceEntry& entry : provenance.history(field.name)) {
+        if (!is_builtin_source(entry.source) && !contains(accepted_values(field), entry.value)) {
+          throw UsageError(field.name + "=" + message_value(entry.value) + " (from " +
+                           entry.source + "): not implemented by shardbench: " + d.note +
+                           "; accepted: " + accepted_text(field));
+        }
+      }
+      if (!contains(accepted_values(field), value)) {
+        refuse(field.name, value, provenance, "not implemented by shardbench: " + d.note,
+               accepted_text(field));
+      }
+    } else if (d.support == Support::kBuiltinOnly) {
+      std::vector<json> accepted = {field.default_value};
+      for (const ProvenanceEntry& entry : provenance.history(field.name)) {
+        if (is_builtin_source(entry.source) && !contains(accepted, entry.value)) {
+          accepted.push_back(entry.value);
+        }
+      }
+      if (!contains(accepted, value)) {
+        refuse(field.name, value, provenance,
+               "not implemented by shardbench yet: " + d.note +
+                   " (only the value a built-in override set or recipe gives is recorded)",
+               values_text(accepted));
+      }
+    }
+  }
+}
+
+}  // namespace shardbench

@@ -1,0 +1,48 @@
+// Resolution-time checks of a config against the field table (field_domain.hpp): each field's
+// range, finiteness and implemented values, the relations between fields, and the support status.
+// resolve() runs them, so --dryrun, the Slurm executor and every worker refuse the same configs
+// before anything starts. Each refusal is one UsageError (exit 2) naming field, value, the source
+// that set it, and what is accepted.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/config/field_registry.hpp"
+#include "harness/config/provenance.hpp"
+
+namespace shardbench {
+
+struct FieldCheckContext {
+  int64_t num_gpus = 1;
+  // Whether this process can see the GPUs the run will use: false for --executor slurm (the
+  // login node submitting the job usually has none; the workers check again on the nodes).
+  bool probe_gpus = true;
+  // Number of visible CUDA devices; empty: visible_cuda_devices() (gpu_probe.hpp).
+  std::function<int()> cuda_device_count;
+};
+
+// Ranges, finiteness and `only` values of every field, then the relations between fields.
+void check_field_domains(const ConfigContainer& config, const Provenance& provenance,
+                         const FieldCheckContext& context);
+
+// Refuses a value of a not_implemented field other than its accepted ones, and a user-set value
+// of a builtin_only field that no built-in source gave. Runs after validation (whose forced
+// values count as built-in).
+void check_field_support(const ConfigContainer& config, const Provenance& provenance);
+
+// True for provenance sources that are shardbench's own (recipes, built-in override sets, weak
+// scaling, validation), false for the user's (CLI flags, key=value, --override_set files).
+bool is_builtin_source(const std::string& source);
+
+// What a field accepts, in words: "a finite number >= 0", "an integer from 1 to 16777216 or
+// null", "RMSNorm", ...
+std::string accepted_text(const FieldInfo& field);
+
+// A value as a message shows it: nan and inf spelled out, strings unquoted.
+std::string message_value(const nlohmann::json& value);
+
+}  // namespace shardbench

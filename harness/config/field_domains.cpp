@@ -1,0 +1,293 @@
+// The support status and domain of every config field (see field_domain.hpp). The statuses come
+// from reading the engine (harness/engine, harness/parallel, workloads): "honoured" fields are
+// read there, by the launcher or by the report; docs/field-support.md lists the reasons.
+#include "harness/config/field_domain.hpp"
+
+namespace shardbench {
+namespace {
+
+using nlohmann::json;
+
+FieldDomain status(Support support, std::string note) {
+  FieldDomain d;
+  d.support = support;
+  d.note = std::move(note);
+  return d;
+}
+FieldDomain honoured(std::string note = "") { return status(Support::kHonoured, std::move(note)); }
+FieldDomain info(std::string note) { return status(Support::kInformational, std::move(note)); }
+FieldDomain not_impl(std::string note) { return status(Support::kNotImplemented, std::move(note)); }
+FieldDomain builtin_only(std::string note) {
+  return status(Support::kBuiltinOnly, std::move(note));
+}
+
+// Bounds that keep products in 64 bits and a step's mock batch allocatable; far beyond any
+// real run (Megatron's largest published runs use tens of thousands of GPUs, 128k contexts).
+constexpr double kMaxCount = 1 << 24;       // batch sizes, layers, heads
+constexpr double kMaxWidth = 1 << 24;       // hidden, ffn, vocabulary
+constexpr double kMaxSeqLength = 1 << 22;   // tokens per sequence
+constexpr double kMaxIters = 2147483647.0;  // step numbers are 32-bit in the report
+
+const std::string kDataParallelOnly = "the engine is data-parallel only";
+const std::string kLlama = "the Llama workload is fixed to Llama 3's architecture";
+const std::string kNoMoe = "the Llama recipes are dense; MoE is not implemented";
+const std::string kNoCudaGraphs = "CUDA graph capture is not implemented";
+const std::string kPrecisionAware =
+    "the precision-aware optimizer is not implemented yet (main params/grads and Adam moments "
+    "stay fp32)";
+const std::string kComputeDtype =
+    "the engine's compute dtype is shardbench.compute_dtype (-c); this copy is recorded only";
+
+std::vector<std::pair<std::string, FieldDomain>> build() {
+  const auto positive_int = [] { return honoured().at_least(1); };
+  return {
+      // ---- model
+      {"model.num_layers", positive_int().at_most(kMaxCount)},
+      {"model.hidden_size", positive_int().at_most(kMaxWidth)},
+      {"model.ffn_hidden_size", positive_int().at_most(kMaxWidth)},
+      {"model.num_attention_heads", positive_int().at_most(kMaxCount)},
+      {"model.num_query_groups", positive_int().at_most(kMaxCount)},
+      {"model.kv_channels", positive_int().at_most(kMaxWidth)},
+      {"model.vocab_size", positive_int().at_most(kMaxWidth).not_null()},
+      {"model.make_vocab_size_divisible_by", positive_int().at_most(kMaxWidth)},
+      {"model.should_pad_vocab", honoured()},
+      {"model.seq_length", positive_int().at_most(kMaxSeqLength)},
+      {"model.normalization", not_impl(kLlama).only_values({"RMSNorm"})},
+      {"model.layernorm_epsilon", honoured().above(0).below(1)},
+      {"model.position_embedding_type", not_impl(kLlama).only_values({"rope"})},
+      {"model.rotary_base", honoured().above(0)},
+      {"model.gated_linear_unit", not_impl(kLlama + " (SwiGLU)").only_values({true})},
+      {"model.activation_func", not_impl(kLlama + " (SwiGLU)").only_values({"silu"})},
+      {"model.add_bias_linear", not_impl(kLlama + " (no biases)").only_values({false})},
+      {"model.share_embeddings_and_output_weights",
+       not_impl(kLlama + " (untied output head)").only_values({false})},
+      {"model.attention_dropout",
+       not_impl("dropout is not implemented").at_least(0).below(1).only_values({0.0})},
+      {"model.hidden_dropout",
+       not_impl("dropout is not implemented").at_least(0).below(1).only_values({0.0})},
+      {"model.init_method_std", honoured().above(0).at_most(1e3)},
+      {"model.bf16", info(kComputeDtype)},
+      {"model.fp16", not_impl("fp16 compute is not implemented")},
+      {"model.params_dtype", info(kComputeDtype)},
+      {"model.tensor_model_parallel_size", not_impl(kDataParallelOnly)},
+      {"model.pipeline_model_parallel_size", not_impl(kDataParallelOnly)},
+      {"model.context_parallel_size", not_impl(kDataParallelOnly)},
+      {"model.virtual_pipeline_model_parallel_size", not_impl(kDataParallelOnly)},
+      {"model.pipeline_model_parallel_layout", not_impl(kDataParallelOnly)},
+      {"model.expert_model_parallel_size", not_impl(kNoMoe)},
+      {"model.expert_tensor_parallel_size", not_impl(kNoMoe).only_values({nullptr, 1})},
+      {"model.num_moe_experts", not_impl(kNoMoe)},
+      {"model.sequence_parallel", not_impl(kDataParallelOnly + " (no tensor parallelism)")},
+      {"model.recompute_granularity",
+       honoured("selective recompute is not implemented").only_values({nullptr, "full"})},
+      {"model.recompute_method",
+       honoured("uniform recompute is not implemented").only_values({nullptr, "block"})},
+      {"model.recompute_num_layers", honoured().at_least(0).at_most(kMaxCount)},
+      {"model.recompute_modules", not_impl("selective recompute is not implemented")},
+      {"model.cpu_offloading", honoured()},
+      {"model.cpu_offloading_weights",
+       not_impl("weights stay with the data-parallel engine; -ol offloads activations")},
+      {"model.cpu_offloading_activations", not_impl("-ol always offloads activations")},
+      {"model.cpu_offloading_num_layers", honoured().at_least(0).at_most(kMaxCount)},
+      {"model.init_model_with_meta_device",
+       builtin_only("parameters are created on the device directly")},
+      {"model.gradient_accumulation_fusion",
+       builtin_only("weight-gradient GEMMs do not accumulate into main grads yet")},
+      {"model.apply_rope_fusion",
+       builtin_only("RoPE fusion follows shardbench.fused_kernels, not this field, yet")},
+      {"model.cross_entropy_loss_fusion",
+       not_impl("cross-entropy fusion follows shardbench.fused_kernels, not this field, yet")},
+      {"model.cross_entropy_fusion_impl",
+       builtin_only("cross-entropy fusion follows shardbench.fused_kernels")},
+      {"model.cuda_graph_impl", not_impl(kNoCudaGraphs)},
+      {"model.cuda_graph_scope", not_impl(kNoCudaGraphs)},
+      {"model.use_te_rng_tracker", not_impl(kNoCudaGraphs + " (no TE RNG tracker)")},
+      {"model.deterministic_mode", not_impl("deterministic mode is not implemented yet")},
+      // ---- train
+      {"train.micro_batch_size", positive_int().at_most(kMaxCount)},
+      {"train.global_batch_size", positive_int().at_most(kMaxCount)},
+      {"train.train_iters", positive_int().at_most(kMaxIters)},
+      {"train.eval_iters", not_impl("the engine never evaluates").only_values({0})},
+      {"train.eval_interval", info("no evaluation runs (train.eval_iters is 0)")},
+      {"train.manual_gc", builtin_only("manual GC is not implemented yet")},
+      {"train.manual_gc_interval",
+       builtin_only("manual GC is not implemented yet").at_least(0).at_most(kMaxIters)},
+      {"train.check_weight_hash_across_dp_replicas_interval",
+       not_impl("replica weight hashing is not implemented")},
+      {"train.empty_unused_memory_level",
+       not_impl("emptying the allocator cache is not implemented yet").at_least(0).at_most(2)},
+      // ---- optimizer
+      {"optimizer.optimizer", honoured("only AdamW is implemented").only_values({"adam"})},
+      {"optimizer.lr", honoured().at_least(0)},
+      {"optimizer.min_lr", honoured().at_least(0)},
+      {"optimizer.weight_decay", honoured().at_least(0)},
+      {"optimizer.adam_beta1", honoured().at_least(0).below(1)},
+      {"optimizer.adam_beta2", honoured().at_least(0).below(1)},
+      {"optimizer.adam_eps", honoured().above(0)},
+      {"optimizer.clip_grad", honoured().at_least(0)},
+      {"optimizer.bf16", info(kComputeDtype)},
+      {"optimizer.fp16", not_impl("fp16 compute is not implemented")},
+      {"optimizer.params_dtype", info(kComputeDtype)},
+      {"optimizer.use_distributed_optimizer", honoured()},
+      {"optimizer.use_precision_aware_optimizer", builtin_only(kPrecisionAware)},
+      {"optimizer.main_grads_dtype", not_impl(kPrecisionAware)},
+      {"optimizer.main_params_dtype", not_impl(kPrecisionAware)},
+      {"optimizer.exp_avg_dtype", not_impl(kPrecisionAware)},
+      {"optimizer.exp_avg_sq_dtype", not_impl(kPrecisionAware)},
+      {"optimizer.overlap_param_gather", honoured("kept in sync with ddp.overlap_param_gather")},
+      {"optimizer.overlap_param_gather_with_optimizer_step",
+       not_impl("the all-gather is not moved into the optimizer step")},
+      {"optimizer.reuse_grad_buf_for_mxfp8_param_ag", not_impl("MXFP8 is not implemented")},
+      {"optimizer.optimizer_cpu_offload", not_impl("optimizer state stays on the device")},
+      {"optimizer.lr_warmup_iters", honoured().at_least(0).at_most(kMaxIters)},
+      {"optimizer.lr_decay_iters", honoured().at_least(1).at_most(kMaxIters)},
+      {"optimizer.lr_decay_style", honoured("inverse-square-root and WSD are not implemented")
+                                       .only_values({"constant", "linear", "cosine"})},
+      // ---- ddp
+      {"ddp.use_megatron_fsdp", honoured()},
+      {"ddp.megatron_fsdp_version",
+       honoured("the experimental Megatron FSDP v2 is not implemented").only_values({1})},
+      {"ddp.data_parallel_sharding_strategy", honoured()},
+      {"ddp.outer_dp_sharding_strategy", not_impl("HSDP is not implemented")},
+      {"ddp.num_distributed_optimizer_instances", not_impl("HSDP is not implemented")},
+      {"ddp.use_distributed_optimizer", honoured()},
+      {"ddp.overlap_grad_reduce", honoured()},
+      {"ddp.overlap_param_gather", honoured()},
+      {"ddp.align_param_gather", not_impl("only matters with pipeline parallelism")},
+      {"ddp.bucket_size", honoured().at_least(1)},
+      {"ddp.num_buckets", not_impl("use ddp.bucket_size")},
+      {"ddp.pad_buckets_for_high_nccl_busbw", not_impl("bucket padding is not implemented")},
+      {"ddp.average_in_collective", honoured()},
+      {"ddp.grad_reduce_in_fp32", honoured()},
+      {"ddp.reduce_scatter_with_fp32_accumulation",
+       not_impl("fp32 accumulation inside the reduce-scatter is not implemented")},
+      {"ddp.gradient_reduce_div_fusion", not_impl("the 1/dp scale is always a separate step")},
+      {"ddp.check_for_nan_in_grad", not_impl("gradient NaN checks are not implemented yet")},
+      {"ddp.check_for_large_grads", not_impl("gradient spike checks are not implemented yet")},
+      {"ddp.keep_fp8_transpose_cache", honoured()},
+      {"ddp.fp8_param_gather",
+       info("weights are gathered in bf16 and cast to FP8 after the gather")},
+      {"ddp.fp4_param_gather", not_impl("FP4 is not implemented")},
+      {"ddp.reuse_grad_buf_for_mxfp8_param_ag", not_impl("MXFP8 is not implemented")},
+      {"ddp.nccl_ub", not_impl("NCCL user buffers are not implemented")},
+      {"ddp.fsdp_double_buffer", honoured()},
+      {"ddp.fsdp_db_use_persist_buf_on_alloc_fail", not_impl("no persistent-buffer fallback")},
+      {"ddp.fsdp_all_gather_in_start_param_sync",
+       not_impl("the initial parameter sync is not configurable")},
+      {"ddp.suggested_communication_unit_size", honoured().at_least(1)},
+      {"ddp.fsdp_manual_registration", not_impl("NCCL user buffers are not implemented")},
+      {"ddp.disable_symmetric_registration", not_impl("NCCL user buffers are not implemented")},
+      {"ddp.delay_wgrad_compute", not_impl("weight gradients are computed in place")},
+      {"ddp.megatron_fsdp_main_params_dtype",
+       honoured("FSDP main weights are fp32").only_values({"fp32"})},
+      {"ddp.megatron_fsdp_main_grads_dtype",
+       not_impl("FSDP main grads follow ddp.grad_reduce_in_fp32")},
+      {"ddp.megatron_fsdp_grad_comm_dtype",
+       not_impl("the FSDP grad collective uses the main grads dtype")},
+      {"ddp.megatron_fsdp_use_decoupled_grad",
+       builtin_only("grads are not kept in param.decoupled_grad")},
+      {"ddp.megatron_fsdp_cuda_graph_mode", not_impl(kNoCudaGraphs)},
+      {"ddp.megatron_fsdp_enable_fine_grained_param_gather",
+       not_impl("the all-gather is per FSDP unit")},
+      {"ddp.megatron_fsdp_max_pool_double_buffer", not_impl("no MaxPool allocator")},
+      // ---- dist
+      {"dist.use_megatron_fsdp", honoured()},
+      {"dist.use_torch_fsdp2", honoured()},
+      {"dist.torch_fsdp2_reshard_after_forward", honoured()},
+      {"dist.use_tp_pp_dp_mapping", not_impl(kDataParallelOnly)},
+      {"dist.distributed_backend", builtin_only("the backend is shardbench.backend (--backend)")},
+      {"dist.distributed_timeout_minutes", positive_int().at_most(525600)},  // a year
+      // ---- checkpoint
+      {"checkpoint.save", honoured()},
+      {"checkpoint.load", honoured()},
+      {"checkpoint.pretrained_checkpoint", not_impl("pretrained weights are not loaded")},
+      {"checkpoint.ckpt_format",
+       honoured("torch and zarr are not implemented (torch_dist for DDP, fsdp_dtensor for "
+                "Megatron FSDP)")
+           .only_values({"torch_dist", "fsdp_dtensor"})},
+      {"checkpoint.save_interval", positive_int().at_most(kMaxIters)},
+      {"checkpoint.most_recent_k", honoured().at_least(-1).at_most(kMaxIters)},
+      {"checkpoint.async_save", not_impl("checkpoints are saved synchronously")},
+      {"checkpoint.fully_parallel_save", not_impl("every rank always writes its own shard")},
+      // ---- profiling
+      {"profiling.use_nsys_profiler", honoured()},
+      {"profiling.use_pytorch_profiler", honoured()},
+      {"profiling.profile_step_start", honoured().at_least(0).at_most(kMaxIters)},
+      {"profiling.profile_step_end", honoured().at_least(0).at_most(kMaxIters)},
+      {"profiling.profile_ranks", honoured().at_least(0)},
+      {"profiling.record_shapes", honoured()},
+      {"profiling.record_memory_history", honoured()},
+      {"profiling.nsys_trace", honoured("the Slurm executor's nsys command")},
+      // ---- logger
+      {"logger.log_interval", builtin_only("a line is printed every step (shardbench.log_per_step)")
+                                  .at_least(1)
+                                  .at_most(kMaxIters)},
+      {"logger.tensorboard_dir", honoured("the PyTorch profiler's trace folder")},
+      // ---- mixed_precision
+      {"mixed_precision.name", info("the preset's fields are copied onto model/optimizer/ddp")},
+      {"mixed_precision.bf16", info(kComputeDtype)},
+      {"mixed_precision.fp16", not_impl("fp16 compute is not implemented")},
+      {"mixed_precision.params_dtype", info(kComputeDtype)},
+      {"mixed_precision.autocast_enabled", not_impl("no autocast")},
+      {"mixed_precision.grad_reduce_in_fp32", honoured("copied onto ddp.grad_reduce_in_fp32")},
+      {"mixed_precision.fp8",
+       honoured("only the hybrid format is implemented").only_values({nullptr, "hybrid"})},
+      {"mixed_precision.fp8_recipe",
+       honoured("only per-tensor current scaling is implemented").only_values({"tensorwise"})},
+      {"mixed_precision.fp8_param_gather", info("copied onto ddp.fp8_param_gather")},
+      {"mixed_precision.first_last_layers_bf16",
+       not_impl("every layer runs FP8 under mixed_precision.fp8")},
+      {"mixed_precision.reuse_grad_buf_for_mxfp8_param_ag", not_impl("MXFP8 is not implemented")},
+      {"mixed_precision.fp4", not_impl("FP4 is not implemented")},
+      {"mixed_precision.fp4_param_gather", not_impl("FP4 is not implemented")},
+      // ---- rng
+      {"rng.seed", honoured().at_least(0)},
+      {"rng.te_rng_tracker", not_impl(kNoCudaGraphs + " (no TE RNG tracker)")},
+      // ---- rerun_state_machine
+      {"rerun_state_machine.check_for_nan_in_loss",
+       not_impl("the NaN-loss check is not implemented yet").only_values({false})},
+      // ---- comm_overlap
+      {"comm_overlap.defer_embedding_wgrad_compute", not_impl("embedding wgrad is not deferred")},
+      {"comm_overlap.tp_comm_overlap", not_impl(kDataParallelOnly)},
+      // ---- shardbench
+      {"shardbench.device", honoured()},
+      {"shardbench.backend", honoured()},
+      {"shardbench.compute_dtype", honoured()},
+      {"shardbench.compare_with_ddp", honoured()},
+      {"shardbench.compare_wrappers", honoured()},
+      {"shardbench.report_dir", honoured()},
+      {"shardbench.report_path", honoured()},
+      {"shardbench.hang_timeout_s", honoured().at_least(1).at_most(31536000)},  // a year
+      {"shardbench.sdpa_backend", honoured()},
+      {"shardbench.fused_kernels", honoured()},
+      {"shardbench.offload_prefetch_layers", honoured().at_least(1).at_most(kMaxCount)},
+      {"shardbench.log_per_step", honoured()},
+      // ---- environment of the run
+      {"env", honoured("set in every worker's environment")},
+  };
+}
+
+}  // namespace
+
+const char* support_name(Support support) {
+  switch (support) {
+    case Support::kUnset:
+      return "unset";
+    case Support::kHonoured:
+      return "honoured";
+    case Support::kInformational:
+      return "informational";
+    case Support::kNotImplemented:
+      return "not_implemented";
+    case Support::kBuiltinOnly:
+      return "builtin_only";
+  }
+  return "unset";
+}
+
+const std::vector<std::pair<std::string, FieldDomain>>& field_domain_table() {
+  static const std::vector<std::pair<std::string, FieldDomain>> table = build();
+  return table;
+}
+
+}  // namespace shardbench

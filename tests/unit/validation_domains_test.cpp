@@ -1,0 +1,240 @@
+// Issue cases: values outside a field's or flag's domain are refused at resolution with exit 2
+// and one line naming field, value, source and what is accepted.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "harness/config/errors.hpp"
+#include "harness/config/resolve.hpp"
+
+namespace shardbench {
+namespace {
+
+ValidationContext context_with_gpus(int gpus) {
+  ValidationContext ctx;
+  ctx.getenv = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+  ctx.cuda_device_count = [gpus] { return gpus; };
+  return ctx;
+}
+
+std::string error_of(std::vector<std::string> extra, int gpus = 0) {
+  std::vector<std::string> args = {"-m",  "llama", "-mr", "llama3_tiny_cpu",
+                                   "-ng", "2",     "-g",  "cpu"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  try {
+    resolve_from_args(args, context_with_gpus(gpus));
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+struct Case {
+  std::vector<std::string> args;
+  std::string message;
+};
+
+// Issue 17, items 6-8, and issue 14's silently accepted settings: each refused at resolution
+// (so by --dryrun too) with exactly this one line.
+TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
+  const std::vector<Case> cases = {
+      {{"--lr", "-1"},
+       "optimizer.lr=-1 (from CLI flag --lr): out of range; accepted: a finite number >= 0"},
+      {{"--min_lr", "-1"},
+       "optimizer.min_lr=-1 (from CLI flag --min_lr): out of range; accepted: a finite number "
+       ">= 0"},
+      {{"--warmup_iters", "-1"},
+       "optimizer.lr_warmup_iters=-1 (from CLI flag --warmup_iters): out of range; accepted: an "
+       "integer from 0 to 2147483647"},
+      {{"--lr", "nan"}, "--lr: invalid value 'nan'; expected a finite decimal number"},
+      {{"--lr", "1e309"}, "--lr: invalid value '1e309'; expected a finite decimal number"},
+      {{"optimizer.adam_beta1=2"},
+       "optimizer.adam_beta1=2 (from override optimizer.adam_beta1=2): out of range; accepted: a "
+       "finite number >= 0 and < 1"},
+      {{"optimizer.adam_eps=-1"},
+       "optimizer.adam_eps=-1 (from override optimizer.adam_eps=-1): out of range; accepted: a "
+       "finite number > 0"},
+      {{"optimizer.clip_grad=nan"},
+       "override 'optimizer.clip_grad=nan': config key 'optimizer.clip_grad': cannot use 'nan', "
+       "expected a finite decimal number"},
+      {{"optimizer.weight_decay=inf"},
+       "override 'optimizer.weight_decay=inf': config key 'optimizer.weight_decay': cannot use "
+       "'inf', expected a finite decimal number"},
+      {{"ddp.bucket_size=-1"},
+       "ddp.bucket_size=-1 (from override ddp.bucket_size=-1): out of range; accepted: an "
+       "integer >= 1 or null"},
+      {{"logger.log_interval=0"},
+       "logger.log_interval=0 (from override logger.log_interval=0): out of range; accepted: an "
+       "integer from 1 to 2147483647"},
+      {{"train.manual_gc_interval=0"},
+       "train.manual_gc_interval=0 (from override train.manual_gc_interval=0): train.manual_gc="
+       "true needs an interval; accepted: 1 or more steps"},
+      {{"model.layernorm_epsilon=-1"},
+       "model.layernorm_epsilon=-1 (from override model.layernorm_epsilon=-1): out of range; "
+       "accepted: a finite number > 0 and < 1"},
+      {{"model.rotary_base=0"},
+       "model.rotary_base=0 (from override model.rotary_base=0): out of range; accepted: a finite "
+       "number > 0"},
+      {{"model.hidden_dropout=2"},
+       "model.hidden_dropout=2 (from override model.hidden_dropout=2): out of range; accepted: 0"},
+      {{"-ol", "-1"},
+       "-ol/--activation_offload_layers: invalid value '-1'; expected a decimal integer (64-bit) "
+       ">= 0"},
+      {{"--profiling_ranks", "5"},
+       "--profiling_ranks: rank 5 is outside the job; accepted: ranks in [0, 2)"},
+      {{"optimizer.lr_decay_iters=-5"},
+       "optimizer.lr_decay_iters=-5 (from override optimizer.lr_decay_iters=-5): out of range; "
+       "accepted: an integer from 1 to 2147483647 or null"},
+      {{"-rl", "-1"},
+       "-rl/--recompute_num_layers: invalid value '-1'; expected a decimal integer (64-bit) >= 0"},
+      {{"-rl", "100"},
+       "model.recompute_num_layers=100 (from override set recompute_offload): more than the "
+       "model's model.num_layers=2; accepted: 0..2"},
+      {{"--recompute_modules", "foo"},
+       "--recompute_modules is not supported by shardbench yet: selective recompute is not "
+       "implemented; -rl N recomputes whole layers"},
+      {{"--device", "cuda"},
+       "shardbench.device=cuda (from CLI flag --device): no CUDA device is visible on this "
+       "machine; accepted: cpu or auto"},
+      {{"shardbench.device=cuda"},
+       "shardbench.device=cuda (from override shardbench.device=cuda): no CUDA device is visible "
+       "on this machine; accepted: cpu or auto"},
+      {{"model.vocab_size=0"},
+       "model.vocab_size=0 (from override model.vocab_size=0): out of range; accepted: an "
+       "integer from 1 to 16777216"},
+      {{"model.vocab_size=null"},
+       "model.vocab_size=null (from override model.vocab_size=null): must be set; accepted: an "
+       "integer from 1 to 16777216"},
+      {{"--distributed_timeout_minutes", "0"},
+       "dist.distributed_timeout_minutes=0 (from CLI flag --distributed_timeout_minutes): out of "
+       "range; accepted: an integer from 1 to 525600"},
+      {{"-sl", "1099511627776"},
+       "model.seq_length=1099511627776 (from CLI flag -sl): out of range; accepted: an integer "
+       "from 1 to 4194304"},
+      {{"-gb", "4611686018427387904"},
+       "train.global_batch_size=4611686018427387904 (from CLI flag -gb): out of range; accepted: "
+       "an integer from 1 to 16777216"},
+      {{"model.init_method_std=nan"},
+       "override 'model.init_method_std=nan': config key 'model.init_method_std': cannot use "
+       "'nan', expected a finite decimal number"},
+      {{"model.init_method_std=0"},
+       "model.init_method_std=0 (from override model.init_method_std=0): out of range; accepted: "
+       "a finite number > 0 and <= 1000"},
+      // Issue 14: fields nothing read.
+      {{"model.tensor_model_parallel_size=2"},
+       "model.tensor_model_parallel_size=2 (from override model.tensor_model_parallel_size=2): "
+       "not implemented by shardbench: the engine is data-parallel only; accepted: 1"},
+      {{"optimizer.optimizer_cpu_offload=true"},
+       "optimizer.optimizer_cpu_offload=true (from override optimizer.optimizer_cpu_offload="
+       "true): not implemented by shardbench: optimizer state stays on the device; accepted: "
+       "false"},
+      {{"model.num_moe_experts=8"},
+       "model.num_moe_experts=8 (from override model.num_moe_experts=8): not implemented by "
+       "shardbench: the Llama recipes are dense; MoE is not implemented; accepted: null"},
+      {{"model.pipeline_model_parallel_layout=Et|tL"},
+       "model.pipeline_model_parallel_layout=Et|tL (from override "
+       "model.pipeline_model_parallel_layout=Et|tL): not implemented by shardbench: the engine is "
+       "data-parallel only; accepted: null"},
+      {{"dist.distributed_backend=nccl"},
+       "dist.distributed_backend=nccl (from override dist.distributed_backend=nccl): this run "
+       "communicates over gloo (shardbench.backend, --backend); accepted: gloo"},
+      {{"model.normalization=LayerNorm"},
+       "model.normalization=LayerNorm (from override model.normalization=LayerNorm): not "
+       "implemented by shardbench: the Llama workload is fixed to Llama 3's architecture; "
+       "accepted: RMSNorm"},
+      {{"model.activation_func=gelu"},
+       "model.activation_func=gelu (from override model.activation_func=gelu): not implemented "
+       "by shardbench: the Llama workload is fixed to Llama 3's architecture (SwiGLU); accepted: "
+       "silu"},
+      {{"optimizer.exp_avg_dtype=bf16"},
+       "optimizer.exp_avg_dtype=bf16 (from override optimizer.exp_avg_dtype=bf16): not "
+       "implemented by shardbench: the precision-aware optimizer is not implemented yet (main "
+       "params/grads and Adam moments stay fp32); accepted: fp32"},
+      {{"ddp.check_for_nan_in_grad=true"},
+       "ddp.check_for_nan_in_grad=true (from override ddp.check_for_nan_in_grad=true): not "
+       "implemented by shardbench: gradient NaN checks are not implemented yet; accepted: false"},
+      {{"model.deterministic_mode=true"},
+       "model.deterministic_mode=true (from override model.deterministic_mode=true): not "
+       "implemented by shardbench: deterministic mode is not implemented yet; accepted: false"},
+      {{"model.gradient_accumulation_fusion=true"},
+       "model.gradient_accumulation_fusion=true (from override "
+       "model.gradient_accumulation_fusion=true): not implemented by shardbench yet: "
+       "weight-gradient GEMMs do not accumulate into main grads yet (only the value a built-in "
+       "override set or recipe gives is recorded); accepted: false"},
+      {{"optimizer.lr_decay_style=WSD"},
+       "optimizer.lr_decay_style=WSD (from override optimizer.lr_decay_style=WSD): not "
+       "implemented: inverse-square-root and WSD are not implemented; accepted: constant, "
+       "linear, cosine"},
+      {{"-c", "fp8_cs"},
+       "shardbench.compute_dtype=fp32 cannot run FP8 compute; accepted: bf16 with "
+       "mixed_precision.fp8 (FP8 GEMMs take bf16 activations)"},
+      {{"dist.use_torch_fsdp2=true", "ddp.fsdp_double_buffer=true"},
+       "ddp.fsdp_double_buffer=true (from override ddp.fsdp_double_buffer=true): a Megatron FSDP "
+       "knob; accepted: false with dist.use_torch_fsdp2=true"},
+      // One number syntax: hex refused by flags and overrides alike, 64-bit overflow refused.
+      {{"ddp.bucket_size=0x10"},
+       "override 'ddp.bucket_size=0x10': config key 'ddp.bucket_size': cannot use '0x10', "
+       "expected a decimal integer (64-bit) or null"},
+      {{"-mb", "0x2"},
+       "-mb/--micro_batch_size: invalid value '0x2'; expected a decimal integer (64-bit)"},
+      {{"train.train_iters=9223372036854775808"},
+       "override 'train.train_iters=9223372036854775808': config key 'train.train_iters': cannot "
+       "use '9223372036854775808', expected a decimal integer (64-bit)"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(error_of(c.args), c.message) << c.args.front();
+  }
+}
+
+TEST(FieldDomains, NumGpusIs64BitAndBounded) {
+  for (const char* ng : {"2147483648", "4294967298", "0", "-1"}) {
+    try {
+      resolve_from_args({"-m", "llama", "-mr", "llama3_tiny_cpu", "-ng", ng, "-g", "cpu"},
+                        context_with_gpus(0));
+      ADD_FAILURE() << "-ng " << ng << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("-ng/--num_gpus: invalid value '") + ng +
+                                           "'; expected a decimal integer (64-bit) from 1 to "
+                                           "1048576");
+    }
+  }
+}
+
+TEST(FieldDomains, SameNumberSyntaxForFlagsAndOverrides) {
+  // An optional sign and an integral exponent are read the same way by both.
+  EXPECT_EQ(resolve_from_args({"-m", "llama", "-mr", "llama3_tiny_cpu", "-ng", "2", "-g", "cpu",
+                               "-ms", "+5", "ddp.bucket_size=+4e4"},
+                              context_with_gpus(0))
+                .config.ddp.bucket_size,
+            40000);
+  EXPECT_EQ(error_of({"-ms", "1.5"}),
+            "-ms/--max_steps: invalid value '1.5'; expected a decimal integer (64-bit)");
+  EXPECT_EQ(error_of({"train.train_iters=1.5"}),
+            "override 'train.train_iters=1.5': config key 'train.train_iters': cannot use '1.5', "
+            "expected a decimal integer (64-bit)");
+}
+
+TEST(FieldDomains, GpuCheckUsesTheProbeAndSkipsSlurm) {
+  EXPECT_EQ(error_of({"--device", "cuda"}, /*gpus=*/2), "(accepted)");
+  // The login node that submits a Slurm job has no GPU; its workers check on the nodes.
+  EXPECT_EQ(error_of({"--device", "cuda", "--executor", "slurm", "-a", "acct"}), "(accepted)");
+}
+
+TEST(FieldDomains, OverrideSetFilesAreBounded) {
+  EXPECT_EQ(error_of({"--override_set", "/dev/zero"}),
+            "override set file '/dev/zero' is not a regular file; accepted: a text file of at "
+            "most 1048576 bytes");
+  const std::string big = ::testing::TempDir() + "/shardbench_big.set";
+  {
+    std::ofstream out(big);
+    const std::string line = "# " + std::string(1000, 'x') + "\n";
+    for (int i = 0; i < 1100; ++i) out << line;
+  }
+  EXPECT_EQ(error_of({"--override_set", big}),
+            "override set file '" + big +
+                "' is larger than 1048576 bytes; accepted: a text file of at most that size");
+  std::remove(big.c_str());
+}
+
+}  // namespace
+}  // namespace shardbench
