@@ -33,8 +33,8 @@ const std::string kLlama = "the Llama workload is fixed to Llama 3's architectur
 const std::string kNoMoe = "the Llama recipes are dense; MoE is not implemented";
 const std::string kNoCudaGraphs = "CUDA graph capture is not implemented";
 const std::string kPrecisionAware =
-    "the precision-aware optimizer is not implemented yet (main params/grads and Adam moments "
-    "stay fp32)";
+    "Megatron's precision-aware optimizer (docs/precision_aware_optimizer.md)";
+const std::string kNoGc = "Megatron's manual Python GC; a C++ worker has no garbage collector";
 const std::string kComputeDtype =
     "the engine's compute dtype is shardbench.compute_dtype (-c); this copy is recorded only";
 
@@ -94,28 +94,29 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.gradient_accumulation_fusion",
        builtin_only("weight-gradient GEMMs do not accumulate into main grads yet")},
       {"model.apply_rope_fusion",
-       builtin_only("RoPE fusion follows shardbench.fused_kernels, not this field, yet")},
+       honoured("shardbench's RoPE kernel, within shardbench.fused_kernels")},
       {"model.cross_entropy_loss_fusion",
-       not_impl("cross-entropy fusion follows shardbench.fused_kernels, not this field, yet")},
+       honoured("shardbench's cross-entropy kernel, within shardbench.fused_kernels")},
       {"model.cross_entropy_fusion_impl",
        builtin_only("cross-entropy fusion follows shardbench.fused_kernels")},
       {"model.cuda_graph_impl", not_impl(kNoCudaGraphs)},
       {"model.cuda_graph_scope", not_impl(kNoCudaGraphs)},
       {"model.use_te_rng_tracker", not_impl(kNoCudaGraphs + " (no TE RNG tracker)")},
-      {"model.deterministic_mode", not_impl("deterministic mode is not implemented yet")},
+      {"model.deterministic_mode", honoured("docs/determinism.md")},
       // ---- train
       {"train.micro_batch_size", positive_int().at_most(kMaxCount)},
       {"train.global_batch_size", positive_int().at_most(kMaxCount)},
       {"train.train_iters", positive_int().at_most(kMaxIters)},
       {"train.eval_iters", not_impl("the engine never evaluates").only_values({0})},
       {"train.eval_interval", info("no evaluation runs (train.eval_iters is 0)")},
-      {"train.manual_gc", builtin_only("manual GC is not implemented yet")},
-      {"train.manual_gc_interval",
-       builtin_only("manual GC is not implemented yet").at_least(0).at_most(kMaxIters)},
+      {"train.manual_gc", info(kNoGc)},
+      {"train.manual_gc_interval", info(kNoGc).at_least(0).at_most(kMaxIters)},
       {"train.check_weight_hash_across_dp_replicas_interval",
        not_impl("replica weight hashing is not implemented")},
       {"train.empty_unused_memory_level",
-       not_impl("emptying the allocator cache is not implemented yet").at_least(0).at_most(2)},
+       honoured("1: empty the CUDA cache after forward/backward, 2: also after the optimizer")
+           .at_least(0)
+           .at_most(2)},
       // ---- optimizer
       {"optimizer.optimizer", honoured("only AdamW is implemented").only_values({"adam"})},
       {"optimizer.lr", honoured().at_least(0)},
@@ -129,11 +130,17 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"optimizer.fp16", not_impl("fp16 compute is not implemented")},
       {"optimizer.params_dtype", info(kComputeDtype)},
       {"optimizer.use_distributed_optimizer", honoured()},
-      {"optimizer.use_precision_aware_optimizer", builtin_only(kPrecisionAware)},
-      {"optimizer.main_grads_dtype", not_impl(kPrecisionAware)},
-      {"optimizer.main_params_dtype", not_impl(kPrecisionAware)},
-      {"optimizer.exp_avg_dtype", not_impl(kPrecisionAware)},
-      {"optimizer.exp_avg_sq_dtype", not_impl(kPrecisionAware)},
+      {"optimizer.use_precision_aware_optimizer", honoured(kPrecisionAware)},
+      {"optimizer.main_grads_dtype",
+       honoured(kPrecisionAware + "; bf16 only where the grad buffers are bf16")
+           .only_values({"fp32", "bf16"})},
+      {"optimizer.main_params_dtype",
+       honoured(kPrecisionAware + "; fp16 main params are not implemented").only_values({"fp32"})},
+      {"optimizer.exp_avg_dtype", honoured(kPrecisionAware + "; fp16 moments are not implemented")
+                                      .only_values({"fp32", "bf16"})},
+      {"optimizer.exp_avg_sq_dtype",
+       honoured(kPrecisionAware + "; fp16 moments are not implemented")
+           .only_values({"fp32", "bf16"})},
       {"optimizer.overlap_param_gather", honoured("kept in sync with ddp.overlap_param_gather")},
       {"optimizer.overlap_param_gather_with_optimizer_step",
        not_impl("the all-gather is not moved into the optimizer step")},
@@ -162,8 +169,8 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"ddp.reduce_scatter_with_fp32_accumulation",
        not_impl("fp32 accumulation inside the reduce-scatter is not implemented")},
       {"ddp.gradient_reduce_div_fusion", not_impl("the 1/dp scale is always a separate step")},
-      {"ddp.check_for_nan_in_grad", not_impl("gradient NaN checks are not implemented yet")},
-      {"ddp.check_for_large_grads", not_impl("gradient spike checks are not implemented yet")},
+      {"ddp.check_for_nan_in_grad", honoured("docs/failure_checks.md")},
+      {"ddp.check_for_large_grads", honoured("docs/failure_checks.md")},
       {"ddp.keep_fp8_transpose_cache", honoured()},
       {"ddp.fp8_param_gather",
        info("weights are gathered in bf16 and cast to FP8 after the gather")},
@@ -219,7 +226,7 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"profiling.record_memory_history", honoured()},
       {"profiling.nsys_trace", honoured("the Slurm executor's nsys command")},
       // ---- logger
-      {"logger.log_interval", builtin_only("a line is printed every step (shardbench.log_per_step)")
+      {"logger.log_interval", honoured("steps between console lines; every step is measured")
                                   .at_least(1)
                                   .at_most(kMaxIters)},
       {"logger.tensorboard_dir", honoured("the PyTorch profiler's trace folder")},
@@ -244,8 +251,7 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"rng.seed", honoured().at_least(0)},
       {"rng.te_rng_tracker", not_impl(kNoCudaGraphs + " (no TE RNG tracker)")},
       // ---- rerun_state_machine
-      {"rerun_state_machine.check_for_nan_in_loss",
-       not_impl("the NaN-loss check is not implemented yet").only_values({false})},
+      {"rerun_state_machine.check_for_nan_in_loss", honoured("docs/failure_checks.md")},
       // ---- comm_overlap
       {"comm_overlap.defer_embedding_wgrad_compute", not_impl("embedding wgrad is not deferred")},
       {"comm_overlap.tp_comm_overlap", not_impl(kDataParallelOnly)},
@@ -262,6 +268,7 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"shardbench.fused_kernels", honoured()},
       {"shardbench.offload_prefetch_layers", honoured().at_least(1).at_most(kMaxCount)},
       {"shardbench.log_per_step", honoured()},
+      {"shardbench.ranks_per_gpu", honoured("docs/shared-gpu-ranks.md").at_least(1).at_most(64)},
       // ---- environment of the run
       {"env", honoured("set in every worker's environment")},
   };
