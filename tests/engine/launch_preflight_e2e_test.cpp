@@ -4,6 +4,9 @@
 // port that is not a port; and two runs started in the same second keep both reports.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -116,6 +119,44 @@ TEST_F(LaunchPreflightE2E, TwoRunsStartedTogetherKeepBothReports) {
     reports += entry.path().extension() == ".json" ? 1 : 0;
   }
   EXPECT_EQ(reports, 2);
+}
+
+// Under torchrun-style variables with MASTER_PORT taken by a program that is no store: rank 0
+// cannot host the store, rank 1 reaches a listener that never answers. Both fail within the
+// (hang) timeout with one line each, without c10's stack trace.
+TEST_F(LaunchPreflightE2E, TorchrunRanksFailOnABusyStorePortWithOneLineEach) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  auto rank = [&](int r) {
+    return run(
+        "-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 2 shardbench.hang_timeout_s=5 "
+        "shardbench.report_dir=" +
+            dir_.string(),
+        "RANK=" + std::to_string(r) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(r) +
+            " LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port);
+  };
+  auto rank0 = std::async(std::launch::async, rank, 0);
+  auto rank1 = std::async(std::launch::async, rank, 1);
+  const Result results[] = {rank0.get(), rank1.get()};
+  ::close(listener);
+  for (int r = 0; r < 2; ++r) {
+    const Result& res = results[r];
+    EXPECT_EQ(res.exit_code, 1) << res.output;
+    EXPECT_NE(res.output.find("perf-launch: rank " + std::to_string(r) +
+                              ": rendezvous at 127.0.0.1:" + port + " failed"),
+              std::string::npos)
+        << res.output;
+    EXPECT_EQ(res.output.find("Exception raised from"), std::string::npos) << res.output;
+    EXPECT_EQ(res.output.find("frame #"), std::string::npos) << res.output;
+  }
 }
 
 }  // namespace
