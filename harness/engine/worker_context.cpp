@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <future>
+#include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
@@ -23,6 +26,31 @@ void pin_sdpa_backend(const std::string& backend) {
   ctx.setSDPUseMemEfficient(backend == "efficient");
   ctx.setSDPUseCuDNN(backend == "cudnn");
   ctx.setSDPUseMath(backend == "math");
+}
+
+// TCPStore's constructor honours its timeout while connecting, but a client that reached a
+// listener which is no store (MASTER_PORT taken by another program) waits for its handshake
+// reply without one. The constructor therefore runs on a thread of its own; past the deadline
+// this rank gives up with one line (the thread stays blocked until the process exits).
+c10::intrusive_ptr<c10d::Store> connect_store(const std::string& addr,
+                                              const c10d::TCPStoreOptions& options,
+                                              std::chrono::milliseconds timeout) {
+  auto result = std::make_shared<std::promise<c10::intrusive_ptr<c10d::Store>>>();
+  std::future<c10::intrusive_ptr<c10d::Store>> done = result->get_future();
+  std::thread([result, addr, options] {
+    try {
+      result->set_value(c10::make_intrusive<c10d::TCPStore>(addr, options));
+    } catch (...) {
+      result->set_exception(std::current_exception());
+    }
+  }).detach();
+  // Slack over the store's own timeout, so that its own (clearer) error wins when it has one.
+  if (done.wait_for(timeout + std::chrono::seconds(5)) != std::future_status::ready) {
+    throw std::runtime_error("no answer from a store at " + addr + ":" +
+                             std::to_string(options.port) +
+                             " (is the port taken by a program that is not rank 0's store?)");
+  }
+  return done.get();
 }
 
 }  // namespace
@@ -77,7 +105,7 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
   so.isServer = !agent && env.rank == 0;
   heartbeat("rendezvous");
   try {
-    ctx.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    ctx.store = connect_store(env.master_addr, so, connect_timeout);
   } catch (const std::exception& e) {
     std::string why = error_text(e);
     why = why.substr(0, why.find('\n'));
