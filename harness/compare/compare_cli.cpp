@@ -21,13 +21,14 @@ constexpr const char* kDescription =
     "  perf-compare --base A --base B --head C ...   several reports or folders per side\n"
     "  perf-compare --export_golden REPORT [--run LABEL] [-o FILE]\n"
     "Runs match by identity (recipe, strategy, world size, GPU, dtype, batch, relevant config).\n"
-    "Exit: 0 no regression, 1 regression / NaN loss / failed run, 2 bad input.";
+    "Exit: 0 no regression, 1 regression / loss mismatch / NaN loss / failed run / unmatched run,\n"
+    "      2 bad input, 3 inconclusive (too noisy to tell a timing_threshold change from none).";
 
 struct Options {
   std::vector<std::string> positional, base, head;
   std::string thresholds_file;
   double timing_threshold = 0, memory_threshold = 0, skip_first_percent_time = 0, alpha = 0;
-  bool no_utest = false, fail_on_improvement = false, list_runs = false;
+  bool no_utest = false, fail_on_improvement = false, list_runs = false, allow_unmatched = false;
   std::vector<std::string> ignore_identity, match_config;
   std::string run_label, format = "table", json_path, markdown_path, html_path, history_dir;
   std::string color = "auto", export_golden, output;
@@ -118,6 +119,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
   if (app.count("--alpha")) t.alpha = o.alpha;
   if (o.no_utest) t.utest = false;
   if (o.fail_on_improvement) t.fail_on_improvement = true;
+  if (o.allow_unmatched) t.allow_unmatched = true;
   validate_thresholds(t, "command line");
 
   MatchOptions match{o.ignore_identity, o.match_config};
@@ -167,15 +169,19 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
   app.add_option(
       "--thresholds", o.thresholds_file,
       "JSON file with any of timing_threshold, memory_threshold, skip_first_percent_time, "
-      "alpha, utest, fail_on_improvement; flags given here win");
+      "alpha, utest, fail_on_improvement, allow_unmatched; flags given here win");
   app.add_option("--timing_threshold", o.timing_threshold,
-                 "Relative band of mean TFLOP/s/GPU (default: 0.05)");
+                 "Relative band of the median step time after warm-up (default: 0.05)");
   app.add_option("--memory_threshold", o.memory_threshold,
                  "Relative band of each memory figure (default: 0.05)");
   app.add_option("--skip_first_percent_time", o.skip_first_percent_time,
                  "Fraction of steps skipped before the timing mean (default: 0.70)");
-  app.add_option("--alpha", o.alpha, "U-test significance level (default: 0.05)");
-  app.add_flag("--no_utest", o.no_utest, "The threshold alone decides (no Mann-Whitney U test)");
+  app.add_option("--alpha", o.alpha,
+                 "1 - confidence of the step-time bootstrap interval (default: 0.05)");
+  app.add_flag("--no_utest", o.no_utest,
+               "The threshold alone decides (no bootstrap interval, never inconclusive)");
+  app.add_flag("--allow_unmatched", o.allow_unmatched,
+               "A run on one side only is listed but does not make the exit code 1");
   app.add_flag("--fail_on_improvement", o.fail_on_improvement,
                "Exit 1 on an unexpected improvement too, as Megatron-Bridge's evaluate.py does");
   app.add_option("--ignore_identity", o.ignore_identity,

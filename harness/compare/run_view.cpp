@@ -87,14 +87,24 @@ void flatten(const json& node, const std::string& prefix, std::map<std::string, 
 }  // namespace
 
 std::vector<std::string> identity_field_names() {
-  return {"recipe",           "wrapper",
-          "strategy",         "distributed_optimizer",
-          "world_size",       "gpu",
-          "compute_dtype",    "device",
-          "backend",          "global_batch_size",
-          "micro_batch_size", "seq_length",
-          "sdpa_backend",     "flops_formula",
-          "fp8",              "fp8_transpose_cache"};
+  return {"recipe",
+          "wrapper",
+          "strategy",
+          "distributed_optimizer",
+          "world_size",
+          "gpu",
+          "compute_dtype",
+          "device",
+          "backend",
+          "global_batch_size",
+          "micro_batch_size",
+          "seq_length",
+          "sdpa_backend",
+          "flops_formula",
+          "fp8",
+          "fp8_transpose_cache",
+          "injected_slowdown",
+          "test_fault"};
 }
 
 std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& options) {
@@ -185,6 +195,11 @@ std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& opt
         v.git_branch = git.at("branch").get<std::string>();
     }
     v.config = config;
+    for (const json& c : doc.value("comparisons", json::array())) {
+      if (c.is_object() && c.contains("head_index") && c.at("head_index") == i &&
+          c.contains("loss_parity"))
+        v.loss_parity = c.at("loss_parity");
+    }
     out.push_back(std::move(v));
   }
   return out;
