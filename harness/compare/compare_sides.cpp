@@ -100,6 +100,32 @@ constexpr std::size_t kMinTimingSamples = 5;
 //     (the smallest change the data could detect) exceeds the threshold;
 //   ok: otherwise (within the threshold, and a threshold-sized change would have been seen).
 // Without the interval (utest false) the point estimate alone decides.
+// Largest run median over the smallest, minus 1, of one side's runs (0 for fewer than 2 runs).
+double run_spread(const std::vector<std::vector<double>>& runs) {
+  std::vector<double> medians;
+  for (const std::vector<double>& run : runs) {
+    if (!run.empty()) medians.push_back(median_of(run));
+  }
+  if (medians.size() < 2) return 0;
+  const auto [lo, hi] = std::minmax_element(medians.begin(), medians.end());
+  return *lo > 0 ? *hi / *lo - 1 : 0;
+}
+
+// Repeated runs of one side that disagree by more than the threshold show that the machine's
+// run-to-run noise alone exceeds it; a bootstrap over two or three runs underestimates that
+// variation (it cannot see more spread than the few runs happen to show), so the timing verdict
+// is inconclusive then, whatever the interval says.
+void judge_run_spread(MetricRow& row, const PairResult& pair, const Thresholds& t) {
+  if (!t.utest || row.verdict == Verdict::kMissing) return;
+  const double base = run_spread(pair.base_step_ms);
+  const double head = run_spread(pair.head_step_ms);
+  if (std::max(base, head) <= t.timing_threshold) return;
+  row.verdict = Verdict::kInconclusive;
+  row.note = "repeated runs of one side disagree beyond the " + pct(t.timing_threshold) +
+             " threshold (run medians spread " + pct(base) + " base, " + pct(head) +
+             " head): the machine's run-to-run noise is larger than the change to detect";
+}
+
 void judge_timing(MetricRow& row, const std::optional<MedianChangeCi>& ci, const Thresholds& t) {
   if (!row.base || !row.head || !ci) {
     row.verdict = Verdict::kMissing;
@@ -214,6 +240,7 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
                               false, Gate::kTiming, stat(base_ms, 50), stat(head_ms, 50));
   if (ci) median.relative_change = ci->estimate;
   judge_timing(median, ci, t);
+  judge_run_spread(median, pair, t);
   pair.metrics.push_back(median);
   pair.metrics.push_back(make_row("step_time_p90_ms", "step time p90", "ms", false, Gate::kNone,
                                   stat(base_ms, 90), stat(head_ms, 90)));

@@ -25,6 +25,7 @@
 #include "harness/measure/nsys_capture.hpp"
 #include "harness/measure/nvtx.hpp"
 #include "harness/measure/phase_timer_cuda.hpp"
+#include "harness/measure/step_injection.hpp"
 #include "harness/measure/torch_profiler.hpp"
 #include "harness/measure/zero_model.hpp"
 #include "harness/report/console.hpp"
@@ -395,7 +396,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     maybe_inject_fault(ctx.rank, it + 1);
     StepInputs in{mock_global_batch(static_cast<uint64_t>(config.rng.seed), it, gbs,
                                     dims.seq_length, dims.vocab),
-                  mbs, lr.at(it)};
+                  mbs, lr.at(it),
+                  test_fault_loss_scale(config.shardbench, options.wrapper, ctx.rank)};
     nsys.before_step(it + 1);
     torch_profiler.before_step(it + 1);
     // Megatron's interval timer: barrier, start; step; barrier-aligned stop.
@@ -409,6 +411,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
       RECORD_USER_SCOPE("training_step_" + std::to_string(it + 1));
       phases->begin_step();
       out = train_step(model, engine, in, phases.get());
+      inject_step_slowdown(config.shardbench, t0);  // calibration only: 0 unless configured
       phases->end_step();
       syncs.synchronize();
     }

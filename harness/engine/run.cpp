@@ -13,6 +13,7 @@
 #include "harness/engine/worker_context.hpp"
 #include "harness/launch/heartbeat.hpp"
 #include "harness/launch/launch_env.hpp"
+#include "harness/report/comparison.hpp"
 #include "harness/report/console.hpp"
 #include "harness/report/environment.hpp"
 #include "harness/report/report.hpp"
@@ -93,6 +94,12 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env) {
       const std::string summary = format_comparison_summary(report);
       if (!summary.empty()) std::cout << "\n" << summary;
       std::cout << "perf-launch: report written to " << path.string() << std::endl;
+      // A run that trains differently from DDP is a failed comparison, however fast it is.
+      if (const std::string bad = loss_parity_failures(report); !bad.empty()) {
+        std::cerr << "perf-launch: loss parity failed:\n" << bad;
+        heartbeat_error("loss parity failed");
+        return 1;
+      }
     }
     heartbeat("done");
     return 0;

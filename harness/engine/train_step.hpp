@@ -15,6 +15,8 @@ struct StepInputs {
   at::Tensor global_batch;  // [GBS, seq + 1] on the CPU (mock_global_batch)
   int64_t micro_batch = 1;
   double lr = 0;
+  // TEST ONLY (shardbench.test_fault_grad_scale): multiplies this rank's loss before backward.
+  double loss_scale = 1;
 };
 
 struct StepOutputs {

@@ -187,6 +187,23 @@ TEST(CompareVerdict, BeyondThresholdButIntervalReachesZeroIsInconclusive) {
   EXPECT_NE(median->note.find("includes 0"), std::string::npos);
 }
 
+TEST(CompareVerdict, RepeatedRunsThatDisagreeAreInconclusive) {
+  // Base runs at 20 and 30 ms (another job started between them), head runs at 20 and 21 ms:
+  // however the pooled medians compare, run-to-run noise of 50% cannot resolve 5%.
+  const CompareResult r = compare({fsdp_run(steady_steps(20, 20)), fsdp_run(steady_steps(30, 20))},
+                                  {fsdp_run(steady_steps(20, 20)), fsdp_run(steady_steps(21, 20))});
+  const MetricRow* median = r.pairs.at(0).metric("step_time_median_ms");
+  EXPECT_EQ(median->verdict, Verdict::kInconclusive);
+  EXPECT_NE(median->note.find("run medians spread 50.0% base, 5.0% head"), std::string::npos)
+      << median->note;
+  // Runs within the threshold of each other are judged as usual.
+  EXPECT_EQ(compare({fsdp_run(steady_steps(20, 20)), fsdp_run(steady_steps(20.4, 20))},
+                    {fsdp_run(steady_steps(23, 20)), fsdp_run(steady_steps(23.3, 20))})
+                .pairs.at(0)
+                .verdict,
+            Verdict::kRegression);
+}
+
 TEST(CompareVerdict, OneSlowStepDoesNotMoveTheMedian) {
   // One step twice as long pulls an evaluation-window mean down ~8%; the median does not move.
   std::vector<double> head = steady_steps(20, 20);
