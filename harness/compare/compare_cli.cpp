@@ -23,14 +23,16 @@ constexpr const char* kDescription =
     "  perf-compare --export_golden REPORT [--run LABEL] [-o FILE]\n"
     "Runs match by identity (recipe, strategy, world size, GPU, dtype, batch, relevant config).\n"
     "Against golden values the lm loss curve is judged too (evaluate.py's rules).\n"
-    "Exit: 0 no regression, 1 regression / NaN loss / failed run / lm loss off golden values,\n"
-    "2 bad input.";
+    "Exit: 0 no regression, 1 regression / loss mismatch / NaN loss / failed run / unmatched run "
+    "/\n"
+    "      lm loss off golden values, 2 bad input, 3 inconclusive (too noisy to tell a\n"
+    "      timing_threshold change from none).";
 
 struct Options {
   std::vector<std::string> positional, base, head;
   std::string thresholds_file;
   double timing_threshold = 0, memory_threshold = 0, skip_first_percent_time = 0, alpha = 0;
-  bool no_utest = false, fail_on_improvement = false, list_runs = false;
+  bool no_utest = false, fail_on_improvement = false, list_runs = false, allow_unmatched = false;
   std::vector<std::string> ignore_identity, match_config;
   std::string run_label, format = "table", json_path, markdown_path, html_path, history_dir;
   std::string color = "auto", export_golden, output;
@@ -122,6 +124,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
   if (app.count("--alpha")) t.alpha = o.alpha;
   if (o.no_utest) t.utest = false;
   if (o.fail_on_improvement) t.fail_on_improvement = true;
+  if (o.allow_unmatched) t.allow_unmatched = true;
   validate_thresholds(t, "command line");
   validate_loss_tolerances(o.loss, "command line");
 
@@ -173,14 +176,19 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
   app.add_option(
       "--thresholds", o.thresholds_file,
       "JSON file with any of timing_threshold, memory_threshold, skip_first_percent_time, "
-      "alpha, utest, fail_on_improvement; flags given here win");
+      "alpha, utest, fail_on_improvement, allow_unmatched; flags given here win");
   app.add_option("--timing_threshold", o.timing_threshold,
-                 "Relative band of mean TFLOP/s/GPU (default: 0.05)");
+                 "Relative band of the median step time after warm-up (default: 0.05)");
   app.add_option("--memory_threshold", o.memory_threshold,
                  "Relative band of each memory figure (default: 0.05)");
   app.add_option("--skip_first_percent_time", o.skip_first_percent_time,
                  "Fraction of steps skipped before the timing mean (default: 0.70)");
-  app.add_option("--alpha", o.alpha, "U-test significance level (default: 0.05)");
+  app.add_option("--alpha", o.alpha,
+                 "1 - confidence of the step-time bootstrap interval (default: 0.05)");
+  app.add_flag("--no_utest", o.no_utest,
+               "The threshold alone decides (no bootstrap interval, never inconclusive)");
+  app.add_flag("--allow_unmatched", o.allow_unmatched,
+               "A run on one side only is listed but does not make the exit code 1");
   const std::string loss_group = "lm loss against golden values (evaluate.py's convergence check)";
   app.add_option("--correlation_threshold", o.loss.correlation_threshold,
                  "Lowest Pearson r of the loss curves (default: 0.95)")
@@ -206,7 +214,6 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
   app.add_option("--skip_first_percent_loss", o.loss.skip_first_percent_loss,
                  "Leading fraction of loss points left out (default: 0.20)")
       ->group(loss_group);
-  app.add_flag("--no_utest", o.no_utest, "The threshold alone decides (no Mann-Whitney U test)");
   app.add_flag("--fail_on_improvement", o.fail_on_improvement,
                "Exit 1 on an unexpected improvement too, as Megatron-Bridge's evaluate.py does");
   app.add_option("--ignore_identity", o.ignore_identity,

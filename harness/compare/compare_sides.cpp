@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <numeric>
 
-#include "harness/compare/mann_whitney.hpp"
+#include "harness/compare/block_bootstrap.hpp"
 #include "harness/compare/report_reader.hpp"
 #include "harness/measure/stats.hpp"
 
@@ -61,9 +62,9 @@ std::optional<double> relative(const std::optional<double>& base,
   return *head / *base - 1;
 }
 
-// Sets row.verdict from its relative change, threshold and (optionally) p-value.
-void judge(MetricRow& row, double threshold, const Thresholds& t, bool use_utest,
-           std::size_t n_base, std::size_t n_head) {
+// Memory gate: |change| beyond the threshold is a regression (increase) or an improvement.
+// Memory figures are one value per run and do not jitter: no interval.
+void judge_memory(MetricRow& row, double threshold) {
   if (!row.base || !row.head) {
     row.verdict = Verdict::kMissing;
     return;
@@ -76,22 +77,97 @@ void judge(MetricRow& row, double threshold, const Thresholds& t, bool use_utest
   const double change = *row.relative_change;
   if (std::abs(change) <= threshold) {
     row.verdict = Verdict::kOk;
+  } else {
+    row.verdict = change < 0 ? Verdict::kImprovement : Verdict::kRegression;
+  }
+}
+
+std::string pct(double fraction) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f%%", fraction * 100);
+  return buffer;
+}
+
+// Below this many measured steps per side a bootstrap interval only reshuffles a handful of
+// values and is far too narrow: the timing verdict is inconclusive.
+constexpr std::size_t kMinTimingSamples = 5;
+
+// Timing gate on the median step time (lower is better). One window (the measured window, after
+// warm-up) and one statistic (the median) for both the threshold and the interval:
+//   regression / improvement: |change| > threshold and the 1 - alpha interval excludes 0 on the
+//     same side;
+//   inconclusive: |change| > threshold but the interval reaches 0, or the interval's half-width
+//     (the smallest change the data could detect) exceeds the threshold;
+//   ok: otherwise (within the threshold, and a threshold-sized change would have been seen).
+// Without the interval (utest false) the point estimate alone decides.
+// Largest run median over the smallest, minus 1, of one side's runs (0 for fewer than 2 runs).
+double run_spread(const std::vector<std::vector<double>>& runs) {
+  std::vector<double> medians;
+  for (const std::vector<double>& run : runs) {
+    if (!run.empty()) medians.push_back(median_of(run));
+  }
+  if (medians.size() < 2) return 0;
+  const auto [lo, hi] = std::minmax_element(medians.begin(), medians.end());
+  return *lo > 0 ? *hi / *lo - 1 : 0;
+}
+
+// Repeated runs of one side that disagree by more than the threshold show that the machine's
+// run-to-run noise alone exceeds it; a bootstrap over two or three runs underestimates that
+// variation (it cannot see more spread than the few runs happen to show), so the timing verdict
+// is inconclusive then, whatever the interval says.
+void judge_run_spread(MetricRow& row, const PairResult& pair, const Thresholds& t) {
+  if (!t.utest || row.verdict == Verdict::kMissing) return;
+  const double base = run_spread(pair.base_step_ms);
+  const double head = run_spread(pair.head_step_ms);
+  if (std::max(base, head) <= t.timing_threshold) return;
+  row.verdict = Verdict::kInconclusive;
+  row.note = "repeated runs of one side disagree beyond the " + pct(t.timing_threshold) +
+             " threshold (run medians spread " + pct(base) + " base, " + pct(head) +
+             " head): the machine's run-to-run noise is larger than the change to detect";
+}
+
+void judge_timing(MetricRow& row, const std::optional<MedianChangeCi>& ci, const Thresholds& t) {
+  if (!row.base || !row.head || !ci) {
+    row.verdict = Verdict::kMissing;
     return;
   }
-  const bool better = row.higher_is_better ? change > 0 : change < 0;
-  const Verdict direction = better ? Verdict::kImprovement : Verdict::kRegression;
-  if (!use_utest || !t.utest) {
-    row.verdict = direction;
+  const double change = ci->estimate;
+  const double threshold = t.timing_threshold;
+  const Verdict direction = change < 0 ? Verdict::kImprovement : Verdict::kRegression;
+  if (!t.utest) {
+    row.verdict = std::abs(change) <= threshold ? Verdict::kOk : direction;
     return;
   }
-  if (!row.p_value || n_base < 2 || n_head < 2 || min_two_sided_p(n_base, n_head) > t.alpha) {
-    row.verdict = direction;
-    row.note = "U test cannot reach alpha " + std::to_string(t.alpha).substr(0, 5) + " with " +
-               std::to_string(n_base) + " vs " + std::to_string(n_head) +
-               " step samples: the threshold alone decides (run more steps)";
+  row.ci_low = ci->low;
+  row.ci_high = ci->high;
+  row.detectable_change = ci->half_width();
+  if (std::min(ci->base_samples, ci->head_samples) < kMinTimingSamples) {
+    row.verdict = Verdict::kInconclusive;
+    row.note = "only " + std::to_string(ci->base_samples) + " vs " +
+               std::to_string(ci->head_samples) + " step samples after warm-up; at least " +
+               std::to_string(kMinTimingSamples) + " per side are needed for an interval";
     return;
   }
-  row.verdict = *row.p_value < t.alpha ? direction : Verdict::kNoise;
+  const bool excludes_zero = change > 0 ? ci->low > 0 : ci->high < 0;
+  const std::string noise = "step-time cv " + pct(ci->base_cv) + " base, " + pct(ci->head_cv) +
+                            " head; smallest detectable change " + pct(ci->half_width()) +
+                            " (half the " + pct(1 - t.alpha) + " interval)";
+  if (std::abs(change) > threshold) {
+    if (excludes_zero) {
+      row.verdict = direction;
+    } else {
+      row.verdict = Verdict::kInconclusive;
+      row.note = "change " + pct(change) + " is beyond the " + pct(threshold) +
+                 " threshold but its interval [" + pct(ci->low) + ", " + pct(ci->high) +
+                 "] includes 0; " + noise + ": run more steps or repetitions";
+    }
+  } else if (ci->half_width() > threshold) {
+    row.verdict = Verdict::kInconclusive;
+    row.note = "too noisy to tell a " + pct(threshold) + " change from none: " + noise +
+               ": run more steps or repetitions";
+  } else {
+    row.verdict = Verdict::kOk;
+  }
 }
 
 MetricRow make_row(std::string name, std::string title, std::string unit, bool higher_is_better,
@@ -129,46 +205,57 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
   for (const RunView* run : base) pair.base_runs.push_back(ref_of(*run));
   for (const RunView* run : head) pair.head_runs.push_back(ref_of(*run));
 
-  // Throughput: TFLOP/s/GPU gates unless FLOPs are unknown on a side; then tokens/s/GPU does.
-  const double f = t.skip_first_percent_time;
-  const auto tf_base = evaluation_mean(base, &RunView::tflops_per_gpu, f);
-  const auto tf_head = evaluation_mean(head, &RunView::tflops_per_gpu, f);
-  const bool tflops_gates = tf_base && tf_head;
-  const Series gate_series =
-      tflops_gates ? &RunView::tflops_per_gpu : &RunView::tokens_per_sec_per_gpu;
-  const std::vector<double> base_samples = measured_samples(base, gate_series);
-  const std::vector<double> head_samples = measured_samples(head, gate_series);
-  pair.base_samples = base_samples.size();
-  pair.head_samples = head_samples.size();
-  std::optional<double> p_value;
-  if (const auto u = mann_whitney_u(base_samples, head_samples)) p_value = u->p_value;
-
-  MetricRow tflops = make_row("tflops_per_gpu", "model TFLOP/s/GPU (eval mean)", "TFLOP/s", true,
-                              tflops_gates ? Gate::kTiming : Gate::kNone, tf_base, tf_head);
-  MetricRow tokens = make_row("tokens_per_sec_per_gpu", "tokens/s/GPU (eval mean)", "tokens/s",
-                              true, tflops_gates ? Gate::kNone : Gate::kTiming,
-                              evaluation_mean(base, &RunView::tokens_per_sec_per_gpu, f),
-                              evaluation_mean(head, &RunView::tokens_per_sec_per_gpu, f));
-  for (MetricRow* row : {&tflops, &tokens}) {
-    row->p_value = p_value;
-    if (row->gate == Gate::kTiming) {
-      judge(*row, t.timing_threshold, t, true, base_samples.size(), head_samples.size());
+  // Timing gate: the median step time of the measured window, with its block-bootstrap interval.
+  auto windows = [](std::span<const RunView* const> runs) {
+    std::vector<std::vector<double>> out;
+    for (const RunView* run : runs) {
+      std::vector<double> steps;
+      const auto& values = run->step_time_ms;
+      for (std::size_t i = std::min(run->measured_begin, values.size()); i < values.size(); ++i) {
+        if (values[i]) steps.push_back(*values[i]);
+      }
+      out.push_back(std::move(steps));
     }
-  }
-  pair.metrics.push_back(tflops);
-  pair.metrics.push_back(tokens);
-
+    return out;
+  };
+  pair.base_step_ms = windows(base);
+  pair.head_step_ms = windows(head);
+  BootstrapOptions boot;
+  boot.confidence = 1 - t.alpha;
+  const std::optional<MedianChangeCi> ci =
+      median_change_ci(pair.base_step_ms, pair.head_step_ms, boot);
   const std::vector<double> base_ms = measured_samples(base, &RunView::step_time_ms);
   const std::vector<double> head_ms = measured_samples(head, &RunView::step_time_ms);
-  std::optional<double> p_ms;
-  if (const auto u = mann_whitney_u(base_ms, head_ms)) p_ms = u->p_value;
-  for (const auto& [name, title, q] : {std::tuple{"step_time_median_ms", "step time median", 50.0},
-                                       std::tuple{"step_time_p90_ms", "step time p90", 90.0}}) {
-    MetricRow row =
-        make_row(name, title, "ms", false, Gate::kNone, stat(base_ms, q), stat(head_ms, q));
-    row.p_value = p_ms;
-    pair.metrics.push_back(row);
+  pair.base_samples = base_ms.size();
+  pair.head_samples = head_ms.size();
+  if (ci) {
+    pair.base_cv = ci->base_cv;
+    pair.head_cv = ci->head_cv;
+    pair.base_rho = ci->base_rho;
+    pair.head_rho = ci->head_rho;
+    pair.base_block = ci->base_block;
+    pair.head_block = ci->head_block;
   }
+  MetricRow median = make_row("step_time_median_ms", "step time median (measured window)", "ms",
+                              false, Gate::kTiming, stat(base_ms, 50), stat(head_ms, 50));
+  if (ci) median.relative_change = ci->estimate;
+  judge_timing(median, ci, t);
+  judge_run_spread(median, pair, t);
+  pair.metrics.push_back(median);
+  pair.metrics.push_back(make_row("step_time_p90_ms", "step time p90", "ms", false, Gate::kNone,
+                                  stat(base_ms, 90), stat(head_ms, 90)));
+
+  // Throughput as evaluate.py reports it (mean over the last 30% of steps): shown, not gated; the
+  // step-time median above is the gate (throughput is a constant over the step time).
+  const double f = t.skip_first_percent_time;
+  pair.metrics.push_back(make_row("tflops_per_gpu", "model TFLOP/s/GPU (eval mean)", "TFLOP/s",
+                                  true, Gate::kNone,
+                                  evaluation_mean(base, &RunView::tflops_per_gpu, f),
+                                  evaluation_mean(head, &RunView::tflops_per_gpu, f)));
+  pair.metrics.push_back(make_row("tokens_per_sec_per_gpu", "tokens/s/GPU (eval mean)", "tokens/s",
+                                  true, Gate::kNone,
+                                  evaluation_mean(base, &RunView::tokens_per_sec_per_gpu, f),
+                                  evaluation_mean(head, &RunView::tokens_per_sec_per_gpu, f)));
 
   struct MemoryField {
     const char* name;
@@ -181,12 +268,14 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
         MemoryField{"max_alloc_gb", "memory max_alloc", "GB", &RunView::max_alloc_gb},
         MemoryField{"max_reserved_gb", "memory max_reserved", "GB", &RunView::max_reserved_gb},
         MemoryField{"engine_static_bytes", "engine static memory/rank", "bytes",
-                    &RunView::engine_static_bytes}}) {
+                    &RunView::engine_static_bytes},
+        MemoryField{"engine_temporary_peak_bytes", "engine temporary peak/rank", "bytes",
+                    &RunView::engine_temporary_peak_bytes}}) {
     const auto b = largest(base, m.field);
     const auto h = largest(head, m.field);
     if (!b && !h) continue;  // e.g. allocator figures of CPU runs
     MetricRow row = make_row(m.name, m.title, m.unit, false, Gate::kMemory, b, h);
-    judge(row, t.memory_threshold, t, false, 0, 0);
+    judge_memory(row, t.memory_threshold);
     pair.metrics.push_back(row);
   }
 
@@ -206,6 +295,18 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
       for (const std::string& r : run->failure_reasons)
         reasons += (reasons.empty() ? "" : "; ") + r;
       pair.notes.push_back("head run failed (" + run->file + ", " + run->label + "): " + reasons);
+    }
+  }
+  // Loss parity: an FSDP run of the head side that trains differently from its DDP baseline.
+  for (const RunView* run : head) {
+    if (!run->loss_parity.is_object()) continue;
+    const std::string parity = run->loss_parity.value("verdict", std::string("?"));
+    const std::string summary = run->loss_parity.value("summary", std::string());
+    pair.loss_parity.push_back(parity + ": " + run->label + ": " + summary);
+    if (parity == "fail") {
+      worst = std::max(worst, Verdict::kLossMismatch);
+      pair.notes.push_back("head: " + run->label + " does not train like its DDP baseline (" +
+                           run->file + "): " + summary);
     }
   }
   for (const RunView* run : base) {
@@ -275,6 +376,8 @@ CompareResult compare_sides(std::vector<RunView> base, std::vector<RunView> head
 
   CompareResult result;
   result.thresholds = t;
+  result.golden_base =
+      std::any_of(base.begin(), base.end(), [](const RunView& r) { return r.golden; });
   for (const std::string& key : order) {
     auto it = base_by_key.find(key);
     if (it == base_by_key.end()) {

@@ -12,18 +12,19 @@
 namespace shardbench {
 
 // Judges head runs against base runs of one identity. Several runs on a side (repetitions, or a
-// DDP run next to the DDP baseline inside an FSDP report) are pooled: their per-step samples are
-// concatenated, memory figures take the largest.
+// DDP run next to the DDP baseline inside an FSDP report) are pooled for the figures; the timing
+// interval resamples the runs too, so run-to-run variation counts as noise.
 //
-// Timing gate (evaluate.py): relative change of the mean TFLOP/s/GPU over each run's window
-// [max(1, int(n * skip_first_percent_time)) : n] (tokens/s/GPU when FLOPs are unknown). Beyond
-// timing_threshold it is a regression or improvement only when the U test on the per-step values
-// of the measured window (all steps after warm-up: more samples than the evaluation window, so
-// the test has power on short runs) gives p < alpha; otherwise "noise". When the sample sizes
-// cannot reach alpha at all (2 vs 2 steps, say) the threshold alone decides and a note says so.
-// Memory gate: |change| beyond memory_threshold; an increase is a regression, a decrease an
-// improvement (memory figures are one value per run: no U test).
-// A head run with a NaN/Inf loss makes the pair "nan"; a failed head run makes it "failed".
+// Timing gate: relative change of the median step time over the measured window (steps after
+// warm-up) against timing_threshold, with a moving-block bootstrap interval of that same change
+// (block_bootstrap.hpp): regression / improvement when the change is beyond the threshold and the
+// interval excludes 0; inconclusive when the interval is too wide to tell a threshold-sized change
+// from none; ok otherwise. TFLOP/s and tokens/s (evaluate.py's eval-window means) are shown only.
+// Memory gate: every memory figure a side has (allocator figures, engine static and temporary
+// peak bytes): |change| beyond memory_threshold; an increase is a regression, a decrease an
+// improvement.
+// A head run with a NaN/Inf loss makes the pair "nan"; a failed head run makes it "failed"; a head
+// FSDP run whose report says its loss does not match DDP's makes it "loss_mismatch".
 PairResult compare_pair(std::span<const RunView* const> base, std::span<const RunView* const> head,
                         const Thresholds& thresholds);
 

@@ -20,8 +20,8 @@ h3 { font-size: 15px; margin: 20px 0 6px; }
 .summary.failing { background: #fbeaea; }
 table { border-collapse: collapse; margin: 6px 0 10px; } th, td { padding: 3px 10px; border-bottom: 1px solid #e5e7ec; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.v-regression, .v-nan, .v-failed { color: #b3261e; font-weight: 600; }
-.v-improvement { color: #0b63b6; font-weight: 600; } .v-noise { color: #8a6d00; } .v-ok { color: #2e7d32; }
+.v-regression, .v-nan, .v-failed, .v-loss_mismatch { color: #b3261e; font-weight: 600; }
+.v-improvement { color: #0b63b6; font-weight: 600; } .v-inconclusive { color: #8a6d00; font-weight: 600; } .v-ok { color: #2e7d32; }
 .note { color: #555; margin: 2px 0; } code { font-size: 12px; }
 svg.chart { display: block; margin: 4px 0 18px; max-width: 100%; height: auto; }
 svg text { font: 11px system-ui, sans-serif; fill: #333; } svg text.unit { fill: #777; }
@@ -30,7 +30,9 @@ line.axis { stroke: #888; } line.grid { stroke: #eceef2; }
 path.line { fill: none; stroke-width: 2; } circle.point { stroke: #fff; stroke-width: 1; }
 circle.mark-regression { fill: #d32f2f !important; stroke: #7f0000; stroke-width: 2; }
 circle.mark-improvement { fill: #1976d2 !important; stroke: #0d3c73; stroke-width: 2; }
-circle.mark-noise { stroke: #999; stroke-width: 2; }
+circle.mark-inconclusive { stroke: #999; stroke-width: 2; }
+circle.step.base { fill: #9aa5b8; fill-opacity: 0.8; } circle.step.head { fill: #2f6fd6; fill-opacity: 0.8; }
+path.median { stroke: #1d2330; stroke-width: 2; }
 .s0 { fill: #2f6fd6; stroke: #2f6fd6; } .s1 { fill: #e07b00; stroke: #e07b00; } .s2 { fill: #2e9d4b; stroke: #2e9d4b; }
 .s3 { fill: #8e44ad; stroke: #8e44ad; } .s4 { fill: #c0392b; stroke: #c0392b; } .s5 { fill: #16a085; stroke: #16a085; }
 .s6 { fill: #7f8c8d; stroke: #7f8c8d; } .s7 { fill: #b8860b; stroke: #b8860b; }
@@ -177,8 +179,8 @@ PointMark mark_of(const HistoryPoint& p, const std::string& metric) {
       return PointMark::kRegression;
     case Verdict::kImprovement:
       return PointMark::kImprovement;
-    case Verdict::kNoise:
-      return PointMark::kNoise;
+    case Verdict::kInconclusive:
+      return PointMark::kInconclusive;
     default:
       return PointMark::kNone;
   }
@@ -189,8 +191,8 @@ std::string history_section(const History& history) {
   os << "<p class=\"note\">Reports under <code>" << html_escape(history.folder)
      << "</code>: " << history.sessions.size() << " nightly folders, " << history.series.size()
      << " run identities. Each point is judged against the previous one of the same identity: "
-        "red ring = regression, blue = unexpected improvement, grey = beyond the threshold but "
-        "not significant.</p>";
+        "red ring = regression, blue = unexpected improvement, grey = inconclusive (too noisy to "
+        "tell).</p>";
   std::map<std::string, std::size_t> x_of;
   for (std::size_t i = 0; i < history.sessions.size(); ++i) x_of[history.sessions[i]] = i;
   for (const HistoryMetric& metric : history.metrics) {
@@ -216,24 +218,45 @@ std::string history_section(const History& history) {
   return os.str();
 }
 
-std::string pair_table(const PairResult& pair) {
+std::string pair_table(const PairResult& pair, std::size_t index) {
   std::ostringstream os;
   os << "<h3>" << html_escape(pair.name) << ": " << verdict_span(pair.verdict) << "</h3>";
-  os << "<table><tr><th>metric</th><th>base</th><th>head</th><th>change</th><th>p</th><th>verdict</"
-        "th></tr>";
+  os << "<table><tr><th>metric</th><th>base</th><th>head</th><th>change</th><th>"
+     << "interval</th><th>verdict</th></tr>";
   for (const MetricRow& row : pair.metrics) {
     const std::string v = row.gate == Gate::kNone ? "" : std::string(verdict_name(row.verdict));
     os << "<tr><td>" << html_escape(row.title) << "</td><td class=\"num\">"
        << html_escape(format_metric_value(row.base, row.unit)) << "</td><td class=\"num\">"
        << html_escape(format_metric_value(row.head, row.unit)) << "</td><td class=\"num\">"
        << html_escape(format_change(row.relative_change)) << "</td><td class=\"num\">"
-       << html_escape(format_p_value(row.p_value)) << "</td><td class=\"v-" << v << "\">" << v
-       << "</td></tr>";
+       << html_escape(format_interval(row.ci_low, row.ci_high)) << "</td><td class=\"v-" << v
+       << "\">" << v << "</td></tr>";
   }
-  os << "</table><p class=\"note\">U test on " << pair.base_samples << " vs " << pair.head_samples
-     << " per-step samples.</p>";
+  os << "</table><p class=\"note\">" << html_escape(sample_line(pair)) << ".</p>";
+  for (const std::string& line : pair.loss_parity) {
+    const bool fail = line.rfind("fail", 0) == 0;
+    os << "<p class=\"note" << (fail ? " v-loss_mismatch" : "") << "\">loss parity "
+       << html_escape(line) << "</p>";
+  }
   for (const std::string& note : pair.notes)
     os << "<p class=\"note\">" << html_escape(note) << "</p>";
+  // Every step of the measured window, per run and side: the noise behind the verdict.
+  std::vector<StripRow> rows;
+  auto add = [&](const std::vector<std::vector<double>>& runs, const std::vector<RunRef>& refs,
+                 const char* side) {
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (runs[i].empty()) continue;
+      const std::string file = i < refs.size() ? refs[i].file + " [" + refs[i].label + "]" : "";
+      rows.push_back(
+          {std::string(side) + " " + std::to_string(i + 1) + ": " + file, side, runs[i]});
+    }
+  };
+  add(pair.base_step_ms, pair.base_runs, "base");
+  add(pair.head_step_ms, pair.head_runs, "head");
+  if (!rows.empty()) {
+    os << "<h4>Step times of the measured window (dot = step, tick = median)</h4>"
+       << svg_strip_chart("steps-" + std::to_string(index), "ms", rows);
+  }
   return os.str();
 }
 
@@ -241,17 +264,23 @@ std::string pair_table(const PairResult& pair) {
 
 std::string render_html(const CompareResult& result, const History* history) {
   std::ostringstream os;
-  const bool failing = result.exit_code() != 0;
+  const int exit_code = result.exit_code();
+  const bool failing = exit_code == 1;
+  const char* headline = failing                          ? "Regression"
+                         : exit_code == kExitInconclusive ? "Inconclusive"
+                                                          : "No regression";
   os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
      << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
      << "<title>shardbench perf-compare</title><style>" << kStyle << "</style></head><body>\n";
   os << "<h1>shardbench perf-compare</h1>";
-  os << "<p class=\"summary" << (failing ? " failing" : "") << "\"><b>"
-     << (failing ? "Regression" : "No regression") << "</b>: " << result.pairs.size()
-     << " matched, " << result.count(Verdict::kRegression) << " regression, "
-     << result.count(Verdict::kImprovement) << " unexpected improvement, "
-     << result.count(Verdict::kNoise) << " noise, " << result.count(Verdict::kNan)
-     << " NaN loss; exit " << result.exit_code() << "</p>";
+  os << "<p class=\"summary" << (failing ? " failing" : "") << "\"><b>" << headline
+     << "</b>: " << result.pairs.size() << " matched, " << result.count(Verdict::kRegression)
+     << " regression, " << result.count(Verdict::kImprovement) << " unexpected improvement, "
+     << result.count(Verdict::kInconclusive) << " inconclusive, "
+     << result.count(Verdict::kLossMismatch) << " loss mismatch, " << result.count(Verdict::kNan)
+     << " NaN loss, " << result.count(Verdict::kFailed) << " failed; unmatched "
+     << result.unmatched_base.size() << " base, " << result.unmatched_head.size() << " head; exit "
+     << exit_code << "</p>";
   os << "<p class=\"note\">Gate: " << html_escape(describe_thresholds(result.thresholds))
      << "</p>\n";
 
@@ -259,8 +288,8 @@ std::string render_html(const CompareResult& result, const History* history) {
   std::string title;
   const std::string throughput = pairs_chart("throughput", result, "", &title);
   if (!throughput.empty()) os << "<h3>" << html_escape(title) << "</h3>" << throughput;
-  for (const char* metric :
-       {"max_alloc_gb", "max_reserved_gb", "alloc_gb", "engine_static_bytes"}) {
+  for (const char* metric : {"max_alloc_gb", "max_reserved_gb", "alloc_gb", "engine_static_bytes",
+                             "engine_temporary_peak_bytes"}) {
     const std::string chart = pairs_chart(std::string("memory-") + metric, result, metric, &title);
     if (!chart.empty()) os << "<h3>" << html_escape(title) << "</h3>" << chart;
   }
@@ -268,7 +297,7 @@ std::string render_html(const CompareResult& result, const History* history) {
   if (history) os << "\n<h2>History</h2>" << history_section(*history);
 
   os << "\n<h2>Details</h2>";
-  for (const PairResult& pair : result.pairs) os << pair_table(pair);
+  for (std::size_t i = 0; i < result.pairs.size(); ++i) os << pair_table(result.pairs[i], i);
   if (!result.unmatched_base.empty() || !result.unmatched_head.empty()) {
     os << "<h3>Unmatched runs</h3><ul>";
     for (const UnmatchedRun& u : result.unmatched_base) {

@@ -51,7 +51,9 @@ json render_json(const CompareResult& result) {
           {"base", number_or_null(row.base)},
           {"head", number_or_null(row.head)},
           {"relative_change", number_or_null(row.relative_change)},
-          {"p_value", number_or_null(row.p_value)},
+          {"ci_low", number_or_null(row.ci_low)},
+          {"ci_high", number_or_null(row.ci_high)},
+          {"detectable_change", number_or_null(row.detectable_change)},
           {"verdict", row.gate == Gate::kNone ? json(nullptr) : json(verdict_name(row.verdict))},
           {"note", row.note}};
     }
@@ -61,13 +63,26 @@ json render_json(const CompareResult& result) {
                      {"base_runs", refs_json(pair.base_runs)},
                      {"head_runs", refs_json(pair.head_runs)},
                      {"samples", {{"base", pair.base_samples}, {"head", pair.head_samples}}},
+                     {"step_time",
+                      {{"base",
+                        {{"cv", pair.base_cv},
+                         {"lag1_autocorrelation", pair.base_rho},
+                         {"block_length", pair.base_block},
+                         {"runs", pair.base_step_ms.size()}}},
+                       {"head",
+                        {{"cv", pair.head_cv},
+                         {"lag1_autocorrelation", pair.head_rho},
+                         {"block_length", pair.head_block},
+                         {"runs", pair.head_step_ms.size()}}}}},
+                     {"loss_parity", pair.loss_parity},
                      {"metrics", metrics},
                      {"notes", pair.notes},
                      {"config_differences", pair.config_differences}});
   }
   json counts = json::object();
-  for (Verdict v : {Verdict::kOk, Verdict::kNoise, Verdict::kImprovement, Verdict::kRegression,
-                    Verdict::kFailed, Verdict::kNan, Verdict::kMissing}) {
+  for (Verdict v :
+       {Verdict::kOk, Verdict::kInconclusive, Verdict::kImprovement, Verdict::kRegression,
+        Verdict::kLossMismatch, Verdict::kFailed, Verdict::kNan, Verdict::kMissing}) {
     counts[std::string(verdict_name(v))] = result.count(v);
   }
   return {{"generator", "perf-compare"},

@@ -1,5 +1,6 @@
 // Terminal table and markdown.
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 #include <vector>
 
@@ -12,12 +13,13 @@ namespace {
 const char* color_of(Verdict v) {
   switch (v) {
     case Verdict::kRegression:
+    case Verdict::kLossMismatch:
     case Verdict::kFailed:
     case Verdict::kNan:
       return "\033[1;31m";  // bold red
     case Verdict::kImprovement:
       return "\033[1;36m";  // bold cyan: flagged, not wrong
-    case Verdict::kNoise:
+    case Verdict::kInconclusive:
       return "\033[33m";  // yellow
     case Verdict::kOk:
       return "\033[32m";
@@ -53,13 +55,32 @@ std::string files_line(const std::vector<RunRef>& runs) {
   return out;
 }
 
+}  // namespace
+
+std::string sample_line(const PairResult& pair) {
+  char buffer[256];
+  std::snprintf(buffer, sizeof buffer,
+                "step samples %zu base (%zu run%s, cv %.1f%%, lag-1 autocorrelation %.2f, block "
+                "%zu) vs %zu head (%zu run%s, cv %.1f%%, autocorrelation %.2f, block %zu)",
+                pair.base_samples, pair.base_step_ms.size(),
+                pair.base_step_ms.size() == 1 ? "" : "s", pair.base_cv * 100, pair.base_rho,
+                pair.base_block, pair.head_samples, pair.head_step_ms.size(),
+                pair.head_step_ms.size() == 1 ? "" : "s", pair.head_cv * 100, pair.head_rho,
+                pair.head_block);
+  return buffer;
+}
+
+namespace {
+
 std::string summary_line(const CompareResult& r) {
   std::ostringstream os;
   os << r.pairs.size() << " matched: " << r.count(Verdict::kRegression) << " regression, "
-     << r.count(Verdict::kImprovement) << " unexpected improvement, " << r.count(Verdict::kNoise)
-     << " noise, " << r.count(Verdict::kNan) << " NaN loss, " << r.count(Verdict::kFailed)
+     << r.count(Verdict::kImprovement) << " unexpected improvement, "
+     << r.count(Verdict::kInconclusive) << " inconclusive, " << r.count(Verdict::kLossMismatch)
+     << " loss mismatch, " << r.count(Verdict::kNan) << " NaN loss, " << r.count(Verdict::kFailed)
      << " failed, " << r.count(Verdict::kOk) << " ok; unmatched: " << r.unmatched_base.size()
-     << " base, " << r.unmatched_head.size() << " head; exit " << r.exit_code();
+     << " base, " << r.unmatched_head.size() << " head"
+     << (r.thresholds.allow_unmatched ? " (allowed)" : "") << "; exit " << r.exit_code();
   return os.str();
 }
 
@@ -74,11 +95,11 @@ std::string render_table(const CompareResult& result, bool color) {
     os << "  base: " << files_line(pair.base_runs) << "\n  head: " << files_line(pair.head_runs)
        << "\n";
     std::vector<std::vector<std::string>> cells = {
-        {"metric", "base", "head", "change", "p", "verdict"}};
+        {"metric", "base", "head", "change", "interval", "verdict"}};
     for (const MetricRow& row : pair.metrics) {
       cells.push_back({row.title, format_metric_value(row.base, row.unit),
                        format_metric_value(row.head, row.unit), format_change(row.relative_change),
-                       format_p_value(row.p_value), verdict_cell(row)});
+                       format_interval(row.ci_low, row.ci_high), verdict_cell(row)});
     }
     std::vector<std::size_t> width(6, 0);
     for (const auto& line : cells) {
@@ -91,8 +112,8 @@ std::string render_table(const CompareResult& result, bool color) {
       const Verdict v = i == 0 ? Verdict::kInfo : pair.metrics[i - 1].verdict;
       os << "  " << (i == 0 ? line[5] : paint(line[5], v, color)) << "\n";
     }
-    os << "  U test: " << pair.base_samples << " vs " << pair.head_samples
-       << " per-step samples (steps after warm-up)\n";
+    os << "  " << sample_line(pair) << "\n";
+    for (const std::string& line : pair.loss_parity) os << "  loss parity " << line << "\n";
     for (const std::string& note : pair.notes) os << "  note: " << note << "\n";
     if (!pair.config_differences.empty()) {
       os << "  config differences (base -> head):\n";
@@ -114,14 +135,18 @@ std::string render_table(const CompareResult& result, bool color) {
 
 std::string render_markdown(const CompareResult& result) {
   std::ostringstream os;
-  const bool failing = result.exit_code() != 0;
-  os << "## perf-compare: " << (failing ? "**regression**" : "no regression") << "\n\n";
+  const int exit_code = result.exit_code();
+  os << "## perf-compare: "
+     << (exit_code == 1                   ? "**regression**"
+         : exit_code == kExitInconclusive ? "**inconclusive**"
+                                          : "no regression")
+     << "\n\n";
   os << summary_line(result) << ".  \nGate: " << describe_thresholds(result.thresholds) << ".\n";
   for (const PairResult& pair : result.pairs) {
     os << "\n### `" << pair.name << "`: " << verdict_heading(pair.verdict) << "\n\n";
     os << "base: `" << files_line(pair.base_runs) << "`  \nhead: `" << files_line(pair.head_runs)
        << "`\n\n";
-    os << "| metric | base | head | change | p | verdict |\n|---|---:|---:|---:|---:|---|\n";
+    os << "| metric | base | head | change | interval | verdict |\n|---|---:|---:|---:|---:|---|\n";
     for (const MetricRow& row : pair.metrics) {
       std::string verdict = verdict_cell(row);
       if (row.verdict == Verdict::kRegression || row.verdict == Verdict::kImprovement) {
@@ -129,10 +154,10 @@ std::string render_markdown(const CompareResult& result) {
       }
       os << "| " << row.title << " | " << format_metric_value(row.base, row.unit) << " | "
          << format_metric_value(row.head, row.unit) << " | " << format_change(row.relative_change)
-         << " | " << format_p_value(row.p_value) << " | " << verdict << " |\n";
+         << " | " << format_interval(row.ci_low, row.ci_high) << " | " << verdict << " |\n";
     }
-    os << "\nU test on " << pair.base_samples << " vs " << pair.head_samples
-       << " per-step samples.\n";
+    os << "\n" << sample_line(pair) << ".\n";
+    for (const std::string& line : pair.loss_parity) os << "- loss parity " << line << "\n";
     for (const std::string& note : pair.notes) os << "- " << note << "\n";
     if (!pair.config_differences.empty()) {
       os << "\n<details><summary>config differences (base -> head)</summary>\n\n";

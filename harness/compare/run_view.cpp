@@ -187,7 +187,9 @@ std::vector<std::string> identity_field_names() {
           "sdpa_backend",
           "flops_formula",
           "fp8",
-          "fp8_transpose_cache"};
+          "fp8_transpose_cache",
+          "injected_slowdown",
+          "test_fault"};
 }
 
 namespace {
@@ -317,6 +319,11 @@ RunView run_view_of(const LoadedReport& report, const json& environment, std::si
         v.git_branch = git.at("branch").get<std::string>();
     }
     v.config = config;
+    for (const json& c : report.doc.value("comparisons", json::array())) {
+      if (c.is_object() && c.contains("head_index") && c.at("head_index") == i &&
+          c.contains("loss_parity"))
+        v.loss_parity = c.at("loss_parity");
+    }
     return v;
   }
 }

@@ -63,6 +63,9 @@ struct RunView {
   std::string git_revision;
   std::string git_branch;
   nlohmann::json config;  // resolved config (pass-through), for listing differences
+  // The report's loss parity of this run against its DDP baseline (comparisons[].loss_parity of
+  // the comparison whose head_index is this run), or null.
+  nlohmann::json loss_parity;
 };
 
 // The runs of one loaded report. Throws InputError naming the file and JSON pointer when a

@@ -11,7 +11,9 @@ namespace shardbench {
 namespace {
 
 constexpr int kWidth = 860;
-constexpr int kLabelWidth = 330;
+constexpr int kBarLeft = 60;    // bars start here; the series name ("base") sits left of them
+constexpr int kLabelLine = 16;  // a group's label line above its bars
+constexpr int kCharWidth = 7;   // generous width of one 11px character, to size the picture
 constexpr int kBarHeight = 14;
 constexpr int kBarGap = 3;
 constexpr int kGroupGap = 12;
@@ -27,9 +29,8 @@ std::string truncate(const std::string& s, std::size_t n) {
   return s.size() <= n ? s : s.substr(0, n - 1) + "\u2026";
 }
 
-std::string legend_svg(const std::vector<LegendEntry>& legend, int y) {
+std::string legend_svg(const std::vector<LegendEntry>& legend, int y, int x) {
   std::ostringstream os;
-  int x = kLabelWidth;
   for (const LegendEntry& entry : legend) {
     os << "<rect class=\"" << entry.css_class << "\" x=\"" << x << "\" y=\"" << y - 10
        << "\" width=\"12\" height=\"12\"/><text class=\"legend\" x=\"" << x + 16 << "\" y=\"" << y
@@ -68,55 +69,124 @@ std::string html_escape(const std::string& text) {
   return out;
 }
 
+// Labels sit on their own line above their bars, starting at the left edge, and the picture
+// widens to the longest label: a long run name is never cut (the old layout right-aligned labels
+// into a fixed left margin and lost their beginning).
 std::string svg_bar_chart(const std::string& chart_id, const std::string& unit,
                           const std::vector<BarGroup>& groups,
                           const std::vector<LegendEntry>& legend) {
   double max_value = 0;
   std::size_t bar_count = 0;
+  std::size_t longest_label = 0;
   for (const BarGroup& g : groups) {
+    longest_label = std::max(longest_label, g.label.size());
     for (const Bar& b : g.bars) {
       if (b.value) max_value = std::max(max_value, *b.value);
       ++bar_count;
     }
   }
   if (max_value <= 0) max_value = 1;
+  const int width = std::max(kWidth, kBarLeft + static_cast<int>(longest_label) * kCharWidth + 16);
   const int top = 28;
   const int height = top + static_cast<int>(bar_count) * (kBarHeight + kBarGap) +
-                     static_cast<int>(groups.size()) * kGroupGap + 24;
-  const double plot_width = kWidth - kLabelWidth - 110;
+                     static_cast<int>(groups.size()) * (kGroupGap + kLabelLine) + 24;
+  const double plot_width = kWidth - kBarLeft - 110;
   std::ostringstream os;
   os << "<svg class=\"chart\" data-chart=\"" << html_escape(chart_id) << "\" role=\"img\" "
      << "aria-label=\"" << html_escape(chart_id) << "\" xmlns=\"http://www.w3.org/2000/svg\" "
-     << "viewBox=\"0 0 " << kWidth << " " << height << "\" width=\"" << kWidth << "\" height=\""
+     << "viewBox=\"0 0 " << width << " " << height << "\" width=\"" << width << "\" height=\""
      << height << "\">";
-  os << legend_svg(legend, 16);
+  os << legend_svg(legend, 16, kBarLeft);
   int y = top;
   for (const BarGroup& g : groups) {
-    const int group_height = static_cast<int>(g.bars.size()) * (kBarHeight + kBarGap);
-    os << "<text class=\"label\" x=\"" << kLabelWidth - 8 << "\" y=\"" << y + group_height / 2 + 4
-       << "\" text-anchor=\"end\"><title>" << html_escape(g.label) << "</title>"
-       << html_escape(truncate(g.label, 54)) << "</text>";
+    os << "<text class=\"label\" x=\"" << kBarLeft << "\" y=\"" << y + kLabelLine - 4 << "\">"
+       << html_escape(g.label) << "</text>";
+    y += kLabelLine;
     for (const Bar& b : g.bars) {
       const double w = b.value ? std::max(1.0, *b.value / max_value * plot_width) : 0;
       os << "<g><title>"
          << html_escape(b.series + ": " + format_metric_value(b.value, unit) +
                         (b.tooltip.empty() ? "" : " (" + b.tooltip + ")"))
          << "</title>";
+      os << "<text class=\"series\" x=\"" << kBarLeft - 6 << "\" y=\"" << y + kBarHeight - 3
+         << "\" text-anchor=\"end\">" << html_escape(b.series) << "</text>";
       if (b.value) {
-        os << "<rect class=\"" << b.css_class << "\" x=\"" << kLabelWidth << "\" y=\"" << y
+        os << "<rect class=\"" << b.css_class << "\" x=\"" << kBarLeft << "\" y=\"" << y
            << "\" width=\"" << num(w) << "\" height=\"" << kBarHeight << "\"/>";
       }
-      os << "<text class=\"value\" x=\"" << num(kLabelWidth + w + 4) << "\" y=\""
-         << y + kBarHeight - 3 << "\">"
-         << html_escape(b.value ? format_significant_fixed(*b.value) : "n/a") << "</text></g>";
+      os << "<text class=\"value\" x=\"" << num(kBarLeft + w + 4) << "\" y=\"" << y + kBarHeight - 3
+         << "\">" << html_escape(b.value ? format_significant_fixed(*b.value) : "n/a")
+         << "</text></g>";
       y += kBarHeight + kBarGap;
     }
     y += kGroupGap;
   }
-  os << "<line class=\"axis\" x1=\"" << kLabelWidth << "\" y1=\"" << top - 4 << "\" x2=\""
-     << kLabelWidth << "\" y2=\"" << y - kGroupGap << "\"/>";
-  os << "<text class=\"unit\" x=\"" << kLabelWidth << "\" y=\"" << y + 8 << "\">"
-     << html_escape(unit) << "</text></svg>";
+  os << "<line class=\"axis\" x1=\"" << kBarLeft << "\" y1=\"" << top - 4 << "\" x2=\"" << kBarLeft
+     << "\" y2=\"" << y - kGroupGap << "\"/>";
+  os << "<text class=\"unit\" x=\"" << kBarLeft << "\" y=\"" << y + 8 << "\">" << html_escape(unit)
+     << "</text></svg>";
+  return os.str();
+}
+
+std::string svg_strip_chart(const std::string& chart_id, const std::string& unit,
+                            const std::vector<StripRow>& rows) {
+  double lo = INFINITY, hi = -INFINITY;
+  std::size_t longest_label = 0;
+  for (const StripRow& r : rows) {
+    longest_label = std::max(longest_label, r.label.size());
+    for (double v : r.values) {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  if (!std::isfinite(lo)) lo = 0, hi = 1;
+  if (hi - lo < 1e-12 * std::max(1.0, std::abs(hi))) {
+    lo -= std::max(std::abs(lo) * 0.05, 1e-9);
+    hi += std::max(std::abs(hi) * 0.05, 1e-9);
+  }
+  const int left = 60, right = 40, top = 10, row_height = 34;
+  const int width = std::max(kWidth, left + static_cast<int>(longest_label) * kCharWidth + 16);
+  const double plot_width = kWidth - left - right;
+  const int height = top + static_cast<int>(rows.size()) * row_height + 30;
+  auto x_of = [&](double v) { return left + plot_width * (v - lo) / (hi - lo); };
+  std::ostringstream os;
+  os << "<svg class=\"chart strip\" data-chart=\"" << html_escape(chart_id) << "\" role=\"img\" "
+     << "aria-label=\"" << html_escape(chart_id) << "\" xmlns=\"http://www.w3.org/2000/svg\" "
+     << "viewBox=\"0 0 " << width << " " << height << "\" width=\"" << width << "\" height=\""
+     << height << "\">";
+  int y = top;
+  for (const StripRow& r : rows) {
+    os << "<text class=\"label\" x=\"" << left << "\" y=\"" << y + 10 << "\">"
+       << html_escape(r.label) << "</text>";
+    const int cy = y + 22;
+    os << "<line class=\"grid\" x1=\"" << left << "\" y1=\"" << cy << "\" x2=\"" << kWidth - right
+       << "\" y2=\"" << cy << "\"/>";
+    // Each step a dot, in step order; the median a vertical tick.
+    for (std::size_t i = 0; i < r.values.size(); ++i) {
+      os << "<circle class=\"step " << r.css_class << "\" cx=\"" << num(x_of(r.values[i]))
+         << "\" cy=\"" << cy << "\" r=\"3\"><title>step " << i + 1
+         << " of the window: " << html_escape(format_metric_value(r.values[i], unit))
+         << "</title></circle>";
+    }
+    if (!r.values.empty()) {
+      std::vector<double> sorted = r.values;
+      std::sort(sorted.begin(), sorted.end());
+      const std::size_t n = sorted.size();
+      const double median =
+          n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;  // numpy.median
+      os << "<path class=\"median\" d=\"M" << num(x_of(median)) << " " << cy - 8 << " L"
+         << num(x_of(median)) << " " << cy + 8 << "\"><title>median "
+         << html_escape(format_metric_value(median, unit)) << "</title></path>";
+    }
+    y += row_height;
+  }
+  for (int tick = 0; tick <= 4; ++tick) {
+    const double v = lo + (hi - lo) * tick / 4.0;
+    os << "<text class=\"tick\" x=\"" << num(x_of(v)) << "\" y=\"" << y + 14
+       << "\" text-anchor=\"middle\">" << html_escape(format_significant_fixed(v, 3)) << "</text>";
+  }
+  os << "<text class=\"unit\" x=\"4\" y=\"" << y + 14 << "\">" << html_escape(unit)
+     << "</text></svg>";
   return os.str();
 }
 
@@ -178,10 +248,10 @@ std::string svg_line_chart(const std::string& chart_id, const std::string& unit,
     os << "<path class=\"line " << cls << "\" d=\"" << path << "\"/>";
     for (const LinePoint& p : series[s].points) {
       if (!p.value) continue;
-      const char* mark = p.mark == PointMark::kRegression    ? " mark-regression"
-                         : p.mark == PointMark::kImprovement ? " mark-improvement"
-                         : p.mark == PointMark::kNoise       ? " mark-noise"
-                                                             : "";
+      const char* mark = p.mark == PointMark::kRegression     ? " mark-regression"
+                         : p.mark == PointMark::kImprovement  ? " mark-improvement"
+                         : p.mark == PointMark::kInconclusive ? " mark-inconclusive"
+                                                              : "";
       os << "<circle class=\"point " << cls << mark << "\" cx=\"" << num(x_of(p.x)) << "\" cy=\""
          << num(y_of(*p.value)) << "\" r=\"" << (*mark ? 6 : 3) << "\"><title>"
          << html_escape(series[s].name + " @ " + (p.x < x_labels.size() ? x_labels[p.x] : "") +

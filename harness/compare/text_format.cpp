@@ -64,8 +64,10 @@ std::string verdict_heading(Verdict v) {
       return "REGRESSION";
     case Verdict::kImprovement:
       return "UNEXPECTED IMPROVEMENT";
-    case Verdict::kNoise:
-      return "NOISE (beyond threshold, not significant)";
+    case Verdict::kInconclusive:
+      return "INCONCLUSIVE (too noisy to tell)";
+    case Verdict::kLossMismatch:
+      return "LOSS MISMATCH (FSDP does not train like DDP)";
     case Verdict::kMissing:
       return "INCOMPLETE";
     case Verdict::kOk:
@@ -75,13 +77,23 @@ std::string verdict_heading(Verdict v) {
   return "?";
 }
 
+std::string format_interval(const std::optional<double>& low, const std::optional<double>& high) {
+  if (!low || !high) return "-";
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "[%+.1f%%, %+.1f%%]", *low * 100, *high * 100);
+  return buffer;
+}
+
 std::string describe_thresholds(const Thresholds& t) {
-  char buffer[256];
-  std::snprintf(
-      buffer, sizeof buffer,
-      "timing %g%% (mean TFLOP/s/GPU over steps after the first %g%%), memory %g%%, %s",
-      t.timing_threshold * 100, t.skip_first_percent_time * 100, t.memory_threshold * 100,
-      t.utest ? ("U test alpha " + format_significant_fixed(t.alpha, 2)).c_str() : "no U test");
+  char buffer[320];
+  std::snprintf(buffer, sizeof buffer,
+                "timing %g%% (median step time over the steps after warm-up), %s, memory %g%%%s",
+                t.timing_threshold * 100,
+                t.utest ? (format_significant_fixed((1 - t.alpha) * 100, 3) +
+                           "% moving-block bootstrap interval")
+                              .c_str()
+                        : "no interval (the threshold alone decides)",
+                t.memory_threshold * 100, t.allow_unmatched ? ", unmatched runs allowed" : "");
   return buffer;
 }
 

@@ -30,8 +30,8 @@ void check_range(double value, double low, bool low_open, double high, const std
 }  // namespace
 
 std::vector<std::string> threshold_keys() {
-  return {"timing_threshold",   "memory_threshold", "skip_first_percent_time", "alpha", "utest",
-          "fail_on_improvement"};
+  return {"timing_threshold",    "memory_threshold", "skip_first_percent_time", "alpha", "utest",
+          "fail_on_improvement", "allow_unmatched"};
 }
 
 void apply_thresholds_json(const json& doc, const std::string& file, Thresholds& t) {
@@ -47,6 +47,7 @@ void apply_thresholds_json(const json& doc, const std::string& file, Thresholds&
                                                         : nullptr;
     bool* flag = key == "utest"                 ? &t.utest
                  : key == "fail_on_improvement" ? &t.fail_on_improvement
+                 : key == "allow_unmatched"     ? &t.allow_unmatched
                                                 : nullptr;
     if (number) {
       if (!value.is_number()) {
@@ -93,7 +94,8 @@ json thresholds_to_json(const Thresholds& t) {
           {"skip_first_percent_time", t.skip_first_percent_time},
           {"alpha", t.alpha},
           {"utest", t.utest},
-          {"fail_on_improvement", t.fail_on_improvement}};
+          {"fail_on_improvement", t.fail_on_improvement},
+          {"allow_unmatched", t.allow_unmatched}};
 }
 
 }  // namespace shardbench

@@ -11,13 +11,20 @@
 
 namespace shardbench {
 
+// perf-compare's exit code when no pair fails but at least one is inconclusive: the noise was
+// too large to tell a timing_threshold-sized change from none. Neither a pass nor a regression.
+inline constexpr int kExitInconclusive = 3;
+
 struct Thresholds {
-  double timing_threshold = 0.05;         // relative change of the throughput mean
+  // Relative change of the median step time over the measured window (steps after warm-up);
+  // the same window and statistic as the bootstrap interval that decides significance.
+  double timing_threshold = 0.05;
   double memory_threshold = 0.05;         // relative change of each memory figure
-  double skip_first_percent_time = 0.70;  // evaluate.py window [max(1, int(n*f)) : n]
-  double alpha = 0.05;                    // U-test significance level
-  bool utest = true;                 // false: the threshold alone decides (compare.py --no-utest)
+  double skip_first_percent_time = 0.70;  // evaluate.py window of the (informational) means
+  double alpha = 0.05;                    // the interval is the 1 - alpha bootstrap interval
+  bool utest = true;  // false: the point estimate alone decides (no interval, never inconclusive)
   bool fail_on_improvement = false;  // Megatron-Bridge fails on "UNEXPECTED IMPROVEMENT" too
+  bool allow_unmatched = false;      // false: a run on one side only makes the exit code 1
 };
 
 // Keys of a thresholds file, each the name of the field above.

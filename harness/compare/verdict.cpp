@@ -12,12 +12,14 @@ std::string_view verdict_name(Verdict v) {
       return "missing";
     case Verdict::kOk:
       return "ok";
-    case Verdict::kNoise:
-      return "noise";
+    case Verdict::kInconclusive:
+      return "inconclusive";
     case Verdict::kImprovement:
       return "improvement";
     case Verdict::kRegression:
       return "regression";
+    case Verdict::kLossMismatch:
+      return "loss_mismatch";
     case Verdict::kFailed:
       return "failed";
     case Verdict::kNan:
@@ -27,8 +29,8 @@ std::string_view verdict_name(Verdict v) {
 }
 
 bool is_failing(Verdict v, const Thresholds& thresholds) {
-  return v == Verdict::kRegression || v == Verdict::kFailed || v == Verdict::kNan ||
-         (v == Verdict::kImprovement && thresholds.fail_on_improvement);
+  return v == Verdict::kRegression || v == Verdict::kLossMismatch || v == Verdict::kFailed ||
+         v == Verdict::kNan || (v == Verdict::kImprovement && thresholds.fail_on_improvement);
 }
 
 const MetricRow* PairResult::metric(std::string_view metric_name) const {
@@ -47,7 +49,9 @@ int CompareResult::exit_code() const {
   for (const PairResult& pair : pairs) {
     if (is_failing(pair.verdict, thresholds)) return 1;
   }
-  return 0;
+  const bool unmatched = !unmatched_base.empty() || (!unmatched_head.empty() && !golden_base);
+  if (unmatched && !thresholds.allow_unmatched) return 1;
+  return count(Verdict::kInconclusive) > 0 ? kExitInconclusive : 0;
 }
 
 }  // namespace shardbench

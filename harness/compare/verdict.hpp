@@ -14,17 +14,18 @@ namespace shardbench {
 
 // Ordered from harmless to worst: a pair's verdict is the worst of its metrics' and its checks'.
 enum class Verdict {
-  kInfo,         // shown, not judged (e.g. step-time percentiles)
-  kMissing,      // a side has no value
-  kOk,           // within the threshold
-  kNoise,        // beyond the threshold, but the samples do not differ significantly
-  kImprovement,  // beyond the threshold and significant, in the good direction
-  kRegression,   // beyond the threshold and significant, in the bad direction
-  kFailed,       // the head run failed (status "failed" for a reason other than NaN)
-  kNan,          // the head run's lm loss was NaN or Inf
+  kInfo,          // shown, not judged (e.g. step-time percentiles)
+  kMissing,       // a side has no value
+  kOk,            // within the threshold, and the data could have seen a threshold-sized change
+  kInconclusive,  // the confidence interval is too wide to tell a threshold-sized change from none
+  kImprovement,   // beyond the threshold and the interval excludes 0, in the good direction
+  kRegression,    // beyond the threshold and the interval excludes 0, in the bad direction
+  kLossMismatch,  // the head report's FSDP run does not train like its DDP baseline (loss parity)
+  kFailed,        // the head run failed (status "failed" for a reason other than NaN)
+  kNan,           // the head run's lm loss was NaN or Inf
 };
 
-std::string_view verdict_name(Verdict v);  // "ok", "noise", "improvement", "regression", ..
+std::string_view verdict_name(Verdict v);  // "ok", "inconclusive", "regression", ..
 
 // True for verdicts that make perf-compare exit 1.
 bool is_failing(Verdict v, const Thresholds& thresholds);
@@ -39,7 +40,9 @@ struct MetricRow {
   Gate gate = Gate::kNone;
   std::optional<double> base, head;
   std::optional<double> relative_change;  // head / base - 1
-  std::optional<double> p_value;          // two-sided Mann-Whitney U on per-step samples
+  // Timing gate: the bootstrap confidence interval of relative_change (block_bootstrap.hpp) and
+  // the smallest change the data could detect (half the interval's width).
+  std::optional<double> ci_low, ci_high, detectable_change;
   Verdict verdict = Verdict::kInfo;
   std::string note;
 };
@@ -56,7 +59,15 @@ struct PairResult {
   std::string name;
   nlohmann::json identity;
   std::vector<RunRef> base_runs, head_runs;
-  std::size_t base_samples = 0, head_samples = 0;  // per-step samples the U test used
+  std::size_t base_samples = 0, head_samples = 0;  // per-step samples the interval used
+  double base_cv = 0, head_cv = 0;                 // step-time cv of those samples
+  double base_rho = 0, head_rho = 0;               // lag-1 autocorrelation of step times
+  std::size_t base_block = 0, head_block = 0;      // bootstrap block lengths (steps)
+  // Loss parity of the head reports' FSDP-vs-DDP comparisons, one line each ("ok: .." or
+  // "fail: ..").
+  std::vector<std::string> loss_parity;
+  // Per-step times of the measured window, per run, for the HTML strip plot.
+  std::vector<std::vector<double>> base_step_ms, head_step_ms;
   std::vector<MetricRow> metrics;
   Verdict verdict = Verdict::kOk;
   std::vector<std::string> notes;
@@ -76,9 +87,14 @@ struct CompareResult {
   std::vector<std::string> base_files, head_files, skipped_files;
   std::vector<PairResult> pairs;
   std::vector<UnmatchedRun> unmatched_base, unmatched_head;
+  // Golden values stand for one head run: the head's other runs are unmatched by design and do
+  // not fail the comparison.
+  bool golden_base = false;
 
   std::size_t count(Verdict v) const;  // pairs with this verdict
-  int exit_code() const;               // 0 or 1 (2 is raised as InputError before a result exists)
+  // 1: a failing verdict, or an unmatched run without thresholds.allow_unmatched; else 3 when a
+  // pair is inconclusive; else 0 (2 is raised as InputError before a result exists).
+  int exit_code() const;
 };
 
 }  // namespace shardbench

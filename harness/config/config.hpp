@@ -250,7 +250,13 @@ using StringMap = std::map<std::string, std::string>;
     "-ol: groups reloaded ahead of backward (1: Megatron's double buffer)")                      \
   X(bool, log_per_step, true, "Print a Megatron-style line per step")                              \
   X(int64_t, ranks_per_gpu, 1,                                                                     \
-    "Local GPU runs: ranks sharing each GPU (>1: functional run, timings are not performance)")
+    "Local GPU runs: ranks sharing each GPU (>1: functional run, timings are not performance)")    \
+  X(double, inject_delay_ms, 0.0,                                                                  \
+    "Calibration: busy-wait this long inside each timed step (recorded in the run identity)")      \
+  X(double, inject_slowdown, 0.0,                                                                  \
+    "Calibration: busy-wait this fraction of each step's time inside it (0.1: 10% slower)")        \
+  X(std::string, test_fault_grad_scale, "",                                                        \
+    "TEST ONLY: <wrapper>:<factor> scales rank 0's gradients of that wrapper's run")
 
 // Sections: (member name, struct name, field table).
 #define SHARDBENCH_CONFIG_SECTIONS(S)                                         \

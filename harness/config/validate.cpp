@@ -7,6 +7,7 @@
 #include "harness/config/field_registry.hpp"
 #include "harness/config/text.hpp"
 #include "harness/config/wrappers.hpp"
+#include "harness/measure/step_injection.hpp"
 
 namespace shardbench {
 namespace {
@@ -433,6 +434,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   parallel_and_batch_rules(config, context.num_gpus);
   profiling_rules(r);
   shardbench_rules(config);
+  step_injection_rules(config.shardbench);
   comparison_runs_rules(config, context);
   return r.notices;
 }

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
@@ -27,6 +27,7 @@
 #include "harness/measure/nsys_capture.hpp"
 #include "harness/measure/nvtx.hpp"
 #include "harness/measure/phase_timer_cuda.hpp"
+#include "harness/measure/step_injection.hpp"
 #include "harness/measure/torch_profiler.hpp"
 #include "harness/measure/zero_model.hpp"
 #include "harness/report/console.hpp"
@@ -40,9 +41,9 @@ namespace {
 void reject(bool unsupported, const std::string& field, const std::string& value,
             const std::string& accepted) {
   if (unsupported) {
-    throw std::invalid_argument(field + "=" + value +
-                                " is not implemented by the shardbench engine yet; accepted: " +
-                                accepted);
+    throw std::invalid_argument(
+        field + "=" + value +
+        " is not implemented by the shardbench engine yet; accepted: " + accepted);
   }
 }
 
@@ -171,8 +172,9 @@ LlamaDims llama_dims_from(const ConfigContainer& c) {
   d.norm_eps = m.layernorm_epsilon;
   d.init_std = m.init_method_std;
   if (d.num_layers <= 0 || d.hidden <= 0 || d.heads <= 0 || d.vocab <= 0 || d.head_dim <= 0) {
-    throw std::invalid_argument("model dims incomplete: num_layers, hidden_size, "
-                                "num_attention_heads and vocab_size must be positive");
+    throw std::invalid_argument(
+        "model dims incomplete: num_layers, hidden_size, "
+        "num_attention_heads and vocab_size must be positive");
   }
   return d;
 }
@@ -209,8 +211,8 @@ Fp8Choice fp8_from(const ConfigContainer& c, const EngineOptions& o, const Llama
          "not implemented");
   const auto invalid = [](const std::string& field, const std::string& value,
                           const std::string& accepted) {
-    throw std::invalid_argument(field + "=" + value + " cannot run FP8 compute; accepted: " +
-                                accepted);
+    throw std::invalid_argument(field + "=" + value +
+                                " cannot run FP8 compute; accepted: " + accepted);
   };
   if (o.compute_dtype != at::kBFloat16) {
     invalid("shardbench.compute_dtype", c.shardbench.compute_dtype,
@@ -306,10 +308,11 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   reject(c.ddp.reduce_scatter_with_fp32_accumulation, "ddp.reduce_scatter_with_fp32_accumulation",
          "true", "false");
   reject(c.ddp.megatron_fsdp_main_params_dtype.value_or("") != "fp32",
-         "ddp.megatron_fsdp_main_params_dtype", c.ddp.megatron_fsdp_main_params_dtype.value_or("null"),
-         "fp32");
+         "ddp.megatron_fsdp_main_params_dtype",
+         c.ddp.megatron_fsdp_main_params_dtype.value_or("null"), "fp32");
   reject(c.ddp.megatron_fsdp_main_grads_dtype.has_value(), "ddp.megatron_fsdp_main_grads_dtype",
-         c.ddp.megatron_fsdp_main_grads_dtype.value_or(""), "null (grads follow ddp.grad_reduce_in_fp32)");
+         c.ddp.megatron_fsdp_main_grads_dtype.value_or(""),
+         "null (grads follow ddp.grad_reduce_in_fp32)");
   reject(c.ddp.megatron_fsdp_grad_comm_dtype.has_value(), "ddp.megatron_fsdp_grad_comm_dtype",
          c.ddp.megatron_fsdp_grad_comm_dtype.value_or(""), "null (the main grads dtype)");
   EngineOptions o;
@@ -387,8 +390,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   rec.backend = to_string(ctx.backend);
   rec.config = config_to_json(config);
   rec.provenance = provenance;
-  DecoderDims fd{dims.num_layers, dims.hidden, dims.ffn, dims.heads, dims.kv_heads, dims.head_dim,
-                 dims.vocab};
+  DecoderDims fd{dims.num_layers, dims.hidden,   dims.ffn,  dims.heads,
+                 dims.kv_heads,   dims.head_dim, dims.vocab};
   rec.model_flops_per_step = model_flops_per_step(fd, gbs, dims.seq_length);
   rec.dtype_policy = DtypePolicy::for_compute_dtype(
       rec.compute_dtype, options.grad_reduce_in_fp32 || options.compute_dtype == at::kFloat);
@@ -409,9 +412,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   // are cast after each gather.
   const int64_t micro_batches = gbs / std::max<int64_t>(1, mbs * ctx.world_size);
   const bool persistent_weights =
-      micro_batches > 1 &&
-      (options.wrapper == "ddp" ||
-       (options.wrapper == "megatron_fsdp" && options.strategy != "optim_grads_params"));
+      micro_batches > 1 && (options.wrapper == "ddp" || (options.wrapper == "megatron_fsdp" &&
+                                                         options.strategy != "optim_grads_params"));
   model.set_fp8(fp8_choice.on, fp8_choice.keep_transpose_cache, persistent_weights);
   if (fp8_choice.on) {
     rec.fp8 = *config.mixed_precision.fp8 + "/" + config.mixed_precision.fp8_recipe;
@@ -492,7 +494,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     maybe_inject_fault(ctx.rank, it + 1);
     StepInputs in{mock_global_batch(static_cast<uint64_t>(config.rng.seed), it, gbs,
                                     dims.seq_length, dims.vocab),
-                  mbs, lr.at(it), config.train.empty_unused_memory_level};
+                  mbs, lr.at(it), config.train.empty_unused_memory_level,
+                  test_fault_loss_scale(config.shardbench, options.wrapper, ctx.rank)};
     nsys.before_step(it + 1);
     torch_profiler.before_step(it + 1);
     // Megatron's interval timer: barrier, start; step; barrier-aligned stop.
@@ -506,6 +509,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
       RECORD_USER_SCOPE("training_step_" + std::to_string(it + 1));
       phases->begin_step();
       out = train_step(model, engine, in, phases.get());
+      inject_step_slowdown(config.shardbench, t0);  // calibration only: 0 unless configured
       phases->end_step();
       syncs.synchronize();
     }
@@ -548,14 +552,14 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     // Megatron's training_log prints every logger.log_interval iterations.
     if (print && (it + 1) % config.logger.log_interval == 0) {
       std::cout << format_iteration_line(iteration_log(rec, rec.steps.back(), 0)) << "\n";
-      std::cout << format_step_time_line(step.elapsed_ms,
-                                         rec.model_flops_per_step /
-                                             (step.elapsed_ms * 1e-3 * 1e12 * ctx.world_size))
+      std::cout << format_step_time_line(
+                       step.elapsed_ms,
+                       rec.model_flops_per_step / (step.elapsed_ms * 1e-3 * 1e12 * ctx.world_size))
                 << std::endl;
     }
     if (ctx.device.is_cuda() && (it == 0 || it == 1)) {
-      auto snap = allocator_snapshot(ctx.device, "after_iteration_" + std::to_string(it + 1),
-                                     ctx.rank);
+      auto snap =
+          allocator_snapshot(ctx.device, "after_iteration_" + std::to_string(it + 1), ctx.rank);
       if (rank0) std::cout << format_memory_line(snap, it + 1) << std::endl;
       rec.allocator.push_back(snap);
     }
@@ -569,7 +573,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     // Outside the timed step, as Megatron's save_checkpoint_and_time.
     checkpoints.after_iteration(engine, *ctx.pgs.world, it + 1, iters, rank0);
   }
-  if (ctx.device.is_cuda()) rec.allocator.push_back(allocator_snapshot(ctx.device, "end", ctx.rank));
+  if (ctx.device.is_cuda())
+    rec.allocator.push_back(allocator_snapshot(ctx.device, "end", ctx.rank));
 
   // Every rank's own step times, gathered to all (small: one double per step and rank).
   const int64_t ran = static_cast<int64_t>(my_step_ms.size());  // iters - first_it
@@ -590,10 +595,9 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   }
   if (const ActivationOffload* offload = model.activation_offload(); offload && ran > 0) {
     const OffloadStats s = offload->stats();
-    rec.activation_offload =
-        ActivationOffloadRecord{model.offload_layers(), s.offloaded_bytes / ran,
-                                s.offloaded_tensors / ran, s.reloaded_bytes / ran,
-                                model.offload_prefetch_layers()};
+    rec.activation_offload = ActivationOffloadRecord{
+        model.offload_layers(), s.offloaded_bytes / ran, s.offloaded_tensors / ran,
+        s.reloaded_bytes / ran, model.offload_prefetch_layers()};
     if (rank0) {
       std::printf(
           "perf-launch: activation offload of %lld layers: %.3f GiB in %lld tensors to the host "

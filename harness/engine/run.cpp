@@ -20,6 +20,7 @@
 #include "harness/launch/launch_env.hpp"
 #include "harness/launch/shared_gpu.hpp"
 #include "harness/parallel/process_group.hpp"
+#include "harness/report/comparison.hpp"
 #include "harness/report/console.hpp"
 #include "harness/report/environment.hpp"
 #include "harness/report/report.hpp"
@@ -151,6 +152,12 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
         std::cout << summary;
       }
       std::cout << "perf-launch: report written to " << path.string() << std::endl;
+      // A run that trains differently from DDP is a failed comparison, however fast it is.
+      // Every rank learns it through agree_on_failure below, so none is left waiting.
+      if (const std::string bad = loss_parity_failures(report); !bad.empty()) {
+        std::cerr << "perf-launch: loss parity failed:\n" << bad;
+        if (failure.empty()) failure = "loss parity against DDP failed";
+      }
     }
     const bool failed = agree_on_failure(!failure.empty(), *ctx);
     destroy_process_groups(*ctx, /*failed=*/false);

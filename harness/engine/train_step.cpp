@@ -60,7 +60,7 @@ StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine, cons
       PhaseScope phase(phases, Phase::kBackward);
       // Megatron divides each micro-batch loss by the number of micro-batches; the DP average
       // comes from the gradient reduction.
-      torch::autograd::backward({loss / static_cast<double>(num_micro)});
+      torch::autograd::backward({loss * (in.loss_scale / static_cast<double>(num_micro))});
     }
     loss_sum.add_(loss.detach());
   }

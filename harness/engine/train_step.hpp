@@ -18,6 +18,8 @@ struct StepInputs {
   // train.empty_unused_memory_level, as Megatron's train_step: >= 1 empties the CUDA caching
   // allocator after forward and backward (grads reduced), >= 2 also after the optimizer step.
   int64_t empty_unused_memory_level = 0;
+  // TEST ONLY (shardbench.test_fault_grad_scale): multiplies this rank's loss before backward.
+  double loss_scale = 1;
 };
 
 struct StepOutputs {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -18,8 +19,32 @@ inline constexpr double kMinNoiseBand = 0.01;
 //   median_step_time_ms (over the measured window), mean_tflops_per_gpu and
 //   mean_tokens_per_sec_per_gpu (evaluate.py's evaluation-window means), engine_<class>_bytes for
 //   each engine buffer class, and allocator_max_allocated_bytes / allocator_max_reserved_bytes.
-// "noise_band" = max(kMinNoiseBand, cv of either run's step time); "verdict" is one line.
+// "noise_band" = max(kMinNoiseBand, cv of either run's step time); "loss_parity" (below);
+// "verdict" is one line.
 nlohmann::json compare_runs(const nlohmann::json& head_run, std::size_t head_index,
                             const nlohmann::json& baseline_run, std::size_t baseline_index);
+
+// Per-step loss tolerance of a run against its DDP baseline, relative to the DDP loss, at
+// 1-based iteration k: tolerance_per_step * sqrt(k), capped at tolerance_cap. Both runs start
+// from the same weights and see the same batches, so they differ only by the order of floating
+// point reductions (all-reduce vs reduce-scatter, sharded optimizer), and those rounding
+// differences grow like a random walk over steps. Reasoning and measurements:
+// docs/loss-parity.md.
+struct LossTolerance {
+  double per_step = 0;
+  double cap = 0;
+  double at(long long iteration) const;
+};
+LossTolerance loss_tolerance(const std::string& compute_dtype);
+
+// {"verdict": "ok" | "fail" | "not_compared", "compute_dtype", "tolerance": {"relative_per_step",
+//  "cap", "rule"}, "steps_compared", "max_abs_diff", "max_relative_diff", "worst_iteration",
+//  "first_failing_iteration" (or null), "loss_diff": [head - baseline per step, null where a side
+//  has no finite loss], "summary": one line}. Compares the steps both runs have.
+nlohmann::json loss_parity(const nlohmann::json& head_run, const nlohmann::json& baseline_run);
+
+// The verdict lines of a report's comparisons whose loss parity failed, one per line; empty when
+// every compared run trains like its baseline. perf-launch exits 1 when it is not empty.
+std::string loss_parity_failures(const nlohmann::json& report);
 
 }  // namespace shardbench

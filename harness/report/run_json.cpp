@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/measure/step_injection.hpp"
 #include "harness/measure/throughput.hpp"
 #include "harness/measure/zero_model.hpp"
 #include "harness/report/units.hpp"
@@ -33,30 +34,34 @@ std::optional<double> step_tokens(const RunRecord& run, double elapsed_ms) {
 }
 
 json identity_json(const RunRecord& run) {
-  return {{"label", run.label},
-          {"recipe", run.recipe},
-          {"wrapper", run.wrapper},
-          {"strategy", run.strategy},
-          {"distributed_optimizer", run.distributed_optimizer},
-          {"world_size", run.world_size},
-          {"global_batch_size", run.global_batch_size},
-          {"micro_batch_size", run.micro_batch_size},
-          {"seq_length", run.seq_length},
-          {"train_iters", run.train_iters},
-          {"num_parameters", run.num_parameters},
-          {"model_flops_per_step", run.model_flops_per_step},
-          {"flops_formula", kFlopsFormulaName},
-          {"compute_dtype", run.compute_dtype},
-          {"device", run.device},
-          {"backend", run.backend},
-          {"sdpa_backend", run.sdpa_backend},
-          {"fused_kernels", run.fused_kernels},
-          {"fused_kernel_set", run.fused_kernel_set},
-          {"fp8", run.fp8.empty() ? json(nullptr) : json(run.fp8)},
-          {"fp8_transpose_cache",
-           run.fp8_transpose_cache.empty() ? json(nullptr) : json(run.fp8_transpose_cache)},
-          {"fp8_param_gather", false},
-          {"deterministic", run.deterministic}};
+  json id = {{"label", run.label},
+             {"recipe", run.recipe},
+             {"wrapper", run.wrapper},
+             {"strategy", run.strategy},
+             {"distributed_optimizer", run.distributed_optimizer},
+             {"world_size", run.world_size},
+             {"global_batch_size", run.global_batch_size},
+             {"micro_batch_size", run.micro_batch_size},
+             {"seq_length", run.seq_length},
+             {"train_iters", run.train_iters},
+             {"num_parameters", run.num_parameters},
+             {"model_flops_per_step", run.model_flops_per_step},
+             {"flops_formula", kFlopsFormulaName},
+             {"compute_dtype", run.compute_dtype},
+             {"device", run.device},
+             {"backend", run.backend},
+             {"sdpa_backend", run.sdpa_backend},
+             {"fused_kernels", run.fused_kernels},
+             {"fused_kernel_set", run.fused_kernel_set},
+             {"fp8", run.fp8.empty() ? json(nullptr) : json(run.fp8)},
+             {"fp8_transpose_cache",
+              run.fp8_transpose_cache.empty() ? json(nullptr) : json(run.fp8_transpose_cache)},
+             {"fp8_param_gather", false},
+             {"deterministic", run.deterministic}};
+  // A calibration slowdown or a test-only fault is part of what the run is: it never matches a
+  // real run (step_injection.hpp).
+  id.update(injection_identity(run.config));
+  return id;
 }
 
 // Per-step object; appends to `failures` when the loss or grad norm is not finite.

@@ -32,15 +32,29 @@ struct FixtureRun {
   std::vector<double> step_ms;
   int nan_loss_at_iteration = 0;  // 0: every loss finite
   int64_t static_bytes = 1 << 20;
+  int64_t temporary_peak_bytes = 1 << 18;
+  double loss_drift = 0;  // added to the loss per iteration: a run that trains differently
   std::optional<double> max_alloc_gb;  // adds allocator snapshots (a GPU run)
   std::vector<std::string> failure_reasons;
 };
 
 // n steps around `ms` with a fixed +-1% wiggle: steady, but no two equal (no ties).
+// noisy_steps below has a +-`spread` wiggle instead.
 inline std::vector<double> steady_steps(double ms, std::size_t n, double first_step_ms = 500) {
   std::vector<double> out;
   for (std::size_t i = 0; i < n; ++i) {
     const double wiggle = 0.01 * (static_cast<double>((i * 7) % 11) - 5.0) / 5.0;
+    out.push_back(i == 0 ? first_step_ms : ms * (1 + wiggle) + 1e-6 * static_cast<double>(i));
+  }
+  return out;
+}
+
+// n steps around `ms` spread +-`spread` (relative) in a fixed, non-monotone order.
+inline std::vector<double> noisy_steps(double ms, std::size_t n, double spread,
+                                       double first_step_ms = 500) {
+  std::vector<double> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double wiggle = spread * (static_cast<double>((i * 7) % 11) - 5.0) / 5.0;
     out.push_back(i == 0 ? first_step_ms : ms * (1 + wiggle) + 1e-6 * static_cast<double>(i));
   }
   return out;
@@ -72,8 +86,9 @@ inline RunRecord make_run(const FixtureRun& f) {
     StepRecord s;
     s.iteration = static_cast<int>(i + 1);
     s.elapsed_ms = f.step_ms[i];
-    s.loss = s.iteration == f.nan_loss_at_iteration ? std::numeric_limits<double>::quiet_NaN()
-                                                    : 6.2 - 0.01 * static_cast<double>(i);
+    s.loss = s.iteration == f.nan_loss_at_iteration
+                 ? std::numeric_limits<double>::quiet_NaN()
+                 : 6.2 - 0.01 * static_cast<double>(i) + f.loss_drift * static_cast<double>(i);
     s.grad_norm = 0.8;
     s.learning_rate = 1e-4;
     r.steps.push_back(s);
@@ -81,6 +96,7 @@ inline RunRecord make_run(const FixtureRun& f) {
   r.memory.model_weight_bytes = f.static_bytes / 4;
   r.memory.main_grad_bytes = f.static_bytes / 4;
   r.memory.optimizer_state_bytes = f.static_bytes / 2;
+  r.memory.temporary_peak_bytes = f.temporary_peak_bytes;
   if (f.max_alloc_gb) {
     const auto bytes = static_cast<int64_t>(*f.max_alloc_gb * 1e9);
     for (const char* when : {"after_iteration_1", "after_iteration_2"}) {

@@ -1,6 +1,8 @@
-// Matching and verdicts: regression, noise, improvement, NaN loss, failed run, memory, and the
-// thresholds file.
+// Matching and verdicts: regression, inconclusive, improvement, NaN loss, failed run, memory,
+// unmatched runs, loss parity, and the thresholds file.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "harness/compare/compare_sides.hpp"
 #include "harness/compare/report_reader.hpp"
@@ -12,6 +14,7 @@ namespace {
 using compare_fixtures::ddp_run;
 using compare_fixtures::FixtureRun;
 using compare_fixtures::fsdp_run;
+using compare_fixtures::noisy_steps;
 using compare_fixtures::steady_steps;
 using nlohmann::json;
 
@@ -41,7 +44,25 @@ TEST(CompareMatching, MatchesByIdentityAndListsTheRest) {
   EXPECT_NE(r.unmatched_head[0].name.find("ws4"), std::string::npos);
   ASSERT_EQ(r.unmatched_base.size(), 1u);
   EXPECT_EQ(r.unmatched_base[0].label, "megatron_fsdp/optim");
-  EXPECT_EQ(r.exit_code(), 0);
+  // A run on one side only fails the comparison unless allowed.
+  EXPECT_EQ(r.exit_code(), 1);
+}
+
+TEST(CompareMatching, UnmatchedRunsFailUnlessAllowed) {
+  // The head lost its DDP run: present in base, absent in head.
+  const std::vector<FixtureRun> base = {fsdp_run(steady_steps(20, 20)),
+                                        ddp_run(steady_steps(18, 20))};
+  const std::vector<FixtureRun> head = {fsdp_run(steady_steps(20, 20))};
+  const CompareResult r = compare(base, head);
+  ASSERT_EQ(r.unmatched_base.size(), 1u);
+  EXPECT_EQ(r.pairs.at(0).verdict, Verdict::kOk);
+  EXPECT_EQ(r.exit_code(), 1);
+  Thresholds allow;
+  allow.allow_unmatched = true;
+  EXPECT_EQ(compare(base, head, allow).exit_code(), 0);
+  // .. and the other way round: a new run on the head side only.
+  EXPECT_EQ(compare(head, base).exit_code(), 1);
+  EXPECT_EQ(compare(head, base, allow).exit_code(), 0);
 }
 
 TEST(CompareMatching, GpuDtypeAndConfigArePartOfTheIdentity) {
@@ -106,44 +127,99 @@ TEST(CompareMatching, RunsOfOneIdentityArePooled) {
 }
 
 TEST(CompareVerdict, SlowerAndSignificantIsARegression) {
-  // 10% longer steps: TFLOP/s -9.1%, every head step slower than every base step.
+  // 10% longer steps with +-1% wiggle: far beyond 5%, the interval excludes 0.
   const CompareResult r =
       compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(22, 20))});
   const PairResult& p = r.pairs.at(0);
-  const MetricRow* tf = p.metric("tflops_per_gpu");
-  ASSERT_TRUE(tf);
-  EXPECT_EQ(tf->gate, Gate::kTiming);
-  EXPECT_NEAR(*tf->relative_change, 20.0 / 22.0 - 1, 2e-3);
-  EXPECT_LT(*tf->p_value, 0.001);
-  EXPECT_EQ(tf->verdict, Verdict::kRegression);
+  const MetricRow* median = p.metric("step_time_median_ms");
+  ASSERT_TRUE(median);
+  EXPECT_EQ(median->gate, Gate::kTiming);
+  EXPECT_NEAR(*median->relative_change, 0.10, 2e-3);
+  ASSERT_TRUE(median->ci_low && median->ci_high && median->detectable_change);
+  EXPECT_GT(*median->ci_low, 0.05);
+  EXPECT_LT(*median->ci_high, 0.15);
+  EXPECT_LT(*median->detectable_change, 0.05);
+  EXPECT_EQ(median->verdict, Verdict::kRegression);
   EXPECT_EQ(p.verdict, Verdict::kRegression);
-  EXPECT_GT(*p.metric("step_time_median_ms")->relative_change, 0.09);
+  // Throughput is shown, not gated (it is a constant over the step time).
+  EXPECT_EQ(p.metric("tflops_per_gpu")->gate, Gate::kNone);
+  EXPECT_NEAR(*p.metric("tflops_per_gpu")->relative_change, 20.0 / 22.0 - 1, 2e-3);
   EXPECT_EQ(r.exit_code(), 1);
 }
 
-TEST(CompareVerdict, BeyondThresholdButNotSignificantIsNoise) {
-  // One slow step in the evaluation window pulls the mean TFLOP/s down ~8%, but the step
-  // distributions are the same: the U test does not see a difference.
+TEST(CompareVerdict, TooNoisyToTellIsInconclusive) {
+  // +-40% spread on both sides, same centre: no change measured, but the interval is far wider
+  // than +-5%, so "ok" would be a claim the data cannot support.
+  const CompareResult r =
+      compare({fsdp_run(noisy_steps(20, 20, 0.4))}, {fsdp_run(noisy_steps(20.2, 20, 0.4))});
+  const PairResult& p = r.pairs.at(0);
+  const MetricRow* median = p.metric("step_time_median_ms");
+  EXPECT_LT(std::abs(*median->relative_change), 0.05);
+  EXPECT_GT(*median->detectable_change, 0.05);
+  EXPECT_EQ(median->verdict, Verdict::kInconclusive);
+  EXPECT_EQ(p.verdict, Verdict::kInconclusive);
+  EXPECT_NE(median->note.find("smallest detectable change"), std::string::npos);
+  EXPECT_NE(median->note.find("step-time cv"), std::string::npos);
+  EXPECT_EQ(r.exit_code(), kExitInconclusive);
+  EXPECT_EQ(kExitInconclusive, 3);
+  // A failing pair wins over an inconclusive one.
+  const CompareResult both =
+      compare({fsdp_run(noisy_steps(20, 20, 0.4)), ddp_run(steady_steps(20, 20))},
+              {fsdp_run(noisy_steps(20.2, 20, 0.4)), ddp_run(steady_steps(23, 20))});
+  EXPECT_EQ(both.exit_code(), 1);
+  // Without the interval the point estimate alone decides: within 5%, ok.
+  Thresholds no_interval;
+  no_interval.utest = false;
+  EXPECT_EQ(compare({fsdp_run(noisy_steps(20, 20, 0.4))}, {fsdp_run(noisy_steps(20.2, 20, 0.4))},
+                    no_interval)
+                .exit_code(),
+            0);
+}
+
+TEST(CompareVerdict, BeyondThresholdButIntervalReachesZeroIsInconclusive) {
+  // Head 8% slower in the median, but +-40% spread: the interval includes 0.
+  const CompareResult r =
+      compare({fsdp_run(noisy_steps(20, 20, 0.4))}, {fsdp_run(noisy_steps(21.6, 20, 0.4))});
+  const MetricRow* median = r.pairs.at(0).metric("step_time_median_ms");
+  EXPECT_GT(*median->relative_change, 0.05);
+  EXPECT_LT(*median->ci_low, 0);
+  EXPECT_EQ(median->verdict, Verdict::kInconclusive);
+  EXPECT_NE(median->note.find("includes 0"), std::string::npos);
+}
+
+TEST(CompareVerdict, RepeatedRunsThatDisagreeAreInconclusive) {
+  // Base runs at 20 and 30 ms (another job started between them), head runs at 20 and 21 ms:
+  // however the pooled medians compare, run-to-run noise of 50% cannot resolve 5%.
+  const CompareResult r = compare({fsdp_run(steady_steps(20, 20)), fsdp_run(steady_steps(30, 20))},
+                                  {fsdp_run(steady_steps(20, 20)), fsdp_run(steady_steps(21, 20))});
+  const MetricRow* median = r.pairs.at(0).metric("step_time_median_ms");
+  EXPECT_EQ(median->verdict, Verdict::kInconclusive);
+  EXPECT_NE(median->note.find("run medians spread 50.0% base, 5.0% head"), std::string::npos)
+      << median->note;
+  // Runs within the threshold of each other are judged as usual.
+  EXPECT_EQ(compare({fsdp_run(steady_steps(20, 20)), fsdp_run(steady_steps(20.4, 20))},
+                    {fsdp_run(steady_steps(23, 20)), fsdp_run(steady_steps(23.3, 20))})
+                .pairs.at(0)
+                .verdict,
+            Verdict::kRegression);
+}
+
+TEST(CompareVerdict, OneSlowStepDoesNotMoveTheMedian) {
+  // One step twice as long pulls an evaluation-window mean down ~8%; the median does not move.
   std::vector<double> head = steady_steps(20, 20);
   head.back() = 40;
   const CompareResult r = compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(head)});
-  const MetricRow* tf = r.pairs.at(0).metric("tflops_per_gpu");
-  EXPECT_LT(*tf->relative_change, -0.05);
-  EXPECT_GT(*tf->p_value, 0.05);
-  EXPECT_EQ(tf->verdict, Verdict::kNoise);
-  EXPECT_EQ(r.pairs[0].verdict, Verdict::kNoise);
+  EXPECT_LT(*r.pairs.at(0).metric("tflops_per_gpu")->relative_change, -0.05);
+  EXPECT_EQ(r.pairs[0].metric("step_time_median_ms")->verdict, Verdict::kOk);
   EXPECT_EQ(r.exit_code(), 0);
-  // Without the U test the threshold alone decides.
-  Thresholds no_utest;
-  no_utest.utest = false;
-  EXPECT_EQ(compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(head)}, no_utest).exit_code(), 1);
 }
 
 TEST(CompareVerdict, WithinThresholdIsOk) {
   const CompareResult r =
       compare({fsdp_run(steady_steps(20, 20))}, {fsdp_run(steady_steps(20.6, 20))});
-  EXPECT_EQ(r.pairs.at(0).metric("tflops_per_gpu")->verdict, Verdict::kOk);
+  EXPECT_EQ(r.pairs.at(0).metric("step_time_median_ms")->verdict, Verdict::kOk);
   EXPECT_EQ(r.pairs[0].verdict, Verdict::kOk);
+  EXPECT_EQ(r.exit_code(), 0);
 }
 
 TEST(CompareVerdict, FasterAndSignificantIsAnUnexpectedImprovement) {
@@ -204,16 +280,61 @@ TEST(CompareVerdict, MemoryBeyondThresholdRegressesOrImproves) {
   const CompareResult cpu = compare({fsdp_run(steady_steps(20, 20))}, {cpu_more});
   EXPECT_FALSE(cpu.pairs.at(0).metric("max_alloc_gb"));
   EXPECT_EQ(cpu.pairs[0].metric("engine_static_bytes")->verdict, Verdict::kRegression);
+  // .. and so are its transient peak bytes (FSDP's gathered buffers), the other CPU figure.
+  FixtureRun cpu_peak = fsdp_run(steady_steps(20, 20));
+  cpu_peak.temporary_peak_bytes = (1 << 18) + (1 << 16);  // +25%
+  const CompareResult peak = compare({fsdp_run(steady_steps(20, 20))}, {cpu_peak});
+  const MetricRow* row = peak.pairs.at(0).metric("engine_temporary_peak_bytes");
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->gate, Gate::kMemory);
+  EXPECT_NEAR(*row->relative_change, 0.25, 1e-12);
+  EXPECT_EQ(row->verdict, Verdict::kRegression);
+  EXPECT_EQ(peak.exit_code(), 1);
 }
 
-TEST(CompareVerdict, TooFewStepsForTheUTestLetTheThresholdDecide) {
-  // 3 steps: 2 measured samples per side, the U test can never reach 0.05.
+TEST(CompareVerdict, LossMismatchAgainstDdpFails) {
+  // The head report's FSDP run drifts from its DDP baseline's loss by 1e-3 per step: its report
+  // says so (comparisons[].loss_parity), and perf-compare fails the pair whatever its speed.
+  FixtureRun drifting = fsdp_run(steady_steps(20, 20));
+  drifting.loss_drift = 1e-3;
+  const CompareResult r = compare({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(20, 20))},
+                                  {drifting, ddp_run(steady_steps(20, 20))});
+  const PairResult* fsdp = nullptr;
+  for (const PairResult& p : r.pairs)
+    if (p.identity.value("wrapper", "") == "megatron_fsdp") fsdp = &p;
+  ASSERT_TRUE(fsdp);
+  EXPECT_EQ(fsdp->verdict, Verdict::kLossMismatch);
+  ASSERT_EQ(fsdp->loss_parity.size(), 1u);
+  EXPECT_EQ(fsdp->loss_parity[0].rfind("fail: ", 0), 0u) << fsdp->loss_parity[0];
+  EXPECT_EQ(r.exit_code(), 1);
+  // The same runs without the drift: parity ok, exit 0.
+  const CompareResult same =
+      compare({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(20, 20))},
+              {fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(20, 20))});
+  for (const PairResult& p : same.pairs) {
+    if (p.identity.value("wrapper", "") != "megatron_fsdp") continue;
+    ASSERT_EQ(p.loss_parity.size(), 1u);
+    EXPECT_EQ(p.loss_parity[0].rfind("ok: ", 0), 0u) << p.loss_parity[0];
+  }
+  EXPECT_EQ(same.exit_code(), 0);
+}
+
+TEST(CompareVerdict, TooFewStepsAreInconclusive) {
+  // 3 steps: 2 measured samples per side; an interval from them would be a reshuffle of two
+  // numbers.
   const CompareResult r = compare({fsdp_run({500, 20, 20.1})}, {fsdp_run({500, 25, 25.1})});
-  EXPECT_EQ(r.pairs.at(0).verdict, Verdict::kRegression);
+  EXPECT_EQ(r.pairs.at(0).verdict, Verdict::kInconclusive);
   bool noted = false;
   for (const std::string& note : r.pairs[0].notes)
-    noted |= note.find("U test cannot reach") != std::string::npos;
+    noted |= note.find("at least 5 per side") != std::string::npos;
   EXPECT_TRUE(noted);
+  // Without the interval the threshold alone decides.
+  Thresholds no_interval;
+  no_interval.utest = false;
+  EXPECT_EQ(compare({fsdp_run({500, 20, 20.1})}, {fsdp_run({500, 25, 25.1})}, no_interval)
+                .pairs.at(0)
+                .verdict,
+            Verdict::kRegression);
 }
 
 TEST(CompareVerdict, ThresholdsComeFromFlagsOrAFile) {
@@ -247,11 +368,12 @@ TEST(CompareVerdict, GoldenValuesTakeTheHeadRunsIdentity) {
   std::vector<RunView> head =
       views({fsdp_run(steady_steps(20, 20)), ddp_run(steady_steps(18, 20))}, "head.json");
   // Golden values 20% faster than the head's FSDP run: the head regressed against them.
+  // (Golden step times carry the same change: 20 ms / 1.2.)
   json golden = json::object();
   for (std::size_t i = 0; i < head[0].tflops_per_gpu.size(); ++i) {
     golden[std::to_string(i)] = {
         {"lm loss", 6.0},
-        {"elapsed time per iteration (ms)", 20.0},
+        {"elapsed time per iteration (ms)", 20.0 / (1.2 + 1e-4 * static_cast<double>(i))},
         {"GPU utilization", *head[0].tflops_per_gpu[i] * (1.2 + 1e-4 * static_cast<double>(i))}};
   }
   compare_fixtures::TempDir dir("golden_verdict");

@@ -1,0 +1,80 @@
+#include "harness/measure/step_injection.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+
+#include "harness/config/errors.hpp"
+
+namespace shardbench {
+namespace {
+
+struct GradFault {
+  std::string wrapper;
+  double factor = 1;
+};
+
+std::optional<GradFault> parse_fault(const std::string& spec) {
+  const std::size_t colon = spec.find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  GradFault f;
+  f.wrapper = spec.substr(0, colon);
+  const std::string number = spec.substr(colon + 1);
+  char* end = nullptr;
+  f.factor = std::strtod(number.c_str(), &end);
+  if (number.empty() || *end != '\0' || !std::isfinite(f.factor)) return std::nullopt;
+  if (f.wrapper != "ddp" && f.wrapper != "megatron_fsdp" && f.wrapper != "torch_fsdp2")
+    return std::nullopt;
+  return f;
+}
+
+}  // namespace
+
+void step_injection_rules(const ShardbenchConfig& s) {
+  if (!(s.inject_delay_ms >= 0 && s.inject_delay_ms <= 60000)) {
+    throw UsageError("shardbench.inject_delay_ms=" + std::to_string(s.inject_delay_ms) +
+                     ": accepted: 0 to 60000 (milliseconds of busy-wait per step)");
+  }
+  if (!(s.inject_slowdown >= 0 && s.inject_slowdown <= 10)) {
+    throw UsageError("shardbench.inject_slowdown=" + std::to_string(s.inject_slowdown) +
+                     ": accepted: 0 to 10 (fraction of each step's time, 0.1 = 10% slower)");
+  }
+  if (!s.test_fault_grad_scale.empty() && !parse_fault(s.test_fault_grad_scale)) {
+    throw UsageError("shardbench.test_fault_grad_scale=\"" + s.test_fault_grad_scale +
+                     "\": accepted: empty, or <wrapper>:<factor> with wrapper ddp, megatron_fsdp "
+                     "or torch_fsdp2 and a finite factor (test only)");
+  }
+}
+
+void inject_step_slowdown(const ShardbenchConfig& s,
+                          std::chrono::steady_clock::time_point step_start) {
+  if (s.inject_slowdown <= 0 && s.inject_delay_ms <= 0) return;
+  using ms = std::chrono::duration<double, std::milli>;
+  const double so_far = ms(std::chrono::steady_clock::now() - step_start).count();
+  const double until = so_far * (1 + s.inject_slowdown) + s.inject_delay_ms;
+  while (ms(std::chrono::steady_clock::now() - step_start).count() < until) {
+  }
+}
+
+double test_fault_loss_scale(const ShardbenchConfig& s, const std::string& wrapper, int rank) {
+  if (s.test_fault_grad_scale.empty() || rank != 0) return 1;
+  const std::optional<GradFault> f = parse_fault(s.test_fault_grad_scale);
+  return f && f->wrapper == wrapper ? f->factor : 1;
+}
+
+nlohmann::json injection_identity(const nlohmann::json& config) {
+  nlohmann::json out = {{"injected_slowdown", nullptr}, {"test_fault", nullptr}};
+  const nlohmann::json::json_pointer section("/shardbench");
+  if (!config.is_object() || !config.contains(section)) return out;
+  const nlohmann::json& s = config.at(section);
+  const double fraction = s.value("inject_slowdown", 0.0);
+  const double delay_ms = s.value("inject_delay_ms", 0.0);
+  if (fraction != 0 || delay_ms != 0) {
+    out["injected_slowdown"] = {{"fraction", fraction}, {"delay_ms", delay_ms}};
+  }
+  const std::string fault = s.value("test_fault_grad_scale", std::string());
+  if (!fault.empty()) out["test_fault"] = "grad_scale:" + fault;
+  return out;
+}
+
+}  // namespace shardbench

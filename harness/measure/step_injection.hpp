@@ -1,0 +1,36 @@
+// Deliberate, labelled distortions of a run, for calibrating perf-compare and testing the loss
+// parity check. Each is a config field recorded in the run's identity (injected_slowdown,
+// test_fault), so a distorted report never matches, and never passes for, a real one.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/config/config.hpp"
+
+namespace shardbench {
+
+// Throws UsageError naming the field and what is accepted: inject_delay_ms in [0, 60000],
+// inject_slowdown in [0, 10], test_fault_grad_scale empty or "<wrapper>:<factor>" with a known
+// wrapper and a finite factor.
+void step_injection_rules(const ShardbenchConfig& s);
+
+// Called inside the timed part of each step, after the step's work: busy-waits (a spinning core,
+// as real compute would be, not a sleep the scheduler could hand to others) until the step has
+// taken (1 + inject_slowdown) times as long as it had when called, plus inject_delay_ms. Returns
+// at once when both are 0.
+void inject_step_slowdown(const ShardbenchConfig& s,
+                          std::chrono::steady_clock::time_point step_start);
+
+// TEST ONLY (test_fault_grad_scale "<wrapper>:<factor>"): the factor rank 0 of that wrapper's run
+// multiplies its loss by before backward, so its gradient contribution is wrongly scaled and the
+// run no longer trains like DDP. 1 otherwise.
+double test_fault_loss_scale(const ShardbenchConfig& s, const std::string& wrapper, int rank);
+
+// The identity entries of a run: "injected_slowdown" ({"fraction", "delay_ms"} or null) and
+// "test_fault" (the fault string or null). Null when off, so older reports still match.
+nlohmann::json injection_identity(const nlohmann::json& resolved_config);
+
+}  // namespace shardbench
