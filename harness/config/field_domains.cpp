@@ -269,6 +269,11 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"shardbench.offload_prefetch_layers", honoured().at_least(1).at_most(kMaxCount)},
       {"shardbench.log_per_step", honoured()},
       {"shardbench.ranks_per_gpu", honoured("docs/shared-gpu-ranks.md").at_least(1).at_most(64)},
+      {"shardbench.inject_delay_ms",
+       honoured("calibration; recorded in the run identity").at_least(0).at_most(3.6e6)},
+      {"shardbench.inject_slowdown",
+       honoured("calibration; recorded in the run identity").at_least(0).at_most(10)},
+      {"shardbench.test_fault_grad_scale", honoured("test only; recorded in the run identity")},
       // ---- environment of the run
       {"env", honoured("set in every worker's environment")},
   };
