@@ -1,4 +1,4 @@
-// Torch FSDP2's per-parameter sharding inside the data-parallel engine (field-reference.md 2.1):
+// Torch FSDP2's per-parameter sharding inside the data-parallel engine (docs/megatron-fsdp.md 4):
 // what differs from Megatron FSDP's flat-buffer sharding, and nothing else.
 //
 // - State: every parameter is split on dim 0 (torch.chunk, ceil(rows / dp) rows per rank, the
