@@ -48,9 +48,10 @@ std::string percent(double fraction) {
 std::string run_name(const json& run) {
   const json& id = run.at("identity");
   const std::string wrapper = id.value("wrapper", "");
-  if (wrapper == "ddp") return id.value("distributed_optimizer", false) ? "DDP+distopt" : "DDP";
-  if (wrapper == "megatron_fsdp") return "FSDP " + id.value("strategy", "");
-  if (wrapper == "torch_fsdp2") return "FSDP2 " + id.value("strategy", "");
+  if (wrapper == "ddp") return wrapper_display_name(id);
+  if (wrapper == "megatron_fsdp" || wrapper == "torch_fsdp2") {
+    return wrapper_display_name(id) + " " + id.value("strategy", "");
+  }
   return run.value("label", "run");
 }
 
@@ -89,6 +90,14 @@ std::string verdict(const json& head, const json& base, const json& metrics, dou
 }
 
 }  // namespace
+
+std::string wrapper_display_name(const json& identity) {
+  const std::string wrapper = identity.value("wrapper", "");
+  if (wrapper == "ddp") {
+    return identity.value("distributed_optimizer", false) ? "DDP+distopt" : "DDP";
+  }
+  return wrapper == "torch_fsdp2" ? "FSDP2" : "FSDP";
+}
 
 json compare_runs(const json& head, std::size_t head_index, const json& base,
                   std::size_t baseline_index) {
