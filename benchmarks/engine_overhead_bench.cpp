@@ -2,7 +2,7 @@
 // parameter's grad-ready hook (copy into the flat buffer, per-group counting, launching the
 // group's collective), then finish_backward() and the optimizer step. Tiny tensors on one gloo
 // rank, so what is timed is the orchestration a real step pays on top of its kernels
-// (targets.md: under 1% of the step).
+// (docs/targets.md 4: under 1% of the step).
 #include <benchmark/benchmark.h>
 
 #include <ATen/Parallel.h>

@@ -9,7 +9,7 @@ namespace {
 // Llama3 architecture and the canonical pretrain recipe (MB:recipes/llama/llama3.py on
 // recipes/common.py::_pretrain_common): SwiGLU, RMSNorm 1e-5, RoPE 500000, no bias, untied
 // embeddings, GQA; DDP with the distributed optimizer and overlapped RS/AG, which is the "DDP"
-// baseline of Megatron perf runs (megatron-reference.md 4.2, last paragraph).
+// baseline of Megatron perf runs (docs/recipes.md 3).
 void llama3_canonical(ConfigContainer& c) {
   c.model.normalization = "RMSNorm";
   c.model.layernorm_epsilon = 1e-5;
@@ -77,7 +77,7 @@ void h100_dp_env(ConfigContainer& c) {
   c.env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True";
 }
 
-// Perf rows of megatron-reference.md 4.2 (H100 bf16), MBS/GBS as tuned for base_num_gpus.
+// Perf rows of docs/recipes.md 2 (H100 bf16), MBS/GBS as tuned for base_num_gpus.
 void llama3_8b_perf(ConfigContainer& c) {
   c.train.micro_batch_size = 1;
   c.train.global_batch_size = 128;  // 8 GPUs
@@ -97,7 +97,7 @@ void llama31_405b_perf(ConfigContainer& c) {
   h100_dp_env(c);
 }
 
-// targets.md, "The single-GPU bench workload": 1.498e9 parameters, head dim 64.
+// docs/targets.md 1, the single-GPU bench workload: 1.498e9 parameters, head dim 64.
 void llama3_bench_1p5b_canonical(ConfigContainer& c) {
   llama3_canonical(c);
   c.model.num_layers = 16;
@@ -130,7 +130,7 @@ void llama3_tiny_cpu_canonical(ConfigContainer& c) {
   c.model.seq_length = 32;
 }
 
-// fp32 so that every strategy can be compared with DDP to 1e-5 (targets.md, correctness bars).
+// fp32 so that every strategy can be compared with DDP to 1e-5 (docs/targets.md 3).
 void llama3_tiny_cpu_perf(ConfigContainer& c) {
   c.train.micro_batch_size = 2;
   c.train.global_batch_size = 8;  // 2 ranks
@@ -154,7 +154,7 @@ const std::vector<RecipeSpec>& recipes() {
        llama3_70b_canonical, llama3_70b_perf},
       {"llama31_405b", "llama", 1024, "Llama3.1-405B, H100 bf16 perf row (DP only)",
        llama31_405b_canonical, llama31_405b_perf},
-      {"llama3_bench_1p5b", "llama", 1, "Llama3 1.5B-class single-H200 bench (targets.md)",
+      {"llama3_bench_1p5b", "llama", 1, "Llama3 1.5B-class single-H200 bench (docs/targets.md)",
        llama3_bench_1p5b_canonical, llama3_bench_1p5b_perf},
       {"llama3_tiny_cpu", "llama", 2, "Tiny Llama3 for CPU tests and demos (fp32, gloo)",
        llama3_tiny_cpu_canonical, llama3_tiny_cpu_perf},

@@ -1,5 +1,5 @@
 // Perf recipes: what model and batch a run trains, mirroring Megatron-Bridge's flat perf recipes
-// (MB:src/megatron/bridge/perf_recipes/llama/<gpu>/llama3.py, megatron-reference.md 4.1-4.2) for
+// (MB:src/megatron/bridge/perf_recipes/llama/<gpu>/llama3.py, docs/recipes.md 1-2) for
 // data-parallel-only runs, plus shardbench's single-H200 bench workload and a tiny CPU model.
 //
 // A recipe is built in Megatron-Bridge's order: the canonical model recipe (`canonical`), the

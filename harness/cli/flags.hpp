@@ -1,5 +1,5 @@
 // The table of perf-launch flags: Megatron-Bridge's argument_parser.parse_cli_args flags
-// (megatron-reference.md 1.1) with the same short and long names, types and defaults, plus
+// (docs/cli-and-overrides.md 1) with the same short and long names, types and defaults, plus
 // shardbench's own. The parser, --help and the unknown-flag suggestions all read this table.
 #pragma once
 

@@ -1,5 +1,5 @@
 // perf-launch's parsed command line. Names, types and defaults follow Megatron-Bridge's
-// scripts/performance/argument_parser.py (megatron-reference.md 1.1); std::nullopt is argparse's
+// scripts/performance/argument_parser.py (docs/cli-and-overrides.md 1); std::nullopt is argparse's
 // None ("not given: keep the recipe's value").
 #pragma once
 

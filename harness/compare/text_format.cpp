@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdio>
 
+#include "harness/report/units.hpp"
+
 namespace shardbench {
 
 std::string format_significant_fixed(double x, int digits) {
-  if (!std::isfinite(x)) return std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf");
+  if (!std::isfinite(x)) return nonfinite_name(x);
   if (x == 0) return "0";
   const int magnitude = static_cast<int>(std::floor(std::log10(std::abs(x))));
   const int decimals = std::clamp(digits - 1 - magnitude, 0, 9);

@@ -123,7 +123,7 @@ using StringMap = std::map<std::string, std::string>;
   E(std::string, lr_decay_style, "linear", "constant|linear|cosine|inverse-square-root|WSD",   \
     "Learning-rate decay")
 
-// MCore DistributedDataParallelConfig (megatron-reference.md 3.1), every field that affects
+// MCore DistributedDataParallelConfig (docs/megatron-config.md 1), every field that affects
 // data parallelism, with its default.
 #define SHARDBENCH_DDP_FIELDS(X, E)                                                              \
   X(bool, use_megatron_fsdp, false, "Use the Megatron FSDP code path")                           \

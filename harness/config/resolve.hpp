@@ -1,5 +1,5 @@
 // From a perf-launch command line to the config a run uses, in Megatron-Bridge's order
-// (megatron-reference.md 2, scripts/performance/utils/overrides.py::set_user_overrides):
+// (docs/cli-and-overrides.md 3, scripts/performance/utils/overrides.py::set_user_overrides):
 //   recipe (canonical, precision_<c> set, common_perf set, perf row)
 //   -> megatron_fsdp -> nccl_ub -> cuda_graphs -> recompute_offload      (flag-triggered sets)
 //   -> CLI parallelism/batch/steps/checkpoint/profiling flags (-> deterministic set)

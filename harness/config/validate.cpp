@@ -175,7 +175,7 @@ void megatron_fsdp(Rules& r, const ValidationContext& ctx) {
 }
 
 // DistributedInitConfig.use_torch_fsdp2 ("FSDP2 is not currently working with Pipeline
-// Parallel") and Megatron-LM's --use-torch-fsdp2 argument checks (megatron-reference.md 3.1).
+// Parallel") and Megatron-LM's --use-torch-fsdp2 argument checks (docs/megatron-config.md 2).
 void torch_fsdp2(Rules& r) {
   auto& c = r.c;
   if (!c.dist.use_torch_fsdp2) return;

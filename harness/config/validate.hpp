@@ -1,6 +1,6 @@
 // Megatron-Bridge's ConfigContainer.validate() (MB:src/megatron/bridge/training/config.py
 // ~L1255-1660), the DDP config's __post_init__ and MCore's CPU-offload checks, restricted to the
-// rules that matter for a data-parallel run (megatron-reference.md 3.2).
+// rules that matter for a data-parallel run (docs/megatron-config.md 2).
 //
 // Rules either force a value (recorded in provenance as "validation: <rule>", with Megatron's
 // notice in the returned list) or reject the config with one UsageError.

@@ -9,7 +9,7 @@ namespace shardbench {
 namespace {
 
 // Dense bf16 peaks in TFLOP/s. NVIDIA datasheets print them "with sparsity"; dense is half.
-// Every value equals torchtitan/tools/utils.py:get_peak_flops; docs/targets.md fixes 989 for
+// Every value equals torchtitan/tools/utils.py:get_peak_flops; docs/flops.md 2 fixes 989 for
 // H100/H200 MFU, as torchtitan and Megatron publications do.
 constexpr std::array<GpuPeak, 10> kGpuPeaks = {{
     {"GB300", 2500, "torchtitan get_peak_flops (GB200/GB300 2.5e15)"},

@@ -14,7 +14,7 @@ namespace shardbench {
 
 // Bytes per parameter of each model-state class. The paper's mixed-precision Adam is
 // {2, 4, 2, 8} (16 bytes); shardbench's bf16 default keeps fp32 main grads, {2, 4, 4, 8}
-// (18 bytes: "fp32 main grads add", docs/targets.md).
+// (18 bytes: "fp32 main grads add", docs/targets.md 2).
 struct DtypePolicy {
   int64_t model_weight_bytes = 2;     // compute dtype
   int64_t main_weight_bytes = 4;      // fp32 main weights; 0 when the optimizer steps the model
@@ -38,7 +38,7 @@ enum class MemoryStrategy {
   kOptim,                    // ZeRO-1
   kOptimGrads,               // ZeRO-2
   kOptimGradsParams,         // ZeRO-3
-  kTorchFsdp2,               // ZeRO-3 without a resident compute-dtype copy (field-reference 2.1)
+  kTorchFsdp2,               // ZeRO-3, no resident compute-dtype copy (docs/megatron-fsdp.md 4)
 };
 
 // Which model-state classes a strategy shards across the data-parallel ranks

@@ -53,7 +53,7 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
   leaves_.resize(specs_.size());
   build_groups();
   for (auto& g : groups_) allocate_and_init(*g);
-  // Megatron-FSDP's communication unit (megatron-reference.md 6.3): without a suggestion it is
+  // Megatron-FSDP's communication unit (docs/megatron-fsdp.md 3): without a suggestion it is
   // 2 x the mean unit size for optim_grads_params, else the bucket size, else 1e9; then floored
   // at 1e9 elements ("Cap" in the source, a floor in the code).
   int64_t unit_elems = options_.suggested_communication_unit_elems;

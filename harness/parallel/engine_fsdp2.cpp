@@ -1,4 +1,4 @@
-// Torch FSDP2's per-parameter sharding inside the data-parallel engine (field-reference.md 2.1):
+// Torch FSDP2's per-parameter sharding inside the data-parallel engine (docs/megatron-fsdp.md 4):
 // what differs from Megatron FSDP's flat-buffer sharding, and nothing else.
 //
 // - State: every parameter is split on dim 0 (torch.chunk, ceil(rows / dp) rows per rank, the
@@ -24,33 +24,18 @@
 #include "harness/measure/nvtx.hpp"
 #include "harness/parallel/engine.hpp"
 #include "harness/parallel/engine_group.hpp"
+#include "harness/parallel/group_labels.hpp"
 #include "harness/parallel/storage.hpp"
+#include "harness/parallel/tensor_bytes.hpp"
 
 namespace shardbench {
 
 namespace {
 
-int64_t tensor_bytes(const at::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
-
 // The two copies FSDP2 adds around its collectives, named like engine_step.cpp's collectives
 // ("all_gather_copy_out/unit_3", "reduce_scatter_copy_in/root").
-class GroupLabels {
- public:
-  explicit GroupLabels(const std::string& op)
-      : unit_(op + "/unit_", nvtx::Color::kComm), root_(op + "/root", nvtx::Color::kComm) {}
-  const nvtx::Label& operator()(const EngineGroup& g) const {
-    return g.is_unit ? unit_[g.index] : root_;
-  }
-
- private:
-  nvtx::LabelTable unit_;
-  nvtx::Label root_;
-};
-
-const GroupLabels kCopyOut{"all_gather_copy_out"};
-const GroupLabels kCopyIn{"reduce_scatter_copy_in"};
+const GroupLabels kCopyOut{"all_gather_copy_out", nvtx::Color::kComm};
+const GroupLabels kCopyIn{"reduce_scatter_copy_in", nvtx::Color::kComm};
 
 }  // namespace
 

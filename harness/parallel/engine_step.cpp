@@ -8,7 +8,9 @@
 #include "harness/measure/nvtx.hpp"
 #include "harness/parallel/engine.hpp"
 #include "harness/parallel/engine_group.hpp"
+#include "harness/parallel/group_labels.hpp"
 #include "harness/parallel/storage.hpp"
+#include "harness/parallel/tensor_bytes.hpp"
 
 namespace shardbench {
 
@@ -30,25 +32,6 @@ struct PreBackwardFn : torch::autograd::Function<PreBackwardFn> {
 };
 
 int64_t elem_bytes(const at::Tensor& t) { return static_cast<int64_t>(t.element_size()); }
-
-int64_t tensor_bytes(const at::Tensor& t) { return t.numel() * elem_bytes(t); }
-
-// NVTX names of one collective per engine group: FSDP units by their layer ("all_gather/unit_3";
-// units are groups 0..L-1 in layer order), the FSDP root group (embedding, final norm, head:
-// "all_gather/root") and DDP buckets ("reduce/bucket_2").
-class GroupLabels {
- public:
-  GroupLabels(const std::string& op, nvtx::Color color)
-      : unit_(op + "/unit_", color), bucket_(op + "/bucket_", color), root_(op + "/root", color) {}
-  const nvtx::Label& operator()(const EngineGroup& g) const {
-    if (g.is_unit) return unit_[g.index];
-    return g.is_root ? root_ : bucket_[g.index];
-  }
-
- private:
-  nvtx::LabelTable unit_, bucket_;
-  nvtx::Label root_;
-};
 
 // A collective's launch carries the bytes it moves as payload; its wait/ range shows where the
 // host blocks on it (on NCCL a wait only orders the compute stream, so those stay short).

@@ -2,7 +2,7 @@
 // two sharding designs:
 // - flat (DDP, Megatron FSDP): the parameters share one padded buffer split into `dp` equal
 //   shards; rank r owns [r * shard_elems, (r + 1) * shard_elems) of it.
-// - per parameter on dim 0 (Torch FSDP2, field-reference.md 2.1): each parameter is split into
+// - per parameter on dim 0 (Torch FSDP2, docs/megatron-fsdp.md 4): each parameter is split into
 //   `dp` chunks of ceil(rows / dp) dim-0 rows, the last ones zero-padded; rank r's shard is the
 //   concatenation of its chunk of every parameter. An all-gather yields [dp, shard_elems] in rank
 //   order, which is copied out into per-parameter contiguous tensors.

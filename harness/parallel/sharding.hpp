@@ -1,7 +1,7 @@
 // The data-parallel strategies as data. DDP, DDP with the distributed optimizer, Megatron FSDP's
 // four strategies and Torch FSDP2 differ only in which buffers are sharded, how a buffer is cut
-// into shards, and which gradient collective runs when (megatron-reference.md 6.1,
-// field-reference.md 2.1); the engine reads this table and nothing else.
+// into shards, and which gradient collective runs when (docs/megatron-fsdp.md 1 and 4); the
+// engine reads this table and nothing else.
 #pragma once
 
 #include <string>

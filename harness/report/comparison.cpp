@@ -50,9 +50,10 @@ std::string percent(double fraction) {
 std::string run_name(const json& run) {
   const json& id = run.at("identity");
   const std::string wrapper = id.value("wrapper", "");
-  if (wrapper == "ddp") return id.value("distributed_optimizer", false) ? "DDP+distopt" : "DDP";
-  if (wrapper == "megatron_fsdp") return "FSDP " + id.value("strategy", "");
-  if (wrapper == "torch_fsdp2") return "FSDP2 " + id.value("strategy", "");
+  if (wrapper == "ddp") return wrapper_display_name(id);
+  if (wrapper == "megatron_fsdp" || wrapper == "torch_fsdp2") {
+    return wrapper_display_name(id) + " " + id.value("strategy", "");
+  }
   return run.value("label", "run");
 }
 
@@ -119,6 +120,14 @@ std::vector<std::pair<long long, std::optional<double>>> losses(const json& run)
 }
 
 }  // namespace
+
+std::string wrapper_display_name(const json& identity) {
+  const std::string wrapper = identity.value("wrapper", "");
+  if (wrapper == "ddp") {
+    return identity.value("distributed_optimizer", false) ? "DDP+distopt" : "DDP";
+  }
+  return wrapper == "torch_fsdp2" ? "FSDP2" : "FSDP";
+}
 
 double LossTolerance::at(long long iteration) const {
   return std::min(cap, per_step * std::sqrt(static_cast<double>(std::max(1LL, iteration))));

@@ -13,6 +13,10 @@ namespace shardbench {
 // steady: CUDA-event jitter and clock drift alone move medians by a few tenths of a percent.
 inline constexpr double kMinNoiseBand = 0.01;
 
+// How the terminal summary, the verdict lines and perf-compare name a run's wrapper, from the
+// report's run "identity": "DDP", "DDP+distopt", "FSDP" (Megatron FSDP) or "FSDP2".
+std::string wrapper_display_name(const nlohmann::json& identity);
+
 // Compares two run objects of the report (run_to_json). Every metric holds
 // {"baseline", "head", "relative_change" = head / baseline - 1 (null when either is missing or
 // the baseline is 0), "better": "lower" | "higher"}:

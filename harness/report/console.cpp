@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "harness/measure/throughput.hpp"
+#include "harness/report/comparison.hpp"
 #include "harness/report/units.hpp"
 
 namespace shardbench {
@@ -41,12 +42,7 @@ std::optional<double> number_at(const json& j, const std::string& pointer) {
   return j.at(ptr).get<double>();
 }
 
-std::string short_name(const json& run) {
-  const json& id = run.at("identity");
-  const std::string wrapper = id.value("wrapper", "");
-  if (wrapper == "ddp") return id.value("distributed_optimizer", false) ? "DDP+distopt" : "DDP";
-  return wrapper == "torch_fsdp2" ? "FSDP2" : "FSDP";
-}
+std::string short_name(const json& run) { return wrapper_display_name(run.at("identity")); }
 
 }  // namespace
 

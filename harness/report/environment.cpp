@@ -17,7 +17,7 @@ namespace shardbench {
 namespace {
 
 // Names recorded exactly, then prefixes. FSDP and DDP recipes differ in several of these
-// (docs/megatron-reference.md 9), so a report without them cannot explain a gap.
+// (docs/environment.md), so a report without them cannot explain a gap.
 constexpr std::array<std::string_view, 18> kExactNames = {
     "CUDA_DEVICE_MAX_CONNECTIONS",
     "PYTORCH_CUDA_ALLOC_CONF",
@@ -141,7 +141,11 @@ EnvironmentInfo collect_environment(std::vector<std::string> command_line,
   text << cpuinfo.rdbuf();
   env.cpu_model = cpu_model_from_cpuinfo(text.str());
   env.shardbench_version = version();
-  env.git = query_git(SHARDBENCH_SOURCE_DIR);
+  // The tree that was compiled, not the checkout's state now: it may have changed since.
+  const BuildRevision& built = build_revision();
+  if (!built.revision.empty()) {
+    env.git = GitInfo{built.revision, built.branch, built.dirty, built.diff_sha256};
+  }
   env.command_line = std::move(command_line);
   env.start_time_utc = utc_iso8601(start_time);
   std::vector<std::string> entries;
@@ -155,7 +159,8 @@ nlohmann::json environment_to_json(const EnvironmentInfo& env) {
   if (env.git) {
     git = {{"revision", env.git->revision},
            {"branch", string_or_null(env.git->branch)},
-           {"dirty", env.git->dirty}};
+           {"dirty", env.git->dirty},
+           {"diff_sha256", string_or_null(env.git->diff_sha256)}};
   }
   return {
       {"host_name", env.host_name},

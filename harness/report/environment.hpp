@@ -14,9 +14,10 @@
 namespace shardbench {
 
 struct GitInfo {
-  std::string revision;  // full SHA of HEAD
-  std::string branch;    // "HEAD" when detached
-  bool dirty = false;    // tracked files differ from HEAD
+  std::string revision;     // full SHA of HEAD
+  std::string branch;       // "HEAD" when detached
+  bool dirty = false;       // tracked files differ from HEAD
+  std::string diff_sha256;  // SHA-256 of `git diff HEAD --binary` when dirty, else empty
 };
 
 struct EnvironmentInfo {
@@ -39,9 +40,10 @@ struct EnvironmentInfo {
   std::map<std::string, std::string> environment_variables;  // only the relevant ones
 };
 
-// Fills host, CPU, shardbench version, git state of SHARDBENCH_SOURCE_DIR, command line, start
-// time and the relevant environment variables of this process. Forks `git` (popen): call it
-// early, before worker threads and communicators exist.
+// Fills host, CPU, shardbench version, the source revision this binary was built from
+// (build_revision(), fixed at build time: the checkout may have changed since), command line,
+// start time and the relevant environment variables of this process. Call it early, before
+// worker threads and communicators exist.
 EnvironmentInfo collect_environment(
     std::vector<std::string> command_line,
     std::chrono::system_clock::time_point start_time = std::chrono::system_clock::now());

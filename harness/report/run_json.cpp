@@ -15,8 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string nonfinite_name(double x) { return std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf"); }
-
 std::optional<double> step_tflops(const RunRecord& run, double elapsed_ms) {
   if (run.model_flops_per_step <= 0 || !(elapsed_ms > 0) || !std::isfinite(elapsed_ms)) {
     return std::nullopt;

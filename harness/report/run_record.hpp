@@ -47,7 +47,7 @@ struct EngineMemory {
   int64_t main_grad_bytes = 0;         // gradient buffers
   int64_t optimizer_state_bytes = 0;   // AdamW moments
   int64_t temporary_peak_bytes = 0;    // largest transient unsharded buffer set (FSDP gathers)
-  int64_t predicted_static_bytes = 0;  // ZeRO model (targets.md) for the same strategy
+  int64_t predicted_static_bytes = 0;  // ZeRO model (docs/targets.md 2) for the same strategy
 };
 
 // One checkpoint save (or the load) of a run: where, which iteration, how long, how many bytes.

@@ -15,8 +15,10 @@ double round_significant(double x, int digits) {
   return std::strtod(buffer, nullptr);
 }
 
+std::string nonfinite_name(double x) { return std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf"); }
+
 std::string format_significant(double x, int digits) {
-  if (!std::isfinite(x)) return std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf");
+  if (!std::isfinite(x)) return nonfinite_name(x);
   const double rounded = round_significant(x, digits);
   int decimals = 0;
   if (rounded != 0) {

@@ -15,6 +15,11 @@ inline constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 // Megatron-Bridge rounds its "memory (GB)" figures to 5 significant digits.
 inline constexpr int kMemoryGBSignificantDigits = 5;
 
+// "nan", "inf" or "-inf" for a non-finite x, as C's printf and Python write them (and as
+// Megatron-Bridge's evaluate.py reads them back); the report, the console and perf-compare's text
+// all spell non-finite numbers this way.
+std::string nonfinite_name(double x);
+
 // x rounded to `digits` significant decimal digits (0 stays 0; NaN/Inf pass through).
 double round_significant(double x, int digits);
 

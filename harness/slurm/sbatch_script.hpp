@@ -1,5 +1,5 @@
 // The sbatch script of a Slurm run: one srun task per GPU (Megatron-Bridge's slurm_executor,
-// megatron-reference.md 1.3), the run's environment, and the worker command. A plain value type
+// docs/cli-and-overrides.md 2), the run's environment, and the worker command. A plain value type
 // and a pure renderer, so the script users see is pinned by output tests.
 #pragma once
 

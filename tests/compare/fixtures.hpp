@@ -120,7 +120,7 @@ inline nlohmann::json make_report(const std::vector<FixtureRun>& runs,
   env.host_name = "fixture";
   env.shardbench_version = "0.1.0";
   env.start_time_utc = start_time;
-  env.git = GitInfo{revision, "main", false};
+  env.git = GitInfo{revision, "main", false, ""};
   std::vector<RunRecord> records;
   for (const FixtureRun& f : runs) {
     records.push_back(make_run(f));

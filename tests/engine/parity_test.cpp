@@ -1,4 +1,4 @@
-// Correctness bar of targets.md: every strategy trains to the same per-step losses and final
+// Correctness bar of docs/targets.md 3: every strategy trains to the same per-step losses and final
 // weights as a single-process reference, fp32 on gloo, at 2 and 4 ranks, with parameter sizes
 // not divisible by the rank count and with gradient accumulation. Torch FSDP2 is also checked
 // against the DDP engine on the same ranks.

@@ -1,5 +1,5 @@
 // Test helper: runs one function per rank on threads of this process, each rank with its own
-// gloo process groups over a loopback TCPStore (the same c10d path the workers use).
+// gloo process groups (the c10d backend the workers use) over one in-process store.
 #pragma once
 
 #include <cstdlib>
@@ -10,7 +10,7 @@
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "harness/parallel/engine.hpp"
 
@@ -24,23 +24,22 @@ inline void run_on_ranks(int world, const std::function<void(int, ProcessGroups&
   // groups corrupt it (seen as a SIGSEGV in ProcessGroupGloo::enqueue). perf-launch runs one
   // process per rank and never shares it. Read once, when the first group records.
   setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
-  c10d::TCPStoreOptions server_opts;
-  server_opts.port = 0;
-  server_opts.isServer = true;
-  server_opts.numWorkers = world;
-  server_opts.waitWorkers = false;
-  server_opts.timeout = std::chrono::seconds(60);
-  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", server_opts);
-  const auto port = server->getPort();
+  // The ranks share one HashStore instead of a TCPStore on a loopback port, because a port can be
+  // taken over: perf-launch (started by the e2e tests, next to this process under ctest -j) picks
+  // MASTER_PORT by binding port 0 and closing the socket, and its rank 0 binds that port again
+  // only after loading libtorch. A TCPStore server of this process given the same port in that
+  // window is joined by perf-launch's other ranks, whose "world" group writes its gloo addresses
+  // over ours: a rank then connects its mesh to a worker of the other run and fails with
+  // "Connection closed by peer" in connectFullMesh when that run dies, while its peer waits in
+  // connect. A HashStore has no port to share.
+  auto shared_store = c10::make_intrusive<c10d::HashStore>();
+  shared_store->setTimeout(std::chrono::seconds(60));
   std::vector<std::string> failures(static_cast<size_t>(world));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        c10d::TCPStoreOptions o;
-        o.port = port;
-        o.timeout = std::chrono::seconds(60);
-        auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+        const c10::intrusive_ptr<c10d::Store> store = shared_store;
         ProcessGroupOptions po;
         po.timeout = std::chrono::seconds(60);
         ProcessGroups pgs{ProcessGroup::create(store, "world", rank, world, po),

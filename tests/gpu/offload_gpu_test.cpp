@@ -3,6 +3,7 @@
 // activations, and a lower allocator peak. Runs on the GPU machine (label "gpu").
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 
@@ -92,14 +93,24 @@ TEST_F(OffloadGpu, SameLossAndGradsWithLowerPeak) {
     model.set_fused_kernels(fused);
     run(model);  // warm-up: cuBLAS workspaces, SDPA, the caching allocator's pools
     const Measured ref = run(model);
+    // Offload only copies saved tensors to the host and back: the forward is the same and the
+    // gradients may differ from the reference only as much as two runs without offload do
+    // (atomics in backward kernels); a wrong or stale reload is far outside that.
+    const Measured ref_again = run(model);
+    double run_to_run = 0;
+    for (size_t i = 0; i < ref.grads.size(); ++i) {
+      run_to_run = std::max(run_to_run, max_rel(ref_again.grads[i], ref.grads[i]));
+    }
     model.set_offload_layers(d_.num_layers - 1);
     ASSERT_TRUE(offload_autograd_engine_active());
     run(model);  // warm-up of the pinned host pool
     model.activation_offload()->reset_stats();
     const Measured got = run(model);
-    EXPECT_NEAR(got.loss, ref.loss, 1e-3 * std::abs(ref.loss));
+    EXPECT_EQ(got.loss, ref.loss);
+    const double grad_tolerance = std::max(1e-6, 2 * run_to_run);
     for (size_t i = 0; i < ref.grads.size(); ++i) {
-      EXPECT_LE(max_rel(got.grads[i], ref.grads[i]), 2e-2) << "param " << i;
+      EXPECT_LE(max_rel(got.grads[i], ref.grads[i]), grad_tolerance)
+          << "param " << i << " (run-to-run without offload: " << run_to_run << ")";
     }
     const OffloadStats s = model.activation_offload()->stats();
     EXPECT_GT(s.offloaded_bytes, 0);

@@ -18,7 +18,7 @@ ConfigContainer base_config() {
   c.train.global_batch_size = 8;
   c.train.train_iters = 3;
   c.rng.seed = 77;
-  // What the recipes set for DDP (megatron-reference.md 4.2).
+  // What the recipes set for DDP (docs/recipes.md 3).
   c.ddp.use_distributed_optimizer = c.optimizer.use_distributed_optimizer = true;
   c.ddp.overlap_grad_reduce = true;
   c.ddp.overlap_param_gather = c.optimizer.overlap_param_gather = true;

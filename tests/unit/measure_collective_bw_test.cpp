@@ -31,7 +31,7 @@ TEST(MeasureCollectiveBw, WorkedExamples) {
   bw = collective_bandwidth(CollectiveOp::kAllReduce, 275'000'000, 1e-3, 8);
   EXPECT_DOUBLE_EQ(bw.algbw_gbps, 275.0);
   EXPECT_DOUBLE_EQ(bw.busbw_gbps, 481.25);
-  // field-reference.md 4 [derived]: 16 GB of bf16 grads on 8 ranks at busbw 370 GB/s: all-reduce
+  // docs/flops.md 3: 16 GB of bf16 grads on 8 ranks at busbw 370 GB/s: all-reduce
   // ~76 ms, all-gather or reduce-scatter of the same buffer ~38 ms.
   EXPECT_NEAR(collective_bandwidth(CollectiveOp::kAllReduce, 16'000'000'000, 0.0757, 8).busbw_gbps,
               370.0, 0.2);

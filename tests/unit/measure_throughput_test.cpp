@@ -6,7 +6,7 @@ namespace shardbench {
 namespace {
 
 TEST(MeasureThroughput, TflopsAndTokensPerGpu) {
-  // 51.47 GFLOP/token * 14,451 tok/s/GPU = 744 TFLOP/s/GPU (docs/field-reference.md 5).
+  // 51.47 GFLOP/token * 14,451 tok/s/GPU = 744 TFLOP/s/GPU (docs/flops.md 2).
   const double flops_per_step = 51.4704e9 * 8192 * 128;  // GBS 128, seq 8192
   const double step_s = 128.0 * 8192 / (14451.0 * 8);    // 8 GPUs
   EXPECT_NEAR(tflops_per_gpu(flops_per_step, step_s, 8), 743.8, 0.1);

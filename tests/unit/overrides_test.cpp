@@ -1,4 +1,4 @@
-// Override sets: the file format, and what each built-in set does (megatron-reference.md 2).
+// Override sets: the file format, and what each built-in set does (docs/cli-and-overrides.md 3).
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -1,4 +1,4 @@
-// Recipes: dims of megatron-reference.md 4.1, the bench workload of targets.md, flat names and
+// Recipes: dims of docs/recipes.md 1, the bench workload of docs/targets.md 1, flat names and
 // GBS weak scaling (reference 1.2).
 #include <gtest/gtest.h>
 

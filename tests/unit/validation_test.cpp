@@ -1,4 +1,4 @@
-// Every validation rule of megatron-reference.md 3.2 that applies to a data-parallel run.
+// Every validation rule of docs/megatron-config.md 2 that applies to a data-parallel run.
 #include <gtest/gtest.h>
 
 #include "harness/config/errors.hpp"

@@ -18,6 +18,8 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/saved_variable_hooks.h>
 
+#include "harness/parallel/tensor_bytes.hpp"
+
 namespace shardbench {
 namespace {
 
@@ -26,10 +28,6 @@ struct Counters {
       deduplicated_tensors{0}, kept_tensors{0}, reloaded_tensors{0}, reloaded_bytes{0},
       sync_reloads{0};
 };
-
-int64_t tensor_bytes(const at::Tensor& t) {
-  return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
-}
 
 // The host copy: the source's strides where they describe a dense block, else contiguous (a
 // view with gaps, such as a narrow of the fused qkv projection, is copied without them).
