@@ -91,7 +91,7 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
        not_supported("the Llama recipes are dense; MoE is not implemented"), NI},
       {"", "--deterministic", "Performance", K::kSwitch, "", "false",
        "Deterministic run (applies the deterministic override set)", false,
-       not_supported("deterministic kernels are not implemented yet"), NI},
+       on(&LaunchArgs::deterministic), H},
       // ---- Logging / variants / testing
       {"-wdk", "--wandb_key", "Logging/testing", K::kValue, "TEXT", "None", "W&B key", false,
        not_supported(kWandb), NI},

@@ -368,6 +368,61 @@ void shardbench_rules(const ConfigContainer& c) {
   }
 }
 
+// Megatron's precision-aware optimizer (MCore OptimizerConfig; docs/precision_aware_optimizer.md),
+// checked here so that --dryrun refuses what the engine would refuse.
+void precision_aware_optimizer_rules(const ConfigContainer& c) {
+  const auto& opt = c.optimizer;
+  const std::pair<const char*, const std::string*> dtypes[] = {
+      {"main_grads_dtype", &opt.main_grads_dtype},
+      {"main_params_dtype", &opt.main_params_dtype},
+      {"exp_avg_dtype", &opt.exp_avg_dtype},
+      {"exp_avg_sq_dtype", &opt.exp_avg_sq_dtype}};
+  if (!opt.use_precision_aware_optimizer) {
+    for (const auto& [name, value] : dtypes) {
+      if (*value != "fp32") {
+        fail(std::string("optimizer.") + name + "=" + *value +
+             ": accepted: fp32 without optimizer.use_precision_aware_optimizer=true");
+      }
+    }
+    return;
+  }
+  // The optimizer reads the reduced grads in their buffer's dtype: bf16 only when the compute
+  // dtype is bf16 and the reduction is not in fp32.
+  if (opt.main_grads_dtype == "bf16" &&
+      (c.shardbench.compute_dtype != "bf16" || c.ddp.grad_reduce_in_fp32)) {
+    fail(
+        "optimizer.main_grads_dtype=bf16: accepted: fp32 with ddp.grad_reduce_in_fp32=true or "
+        "shardbench.compute_dtype=fp32");
+  }
+}
+
+// --deterministic (docs/determinism.md): the choices without a deterministic path are refused
+// before any worker starts; the worker checks the environment it really got once more.
+void deterministic_rules(const ConfigContainer& c, const ValidationContext& ctx) {
+  if (!c.model.deterministic_mode) return;
+  const std::string suffix = " has no deterministic path with model.deterministic_mode=true";
+  if (c.model.cross_entropy_loss_fusion) {
+    fail("model.cross_entropy_loss_fusion=true" + suffix + "; accepted: false");
+  }
+  const std::string& sdpa = c.shardbench.sdpa_backend;
+  if (sdpa == "flash" || sdpa == "cudnn") {
+    fail("shardbench.sdpa_backend=" + sdpa + suffix + "; accepted: auto, efficient, math");
+  }
+  if (c.shardbench.device == "cpu") return;
+  if (const auto ws = effective_env(c, ctx, "CUBLAS_WORKSPACE_CONFIG");
+      ws && *ws != ":4096:8" && *ws != ":16:8") {
+    fail("env.CUBLAS_WORKSPACE_CONFIG=" + *ws + suffix + "; accepted: :4096:8 or :16:8");
+  }
+  if (c.shardbench.backend == "gloo") return;
+  if (const auto algo = effective_env(c, ctx, "NCCL_ALGO")) {
+    const std::string allowed[] = {"Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS"};
+    if (std::find(std::begin(allowed), std::end(allowed), *algo) == std::end(allowed)) {
+      fail("env.NCCL_ALGO=" + *algo + suffix +
+           "; accepted: Tree, Ring, CollnetDirect, CollnetChain, ^NVLS");
+    }
+  }
+}
+
 // Each comparison run's derived config must pass the same rules as a requested one, so that a
 // comparison never fails only after the requested run has been measured.
 void comparison_runs_rules(const ConfigContainer& c, const ValidationContext& ctx) {
@@ -435,6 +490,8 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   profiling_rules(r);
   shardbench_rules(config);
   step_injection_rules(config.shardbench);
+  precision_aware_optimizer_rules(config);
+  deterministic_rules(config, context);
   comparison_runs_rules(config, context);
   return r.notices;
 }

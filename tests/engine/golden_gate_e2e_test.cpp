@@ -1,5 +1,5 @@
 // perf-launch --golden_values_path end to end on CPU: golden values exported from a real run,
-// then runs gated against them (pass, throughput raised 20%, loss outside tolerance), and a
+// then runs gated against them (pass, throughput tripled, loss outside tolerance), and a
 // missing or malformed golden file refused before any training.
 #include <gtest/gtest.h>
 
@@ -51,7 +51,7 @@ const std::filesystem::path& dir() {
 }
 
 // 12 steps, timing mean over the last 9: CPU step times wander by tens of percent from step to
-// step on a shared machine; a longer window keeps the 20% raise well outside that.
+// step on a shared machine; a longer window steadies the timing mean.
 const std::string kRun =
     "-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 12 --compare_ddp false "
     "--skip_first_percent_time 0.25";
@@ -109,8 +109,12 @@ TEST_F(GoldenGateE2E, GoldenValuesExportedFromARunPass) {
       << r.output;
 }
 
-TEST_F(GoldenGateE2E, ThroughputRaisedTwentyPercentFailsNamingTheMetric) {
-  const Result r = gated(write("raised.json", scaled("GPU utilization", 1.2)));
+// The exact 20% case is judged in-process on fixed numbers (compare_golden_gate_test): here two
+// real CPU runs would have to agree within 14% for a 20% raise to fail, and on a loaded 2-core
+// machine they do not always. The raise is far outside any CPU run-to-run difference
+// seen here (up to 2x between a loaded and an idle moment): tripled, it cannot pass by luck.
+TEST_F(GoldenGateE2E, ThroughputRaisedFarBeyondNoiseFailsNamingTheMetric) {
+  const Result r = gated(write("raised.json", scaled("GPU utilization", 3.0)));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   const std::size_t row = r.output.find("model TFLOP/s/GPU (eval mean)");
   ASSERT_NE(row, std::string::npos) << r.output;

@@ -212,9 +212,7 @@ TEST(FieldSupport, NotImplementedFlagsKeepTheirDefault) {
   EXPECT_EQ(error_of({"--retry_on_testing_failure"}),
             "--retry_on_testing_failure is not supported by shardbench yet: perf-launch does not "
             "re-run a failed golden-value check");
-  EXPECT_EQ(error_of({"--deterministic"}),
-            "--deterministic is not supported by shardbench yet: deterministic kernels are not "
-            "implemented yet");
+  EXPECT_EQ(error_of({"--deterministic"}), "(accepted)");  // docs/determinism.md
   EXPECT_EQ(error_of({"--nccl_ub", "false"}), "(accepted)");
   EXPECT_EQ(error_of({"--nccl_ub", "true"}),
             "--nccl_ub=true is not supported by shardbench yet: NCCL user buffers are not "

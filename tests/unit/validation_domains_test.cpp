@@ -146,16 +146,11 @@ TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
        "model.activation_func=gelu (from override model.activation_func=gelu): not implemented "
        "by shardbench: the Llama workload is fixed to Llama 3's architecture (SwiGLU); accepted: "
        "silu"},
-      {{"optimizer.exp_avg_dtype=bf16"},
-       "optimizer.exp_avg_dtype=bf16 (from override optimizer.exp_avg_dtype=bf16): not "
-       "implemented by shardbench: the precision-aware optimizer is not implemented yet (main "
-       "params/grads and Adam moments stay fp32); accepted: fp32"},
-      {{"ddp.check_for_nan_in_grad=true"},
-       "ddp.check_for_nan_in_grad=true (from override ddp.check_for_nan_in_grad=true): not "
-       "implemented by shardbench: gradient NaN checks are not implemented yet; accepted: false"},
-      {{"model.deterministic_mode=true"},
-       "model.deterministic_mode=true (from override model.deterministic_mode=true): not "
-       "implemented by shardbench: deterministic mode is not implemented yet; accepted: false"},
+      {{"optimizer.exp_avg_dtype=fp16"},
+       "optimizer.exp_avg_dtype=fp16 (from override optimizer.exp_avg_dtype=fp16): not "
+       "implemented: Megatron's precision-aware optimizer "
+       "(docs/precision_aware_optimizer.md); fp16 moments are not implemented; accepted: fp32, "
+       "bf16"},
       {{"model.gradient_accumulation_fusion=true"},
        "model.gradient_accumulation_fusion=true (from override "
        "model.gradient_accumulation_fusion=true): not implemented by shardbench yet: "

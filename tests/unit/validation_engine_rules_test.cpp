@@ -1,0 +1,71 @@
+// Settings the engine would refuse inside a worker are refused at resolution too, so --dryrun and
+// the Slurm executor give the same answer: the precision-aware optimizer's dtype rules and the
+// choices without a deterministic path (docs/precision_aware_optimizer.md, docs/determinism.md).
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "harness/config/errors.hpp"
+#include "harness/config/resolve.hpp"
+
+namespace shardbench {
+namespace {
+
+std::string error_of(std::vector<std::string> extra, std::map<std::string, std::string> env = {},
+                     std::vector<std::string> base = {"-m", "llama", "-mr", "llama3_tiny_cpu",
+                                                      "-ng", "2", "-g", "cpu"}) {
+  ValidationContext ctx;
+  ctx.getenv = [env](const std::string& name) -> std::optional<std::string> {
+    const auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  ctx.cuda_device_count = [] { return 0; };
+  base.insert(base.end(), extra.begin(), extra.end());
+  try {
+    resolve_from_args(base, ctx);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(EngineRulesAtResolution, PrecisionAwareDtypesNeedThePrecisionAwareOptimizer) {
+  // post_overrides turns the precision-aware optimizer on for -c bf16 only; with FP8 it stays off
+  // and the moments must stay fp32.
+  EXPECT_EQ(
+      error_of({"-c", "fp8_cs", "shardbench.compute_dtype=bf16", "optimizer.exp_avg_dtype=bf16"}),
+      "optimizer.exp_avg_dtype=bf16: accepted: fp32 without "
+      "optimizer.use_precision_aware_optimizer=true");
+  EXPECT_EQ(error_of({"optimizer.exp_avg_dtype=bf16", "optimizer.exp_avg_sq_dtype=bf16",
+                      "optimizer.use_precision_aware_optimizer=true"}),
+            "(accepted)");
+  // The tiny CPU recipe computes in fp32, so its grad buffers are fp32.
+  EXPECT_EQ(
+      error_of({"optimizer.use_precision_aware_optimizer=true", "optimizer.main_grads_dtype=bf16"}),
+      "optimizer.main_grads_dtype=bf16: accepted: fp32 with ddp.grad_reduce_in_fp32=true or "
+      "shardbench.compute_dtype=fp32");
+}
+
+TEST(EngineRulesAtResolution, DeterministicModeRefusesNondeterministicChoices) {
+  EXPECT_EQ(error_of({"--deterministic"}), "(accepted)");
+  EXPECT_EQ(error_of({"--deterministic", "model.cross_entropy_loss_fusion=true"}),
+            "model.cross_entropy_loss_fusion=true has no deterministic path with "
+            "model.deterministic_mode=true; accepted: false");
+  EXPECT_EQ(error_of({"--deterministic", "shardbench.sdpa_backend=flash"}),
+            "shardbench.sdpa_backend=flash has no deterministic path with "
+            "model.deterministic_mode=true; accepted: auto, efficient, math");
+  // The launching shell wins over the deterministic set's env values.
+  const std::vector<std::string> gpu = {"-m", "llama", "-mr",  "llama3_bench_1p5b", "-ng",
+                                        "1",  "-g",    "h200", "--dryrun"};
+  EXPECT_EQ(error_of({"--deterministic"}, {{"NCCL_ALGO", "NVLS"}}, gpu),
+            "env.NCCL_ALGO=NVLS has no deterministic path with model.deterministic_mode=true; "
+            "accepted: Tree, Ring, CollnetDirect, CollnetChain, ^NVLS");
+  EXPECT_EQ(error_of({"--deterministic"}, {{"CUBLAS_WORKSPACE_CONFIG", ":0:0"}}, gpu),
+            "env.CUBLAS_WORKSPACE_CONFIG=:0:0 has no deterministic path with "
+            "model.deterministic_mode=true; accepted: :4096:8 or :16:8");
+  EXPECT_EQ(error_of({"--deterministic"}, {}, gpu), "(accepted)");
+}
+
+}  // namespace
+}  // namespace shardbench
