@@ -68,17 +68,9 @@ void apply_thresholds_json(const json& doc, const std::string& file, Thresholds&
 }
 
 void apply_thresholds_file(const std::filesystem::path& path, Thresholds& t) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path.string() + ": cannot be read (thresholds file)");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  json doc;
-  try {
-    doc = json::parse(buffer.str());
-  } catch (const json::parse_error& e) {
-    throw InputError(path.string() + ": not valid JSON (" + e.what() + ")");
-  }
-  apply_thresholds_json(doc, path.string(), t);
+  // The reports' bounded reader: a regular file of at most 1 MiB (a thresholds file is a few
+  // lines), nesting and duplicate keys checked, errors naming the file.
+  apply_thresholds_json(read_json_file(path, std::size_t{1} << 20), path.string(), t);
 }
 
 void validate_thresholds(const Thresholds& t, const std::string& where) {

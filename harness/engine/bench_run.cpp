@@ -610,6 +610,18 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     }
   }
   rec.memory = engine.memory();
+  // Megatron FSDP keeps the compute weights outside its units (embedding, final norm, output
+  // head) whole on every rank. The refined model over the engine's own groups has that term,
+  // which the ZeRO paper model lacks (harness/measure/zero_model.hpp, docs/megatron-fsdp.md), so
+  // the report's prediction and the measured buffers agree for every strategy.
+  if (options.wrapper == "megatron_fsdp" && rec.dtype_policy) {
+    if (const auto strategy = memory_strategy_from(rec.wrapper, rec.strategy, true)) {
+      const std::vector<ParamGroup> groups = decoder_param_groups(decoder_param_counts(fd));
+      rec.predicted_memory =
+          fsdp_static_memory(groups, ctx.world_size, *strategy, *rec.dtype_policy).resident;
+      rec.memory.predicted_static_bytes = rec.predicted_memory->total_bytes();
+    }
+  }
   rec.checkpoint = checkpoints.record();
   return rec;
 }

@@ -4,6 +4,8 @@
 // load (times, bytes) and, for a run that loads nothing, why.
 #include <gtest/gtest.h>
 
+#include "tests/remove_tree.hpp"
+
 #include <unistd.h>
 
 #include <array>
@@ -21,14 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// (Not fs::remove_all: the libtorch.so of the wheel exports a broken copy of it.)
-void remove_tree(const fs::path& p) {
-  if (!fs::exists(p)) return;
-  if (fs::is_directory(p)) {
-    for (const auto& entry : fs::directory_iterator(p)) remove_tree(entry.path());
-  }
-  fs::remove(p);
-}
+using testing_util::remove_tree;
 
 std::string run(const std::string& args, int* exit_code) {
   const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) + " " + args + " 2>&1";

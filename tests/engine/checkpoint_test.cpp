@@ -5,6 +5,8 @@
 // the field that differs, and no engine changes.
 #include <gtest/gtest.h>
 
+#include "tests/remove_tree.hpp"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -40,14 +42,7 @@ LlamaDims odd_dims() {
   return d;
 }
 
-// (Not fs::remove_all: the libtorch.so of the wheel exports a broken copy of it.)
-void remove_tree(const fs::path& p) {
-  if (!fs::exists(p)) return;
-  if (fs::is_directory(p)) {
-    for (const auto& entry : fs::directory_iterator(p)) remove_tree(entry.path());
-  }
-  fs::remove(p);
-}
+using testing_util::remove_tree;
 
 // One test's folder, empty at the start and removed at the end (with the process's parent
 // folder once that is empty).

@@ -3,6 +3,8 @@
 // missing or malformed golden file refused before any training.
 #include <gtest/gtest.h>
 
+#include "tests/remove_tree.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,7 +45,7 @@ const std::filesystem::path& dir() {
   static const std::filesystem::path d = [] {
     auto p = std::filesystem::temp_directory_path() /
              ("shardbench_golden_e2e_" + std::to_string(getpid()));
-    std::filesystem::remove_all(p);
+    testing_util::remove_tree(p);
     std::filesystem::create_directories(p);
     return p;
   }();
@@ -79,8 +81,7 @@ class GoldenGateE2E : public ::testing::Test {
   static void TearDownTestSuite() {
     delete golden_;
     golden_ = nullptr;
-    std::error_code ec;
-    std::filesystem::remove_all(dir(), ec);
+    testing_util::remove_tree(dir());
   }
   static Result gated(const std::string& golden_path, const std::string& extra = "") {
     return launch(kRun + " --golden_values_path " + golden_path + " " + extra +

@@ -38,7 +38,8 @@ Result run(const std::string& args, const std::string& env = "") {
 }
 
 std::filesystem::path temp_report(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("shardbench_e2e_" + std::to_string(getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("shardbench_e2e_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   auto path = dir / name;
   std::filesystem::remove(path);
@@ -50,9 +51,9 @@ class PerfLaunchE2E : public ::testing::TestWithParam<int> {};
 TEST_P(PerfLaunchE2E, FsdpRunAndDdpBaselineWriteOneReport) {
   const int world = GetParam();
   const auto report = temp_report("fsdp_ws" + std::to_string(world) + ".json");
-  const Result r = run("-m llama -mr llama3_tiny_cpu -ng " + std::to_string(world) +
-                       " -g cpu --use_megatron_fsdp true -gb 8 -ms 3 shardbench.report_path=" +
-                       report.string());
+  const Result r =
+      run("-m llama -mr llama3_tiny_cpu -ng " + std::to_string(world) +
+          " -g cpu --use_megatron_fsdp true -gb 8 -ms 3 shardbench.report_path=" + report.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(" iteration        3/       3 |"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("report written to"), std::string::npos);
@@ -76,19 +77,28 @@ TEST_P(PerfLaunchE2E, FsdpRunAndDdpBaselineWriteOneReport) {
   EXPECT_NEAR(j["runs"][0]["steps"][0]["loss"].get<double>(),
               j["runs"][1]["steps"][0]["loss"].get<double>(), 1e-5);
   EXPECT_FALSE(j["comparison"].is_null());
+  // Megatron FSDP's prediction models the root's unsharded compute weights: the engine's static
+  // buffers match it (alignment padding aside), and every rank reports its own.
+  const auto& memory = j["runs"][0]["memory"];
+  EXPECT_EQ(memory["predicted"]["source"], "engine");
+  ASSERT_TRUE(memory["engine_predicted_static_bytes"].is_number()) << memory.dump();
+  EXPECT_LT(std::abs(memory["engine_vs_predicted_static_relative"].get<double>()), 0.02)
+      << memory.dump();
+  EXPECT_EQ(memory["per_rank"].size(), static_cast<size_t>(world));
 }
 
 INSTANTIATE_TEST_SUITE_P(Gloo, PerfLaunchE2E, ::testing::Values(2, 4));
 
 // -c fp8_cs end to end: FP8 linears on bf16 CPU ranks (the CPU recipe is an fp32 recipe, so its
-// preset does not copy fp8_param_gather onto ddp; the test sets it), Megatron FSDP (whose override set drops
-// the transpose cache) next to its DDP baseline (which keeps it), recorded in the report.
+// preset does not copy fp8_param_gather onto ddp; the test sets it), Megatron FSDP (whose override
+// set drops the transpose cache) next to its DDP baseline (which keeps it), recorded in the report.
 TEST(PerfLaunchFp8, CurrentScalingRunsAndIsRecorded) {
   const auto report = temp_report("fp8_ws2.json");
-  const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -c fp8_cs --use_megatron_fsdp "
-                       "true -gb 8 -ms 2 shardbench.compute_dtype=bf16 ddp.fp8_param_gather=true "
-                       "shardbench.report_path=" +
-                       report.string());
+  const Result r =
+      run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -c fp8_cs --use_megatron_fsdp "
+          "true -gb 8 -ms 2 shardbench.compute_dtype=bf16 ddp.fp8_param_gather=true "
+          "shardbench.report_path=" +
+          report.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("ddp.fp8_param_gather=true: shardbench gathers weights in bf16"),
             std::string::npos)
@@ -207,9 +217,11 @@ TEST(PerfLaunchOffload, ActivationOffloadIsReported) {
 
 TEST(PerfLaunchFailFast, KilledWorkerFailsTheRunNamingItsRank) {
   const auto report = temp_report("killed.json");
-  const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 50 shardbench.hang_timeout_s=30 "
-                       "shardbench.report_path=" + report.string(),
-                       "SHARDBENCH_FAULT=kill:1:3");
+  const Result r =
+      run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 50 shardbench.hang_timeout_s=30 "
+          "shardbench.report_path=" +
+              report.string(),
+          "SHARDBENCH_FAULT=kill:1:3");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("rank 1 (pid"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("SIGKILL"), std::string::npos) << r.output;
@@ -221,8 +233,9 @@ TEST(PerfLaunchFailFast, HungWorkerFailsTheRunWithinTheTimeoutNamingItsRank) {
   // Rank 1 stops at step 2 while rank 0 waits for it in a collective: the waiting rank keeps
   // reporting that it waits, so the launcher names the rank that hung.
   // 8 s: long enough for a worker to load torch and rendezvous on a loaded 2-core CI machine.
-  const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 50 shardbench.hang_timeout_s=8",
-                       "SHARDBENCH_FAULT=hang:1:2");
+  const Result r =
+      run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 50 shardbench.hang_timeout_s=8",
+          "SHARDBENCH_FAULT=hang:1:2");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("rank 1 (pid"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("sent no heartbeat for 8 s (last: \"step 2\")"), std::string::npos)

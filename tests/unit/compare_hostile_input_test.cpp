@@ -91,6 +91,9 @@ TEST_F(HostileInput, OnlyRegularFilesUpToTheCapAreRead) {
   r = compare({"--export_golden", "/dev/zero"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("is a character device"), std::string::npos) << r.err;
+  r = compare({"--thresholds", "/dev/zero", base_, base_});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/dev/zero: is a character device"), std::string::npos) << r.err;
 }
 
 // Issue case 11: a symlink loop said "no such file".
