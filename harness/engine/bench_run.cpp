@@ -552,10 +552,14 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     // Megatron's training_log prints every logger.log_interval iterations.
     if (print && (it + 1) % config.logger.log_interval == 0) {
       std::cout << format_iteration_line(iteration_log(rec, rec.steps.back(), 0)) << "\n";
-      std::cout << format_step_time_line(
-                       step.elapsed_ms,
-                       rec.model_flops_per_step / (step.elapsed_ms * 1e-3 * 1e12 * ctx.world_size))
-                << std::endl;
+      // Ranks sharing a GPU time-slice it: their step time is no throughput (shared_gpu.hpp).
+      if (config.shardbench.ranks_per_gpu <= 1) {
+        std::cout << format_step_time_line(step.elapsed_ms,
+                                           rec.model_flops_per_step /
+                                               (step.elapsed_ms * 1e-3 * 1e12 * ctx.world_size))
+                  << "\n";
+      }
+      std::cout << std::flush;
     }
     if (ctx.device.is_cuda() && (it == 0 || it == 1)) {
       auto snap =

@@ -120,6 +120,9 @@ void expect_functional_report(const Launch& r, int world) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("functional run"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("destroy_process_group() was not called"), std::string::npos) << r.output;
+  // No throughput on the console: neither Megatron's per-iteration TFLOP/s nor the step-time line.
+  EXPECT_EQ(r.output.find("GPU utilization"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("throughput per GPU"), std::string::npos) << r.output;
   ASSERT_FALSE(r.report.is_null()) << r.output;
   for (const json& run : r.report.at("runs")) {
     EXPECT_EQ(run.at("status"), "ok") << run.at("label");
