@@ -14,6 +14,7 @@
 
 #include "harness/engine/device_runtime.hpp"
 #include "harness/launch/heartbeat.hpp"
+#include "harness/launch/worker_command.hpp"
 
 namespace shardbench {
 namespace {
@@ -103,6 +104,10 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
   const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
   const bool agent = agent_store && std::string(agent_store) == "True";
   so.isServer = !agent && env.rank == 0;
+  // perf-launch's own launcher bound the port and passed the socket (bind_store_socket).
+  if (const char* fd = std::getenv(kStoreListenFdVar); so.isServer && fd != nullptr) {
+    so.masterListenFd = std::atoi(fd);
+  }
   heartbeat("rendezvous");
   try {
     ctx.store = connect_store(env.master_addr, so, connect_timeout);

@@ -79,7 +79,18 @@ LocalJob::~LocalJob() {
 }
 
 void LocalJob::start() {
-  const int port = options_.master_port != 0 ? options_.master_port : pick_free_port();
+  // Without a MASTER_PORT of the user's, the launcher binds a free port itself and rank 0's store
+  // takes the bound socket over: choosing a port and binding it later would let another process
+  // (a concurrent run's ranks, say) take it in between.
+  int port = options_.master_port;
+  int store_fd = -1;
+  if (port == 0) store_fd = bind_store_socket(&port);
+  struct CloseStoreFd {
+    int fd;
+    ~CloseStoreFd() {
+      if (fd >= 0) ::close(fd);  // rank 0 holds its own copy once spawned
+    }
+  } close_store_fd{store_fd};
   const std::map<std::string, std::string> launcher_env = process_environment();
   const auto path_it = launcher_env.find("PATH");
   const std::string path_var = path_it == launcher_env.end() ? "/usr/bin:/bin" : path_it->second;
@@ -109,6 +120,10 @@ void LocalJob::start() {
       spawn.env.push_back(name + "=" + value);
     }
     spawn.inherit_fd = fds[1];
+    if (rank == 0 && store_fd >= 0) {
+      spawn.inherit_store_fd = store_fd;
+      spawn.env.push_back(std::string(kStoreListenFdVar) + "=" + std::to_string(store_fd));
+    }
     Worker w;
     w.rank = rank;
     w.heartbeat_fd = fds[0];

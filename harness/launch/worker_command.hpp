@@ -45,4 +45,13 @@ std::string find_executable(const std::string& program, const std::string& path_
 // run fails fast like any other worker failure.
 int pick_free_port();
 
+// A TCP socket bound to a free port on 127.0.0.1 and kept open (FD_CLOEXEC set): the launcher
+// hands it to rank 0, whose store takes it over (TCPStoreOptions::masterListenFd), so no other
+// process can take the port between its choice and the store's start. Returns the fd; *port gets
+// the port.
+int bind_store_socket(int* port);
+
+// The variable that tells rank 0 which inherited fd is its store's bound socket.
+inline constexpr const char* kStoreListenFdVar = "SHARDBENCH_STORE_LISTEN_FD";
+
 }  // namespace shardbench

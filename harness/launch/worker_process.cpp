@@ -36,6 +36,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != launcher_pid) ::_exit(127);
 
   if (spawn.inherit_fd >= 0) ::fcntl(spawn.inherit_fd, F_SETFD, 0);  // drop FD_CLOEXEC
+  if (spawn.inherit_store_fd >= 0) ::fcntl(spawn.inherit_store_fd, F_SETFD, 0);
 
   sigset_t none;
   sigemptyset(&none);

@@ -14,7 +14,8 @@ struct WorkerSpawn {
   std::string executable;         // resolved path (see find_executable)
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // "NAME=value" entries, the worker's whole environment
-  int inherit_fd = -1;            // the one fd the worker keeps across exec (heartbeat pipe)
+  int inherit_fd = -1;            // an fd the worker keeps across exec (heartbeat pipe)
+  int inherit_store_fd = -1;      // rank 0 only: the store's bound socket (bind_store_socket)
 };
 
 // Returns the child's pid. The child stays in the launcher's process group, so a Ctrl-C at the

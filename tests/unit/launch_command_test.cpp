@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -125,6 +128,25 @@ TEST(LaunchCommandTest, PicksAFreeLoopbackPort) {
   const int port = pick_free_port();
   EXPECT_GT(port, 0);
   EXPECT_LE(port, 65535);
+}
+
+// The store's port stays taken from the launcher's choice until rank 0's store owns it: nobody
+// else can bind it while the socket is open.
+TEST(LaunchCommandTest, StoreSocketHoldsItsPort) {
+  int port = 0;
+  const int fd = bind_store_socket(&port);
+  ASSERT_GE(fd, 0);
+  EXPECT_GT(port, 0);
+  EXPECT_NE(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);  // only rank 0's spawn drops it
+  const int other = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_NE(bind(other, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(errno, EADDRINUSE);
+  close(other);
+  close(fd);
 }
 
 TEST(LaunchCommandTest, DescribesWaitStatuses) {
