@@ -1,6 +1,6 @@
 // perf-launch --golden_values_path end to end on CPU: golden values exported from a real run,
-// then runs gated against them (pass, throughput tripled, loss outside tolerance), and a
-// missing or malformed golden file refused before any training.
+// then runs gated against them (pass, throughput raised a hundredfold, loss outside tolerance), and
+// a missing or malformed golden file refused before any training.
 #include <gtest/gtest.h>
 
 #include "tests/remove_tree.hpp"
@@ -110,12 +110,12 @@ TEST_F(GoldenGateE2E, GoldenValuesExportedFromARunPass) {
       << r.output;
 }
 
-// The exact 20% case is judged in-process on fixed numbers (compare_golden_gate_test): here two
-// real CPU runs would have to agree within 14% for a 20% raise to fail, and on a loaded 2-core
-// machine they do not always. The raise is far outside any CPU run-to-run difference
-// seen here (up to 2x between a loaded and an idle moment): tripled, it cannot pass by luck.
+// The exact 20% case is judged in-process on fixed numbers (compare_golden_gate_test). Here two
+// real CPU runs are compared, and on this 2-core machine the reference run (the first of the
+// process, cold, next to another test) has been seen 3x slower than the gated run: a raise of
+// 20%, or even 3x, can pass by luck. Raised a hundredfold it cannot.
 TEST_F(GoldenGateE2E, ThroughputRaisedFarBeyondNoiseFailsNamingTheMetric) {
-  const Result r = gated(write("raised.json", scaled("GPU utilization", 3.0)));
+  const Result r = gated(write("raised.json", scaled("GPU utilization", 100.0)));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   const std::size_t row = r.output.find("model TFLOP/s/GPU (eval mean)");
   ASSERT_NE(row, std::string::npos) << r.output;
