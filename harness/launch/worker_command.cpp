@@ -167,22 +167,9 @@ std::string find_executable(const std::string& program, const std::string& path_
 }
 
 int pick_free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "perf-launch: socket()");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw std::system_error(err, std::generic_category(),
-                            "perf-launch: picking a free port on 127.0.0.1");
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  int port = 0;
+  ::close(bind_store_socket(&port));
+  return port;
 }
 
 int bind_store_socket(int* port) {
