@@ -3,6 +3,8 @@
 // grads, the report still says why, and perf-launch exits 1 (docs/failure_checks.md).
 #include <gtest/gtest.h>
 
+#include "tests/perf_launch_process.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,22 +29,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+using Result = testing_util::LaunchResult;
+Result run(const std::string& args) { return testing_util::run_perf_launch(args); }
 
 fs::path temp_report(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("shardbench_fail_" + std::to_string(getpid()));

@@ -3,6 +3,8 @@
 // a missing or malformed golden file refused before any training.
 #include <gtest/gtest.h>
 
+#include "tests/perf_launch_process.hpp"
+
 #include "tests/remove_tree.hpp"
 
 #include <sys/wait.h>
@@ -24,22 +26,8 @@ namespace {
 
 using nlohmann::json;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-};
-
-Result launch(const std::string& args) {
-  const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+using Result = testing_util::LaunchResult;
+Result launch(const std::string& args) { return testing_util::run_perf_launch(args); }
 
 const std::filesystem::path& dir() {
   static const std::filesystem::path d = [] {
