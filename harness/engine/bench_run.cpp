@@ -363,36 +363,32 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   return o;
 }
 
-RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& provenance,
-                        const std::string& recipe, WorkerContext& ctx) {
-  const LlamaDims dims = llama_dims_from(config);
-  const EngineOptions options = engine_options_from(config, ctx);
-  check_deterministic_config(config, ctx.device.is_cuda(), ctx.backend == CommBackend::kNccl,
-                             [](const char* name) { return std::getenv(name); });
-  // Until this run returns: ATen's deterministic algorithms and SDPA backends.
-  const DeterministicScope deterministic(config);
-  RunCheckpoints checkpoints(config, provenance);
-  const int64_t iters = config.train.train_iters;
-  const int64_t gbs = config.train.global_batch_size;
-  const int64_t mbs = config.train.micro_batch_size;
-  const bool rank0 = ctx.rank == 0;
-  const bool print = rank0 && config.shardbench.log_per_step;
+namespace {
 
+// ---- run_benchmark's steps, in the order it takes them -----------------------------------------
+
+DecoderDims decoder_dims(const LlamaDims& d) {
+  return DecoderDims{d.num_layers, d.hidden, d.ffn, d.heads, d.kv_heads, d.head_dim, d.vocab};
+}
+
+// What the report says about the run before the engine exists: its shape, dtypes and FLOPs.
+RunRecord describe_run(const ConfigContainer& config, const nlohmann::json& provenance,
+                       const std::string& recipe, const LlamaDims& dims,
+                       const EngineOptions& options, const WorkerContext& ctx) {
   RunRecord rec;
   rec.recipe = recipe;
   rec.world_size = ctx.world_size;
-  rec.global_batch_size = gbs;
-  rec.micro_batch_size = mbs;
+  rec.global_batch_size = config.train.global_batch_size;
+  rec.micro_batch_size = config.train.micro_batch_size;
   rec.seq_length = dims.seq_length;
-  rec.train_iters = iters;
+  rec.train_iters = config.train.train_iters;
   rec.compute_dtype = config.shardbench.compute_dtype;
   rec.device = device_name(ctx.device);
   rec.backend = to_string(ctx.backend);
   rec.config = config_to_json(config);
   rec.provenance = provenance;
-  DecoderDims fd{dims.num_layers, dims.hidden,   dims.ffn,  dims.heads,
-                 dims.kv_heads,   dims.head_dim, dims.vocab};
-  rec.model_flops_per_step = model_flops_per_step(fd, gbs, dims.seq_length);
+  rec.model_flops_per_step =
+      model_flops_per_step(decoder_dims(dims), rec.global_batch_size, dims.seq_length);
   rec.dtype_policy = DtypePolicy::for_compute_dtype(
       rec.compute_dtype, options.grad_reduce_in_fp32 || options.compute_dtype == at::kFloat);
   if (rec.dtype_policy) {
@@ -400,10 +396,17 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     rec.dtype_policy->optimizer_state_bytes =
         c10::elementSize(options.exp_avg_dtype) + c10::elementSize(options.exp_avg_sq_dtype);
   }
+  rec.deterministic = config.model.deterministic_mode;
+  return rec;
+}
 
-  heartbeat("building engine");
-  reset_allocator_peaks(ctx.device);
-  LlamaModel model(dims, ctx.device);
+// The model's kernels, recompute, FP8 and activation offload, as the config asks; FP8's choices
+// go into the report and the console.
+void configure_model(LlamaModel& model, const ConfigContainer& config,
+                     const EngineOptions& options, const LlamaDims& dims,
+                     const WorkerContext& ctx, RunRecord& rec) {
+  const int64_t gbs = config.train.global_batch_size;
+  const int64_t mbs = config.train.micro_batch_size;
   model.set_fused_kernels(fused_kernels_from(config));
   model.set_recompute_layers(recompute_layers_from(config, dims));
   const Fp8Choice fp8_choice = fp8_from(config, options, dims, mbs);
@@ -418,7 +421,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   if (fp8_choice.on) {
     rec.fp8 = *config.mixed_precision.fp8 + "/" + config.mixed_precision.fp8_recipe;
     rec.fp8_transpose_cache = fp8_choice.keep_transpose_cache ? "kept" : "rebuilt";
-    if (rank0) {
+    if (ctx.rank == 0) {
       std::cout << "perf-launch: FP8 " << rec.fp8
                 << " on each layer's qkv, proj, fc1 and fc2; weight transposes "
                 << (fp8_choice.keep_transpose_cache ? "kept from forward to backward"
@@ -428,7 +431,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
                                        : "for every forward")
                 << std::endl;
     }
-    if (rank0 && config.ddp.fp8_param_gather) {
+    if (ctx.rank == 0 && config.ddp.fp8_param_gather) {
       std::cout << "perf-launch: ddp.fp8_param_gather=true: shardbench gathers weights in bf16 and "
                    "casts them to FP8 after the gather (FP8 all-gather is not implemented)"
                 << std::endl;
@@ -437,11 +440,16 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   model.set_offload_layers(config.model.cpu_offloading ? config.model.cpu_offloading_num_layers
                                                        : 0);
   model.set_offload_prefetch_layers(config.shardbench.offload_prefetch_layers);
-  DataParallelEngine engine(dims, options, ctx.pgs);
+}
+
+// What the built engine and model are: label, wrapper, kernels, parameters, attention backend.
+void record_engine(RunRecord& rec, const LlamaModel& model, const DataParallelEngine& engine,
+                   const ConfigContainer& config, const EngineOptions& options,
+                   const LlamaDims& dims, const WorkerContext& ctx) {
   rec.fused_kernel_set = model.fused_kernel_names(options.compute_dtype);
   if (engine.optimizer_uses_kernel()) rec.fused_kernel_set.push_back("adamw");
-  if (rank0 && options.fused_kernels && !engine.optimizer_uses_kernel() && fused::built() &&
-      ctx.device.is_cuda() &&
+  if (ctx.rank == 0 && options.fused_kernels && !engine.optimizer_uses_kernel() &&
+      fused::built() && ctx.device.is_cuda() &&
       (options.exp_avg_dtype != at::kFloat || options.exp_avg_sq_dtype != at::kFloat)) {
     std::cout << "perf-launch: optimizer.exp_avg_dtype=" << config.optimizer.exp_avg_dtype
               << ", exp_avg_sq_dtype=" << config.optimizer.exp_avg_sq_dtype
@@ -458,130 +466,163 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   rec.distributed_optimizer = options.wrapper == "megatron_fsdp" ||
                               (options.wrapper == "ddp" && options.use_distributed_optimizer);
   rec.num_parameters = engine.num_parameters();
-  rec.sdpa_backend = sdpa_backend_name(dims, mbs, options.compute_dtype, ctx.device);
-  rec.deterministic = config.model.deterministic_mode;
+  rec.sdpa_backend =
+      sdpa_backend_name(dims, config.train.micro_batch_size, options.compute_dtype, ctx.device);
+}
 
+LrSchedule lr_schedule_from(const ConfigContainer& config) {
   LrSchedule lr;
   lr.max_lr = config.optimizer.lr;
   lr.min_lr = config.optimizer.min_lr;
   lr.warmup_iters = config.optimizer.lr_warmup_iters;
-  lr.decay_iters = config.optimizer.lr_decay_iters.value_or(iters);
+  lr.decay_iters = config.optimizer.lr_decay_iters.value_or(config.train.train_iters);
   lr.style = config.optimizer.lr_decay_style;
+  return lr;
+}
 
+// The profilers and timers that watch the steps: nsys's capture window, the PyTorch profiler,
+// the phase timer (CUDA events on a GPU) and the count of the loop's own host syncs.
+class StepProbes {
+ public:
+  StepProbes(const ConfigContainer& config, const RunRecord& rec, const WorkerContext& ctx)
+      : config_(config),
+        rank_(ctx.rank),
+        // Each run (the FSDP run and its DDP baseline) opens its own window: nsys's
+        // --capture-range-end=stop keeps the first, repeat keeps both.
+        nsys_(profiles_this_rank(config, ctx), config.profiling.profile_step_start,
+              config.profiling.profile_step_end),
+        torch_profiler_(torch_profiles_this_rank(config, ctx),
+                        config.profiling.profile_step_start, config.profiling.profile_step_end,
+                        ctx.device.is_cuda(), config.profiling.record_shapes,
+                        config.profiling.record_memory_history,
+                        torch_profiler_files_for(config, rec, ctx.rank)),
+        phases_(make_phase_timer(ctx.device)),
+        syncs_(ctx) {
+    if (ctx.rank == 0 && config.profiling.use_nsys_profiler && !ctx.device.is_cuda()) {
+      std::cout << "perf-launch: profiling.use_nsys_profiler=true has no effect on " << rec.device
+                << " (cudaProfilerStart/Stop need a CUDA device)" << std::endl;
+    }
+  }
+
+  void before_step(int64_t iteration) {
+    nsys_.before_step(iteration);
+    torch_profiler_.before_step(iteration);
+  }
+  void after_step(int64_t iteration) {
+    nsys_.after_step(iteration);
+    torch_profiler_.after_step(iteration);
+    if (!torch_profiler_.summary().empty() && !torch_profiler_.capturing() &&
+        iteration == config_.profiling.profile_step_end) {
+      std::cout << "perf-launch: rank " << rank_ << " " << torch_profiler_.summary() << std::flush;
+    }
+  }
+  PhaseTimer& phases() { return *phases_; }
+  HostSyncCounter& syncs() { return syncs_; }
+
+ private:
+  const ConfigContainer& config_;
+  int rank_;
+  NsysCaptureWindow nsys_;
+  TorchProfilerWindow torch_profiler_;
+  std::unique_ptr<PhaseTimer> phases_;
+  HostSyncCounter syncs_;
+};
+
+// One step as Megatron's interval timer sees it: barrier, start; the step; barrier-aligned stop.
+struct TimedStep {
+  StepOutputs out;
+  double elapsed_ms = 0;  // the slowest rank's step, barrier to barrier
+  double mine_ms = 0;     // this rank's own step (device time between its events on a GPU)
+  PhaseTimes phases;
+};
+
+TimedStep timed_step(LlamaModel& model, DataParallelEngine& engine, const StepInputs& in,
+                     int64_t iteration, const ConfigContainer& config, StepProbes& probes,
+                     const WorkerContext& ctx) {
   static const nvtx::LabelTable kStepLabels{"training_step_", nvtx::Color::kStep};
-  if (rank0 && config.profiling.use_nsys_profiler && !ctx.device.is_cuda()) {
-    std::cout << "perf-launch: profiling.use_nsys_profiler=true has no effect on " << rec.device
-              << " (cudaProfilerStart/Stop need a CUDA device)" << std::endl;
+  TimedStep t;
+  probes.syncs().barrier(*ctx.pgs.world);
+  probes.syncs().synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    nvtx::Range step_range(kStepLabels[iteration]);
+    // The step as a user scope in the PyTorch profiler's trace (free when it is off).
+    RECORD_USER_SCOPE("training_step_" + std::to_string(iteration));
+    probes.phases().begin_step();
+    t.out = train_step(model, engine, in, &probes.phases());
+    inject_step_slowdown(config.shardbench, t0);  // calibration only: 0 unless configured
+    probes.phases().end_step();
+    probes.syncs().synchronize();
   }
-  // Each run (the FSDP run and its DDP baseline) opens its own window: nsys's
-  // --capture-range-end=stop keeps the first, repeat keeps both.
-  NsysCaptureWindow nsys(profiles_this_rank(config, ctx), config.profiling.profile_step_start,
-                         config.profiling.profile_step_end);
-  TorchProfilerWindow torch_profiler(
-      torch_profiles_this_rank(config, ctx), config.profiling.profile_step_start,
-      config.profiling.profile_step_end, ctx.device.is_cuda(), config.profiling.record_shapes,
-      config.profiling.record_memory_history, torch_profiler_files_for(config, rec, ctx.rank));
-  const std::unique_ptr<PhaseTimer> phases = make_phase_timer(ctx.device);
-  HostSyncCounter syncs(ctx);
-  // Groups the steps of one run: the FSDP run and its DDP baseline share one process.
-  nvtx::Range run_range("benchmark/" + rec.label, nvtx::Color::kStep);
+  t.mine_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  probes.syncs().barrier(*ctx.pgs.world);
+  t.elapsed_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // The synchronize above completed every event of the step: reading them does not block.
+  t.phases = probes.phases().read();
+  // GPU: this rank's own step time is the device time between its step events, free of the
+  // host's wake-up after the synchronize.
+  if (t.phases.step_ms) t.mine_ms = *t.phases.step_ms;
+  return t;
+}
 
-  // A resumed run continues with the iteration after the checkpoint's: its batch, its LR.
-  const int64_t first_it = checkpoints.resume(engine, *ctx.pgs.world, iters, rank0);
-  std::vector<double> my_step_ms;
-  for (int64_t it = first_it; it < iters; ++it) {
-    heartbeat("step " + std::to_string(it + 1));
-    maybe_inject_fault(ctx.rank, it + 1);
-    StepInputs in{mock_global_batch(static_cast<uint64_t>(config.rng.seed), it, gbs,
-                                    dims.seq_length, dims.vocab),
-                  mbs, lr.at(it), config.train.empty_unused_memory_level,
-                  test_fault_loss_scale(config.shardbench, options.wrapper, ctx.rank)};
-    nsys.before_step(it + 1);
-    torch_profiler.before_step(it + 1);
-    // Megatron's interval timer: barrier, start; step; barrier-aligned stop.
-    syncs.barrier(*ctx.pgs.world);
-    syncs.synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    StepOutputs out;
-    {
-      nvtx::Range step_range(kStepLabels[it + 1]);
-      // The step as a user scope in the PyTorch profiler's trace (free when it is off).
-      RECORD_USER_SCOPE("training_step_" + std::to_string(it + 1));
-      phases->begin_step();
-      out = train_step(model, engine, in, phases.get());
-      inject_step_slowdown(config.shardbench, t0);  // calibration only: 0 unless configured
-      phases->end_step();
-      syncs.synchronize();
-    }
-    double mine_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    syncs.barrier(*ctx.pgs.world);
-    const double elapsed_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    // The synchronize above completed every event of the step: reading them does not block.
-    const PhaseTimes times = phases->read();
-    // GPU: this rank's own step time is the device time between its step events, free of the
-    // host's wake-up after the synchronize.
-    if (times.step_ms) mine_ms = *times.step_ms;
-    my_step_ms.push_back(mine_ms);
+// The step's report row: the loss averaged over ranks, the grad norm, the phase times.
+StepRecord record_step(const TimedStep& t, const StepInputs& in, int64_t iteration,
+                       HostSyncCounter& syncs, const WorkerContext& ctx) {
+  at::Tensor metrics = at::stack({t.out.loss.to(at::kFloat), t.out.grad_norm.to(at::kFloat)});
+  at::Tensor loss_avg = metrics.narrow(0, 0, 1).clone();
+  wait_work(ctx.pgs.world->all_reduce(loss_avg, Reduction::kAvg), "loss all-reduce");
+  StepRecord step;
+  step.iteration = static_cast<int>(iteration);
+  step.elapsed_ms = t.elapsed_ms;
+  step.loss = syncs.item(loss_avg);
+  step.grad_norm = syncs.item(metrics[1]);
+  step.learning_rate = in.lr;
+  step.forward_ms = t.phases[Phase::kForward];
+  step.backward_ms = t.phases[Phase::kBackward];
+  step.optimizer_ms = t.phases[Phase::kOptimizer];
+  step.exposed_comm_ms = t.phases[Phase::kExposedComm];
+  // Only a GPU step has device syncs to count; on CPU the field stays absent rather than 0.
+  const int64_t step_syncs = syncs.take();
+  if (ctx.device.is_cuda()) step.host_syncs = step_syncs;
+  return step;
+}
 
-    at::Tensor metrics = at::stack({out.loss.to(at::kFloat), out.grad_norm.to(at::kFloat)});
-    at::Tensor loss_avg = metrics.narrow(0, 0, 1).clone();
-    wait_work(ctx.pgs.world->all_reduce(loss_avg, Reduction::kAvg), "loss all-reduce");
-    StepRecord step;
-    step.iteration = static_cast<int>(it + 1);
-    step.elapsed_ms = elapsed_ms;
-    step.loss = syncs.item(loss_avg);
-    step.grad_norm = syncs.item(metrics[1]);
-    step.learning_rate = in.lr;
-    step.forward_ms = times[Phase::kForward];
-    step.backward_ms = times[Phase::kBackward];
-    step.optimizer_ms = times[Phase::kOptimizer];
-    step.exposed_comm_ms = times[Phase::kExposedComm];
-    // Only a GPU step has device syncs to count; on CPU the field stays absent rather than 0.
-    const int64_t step_syncs = syncs.take();
-    if (ctx.device.is_cuda()) step.host_syncs = step_syncs;
-    rec.steps.push_back(step);
-    nsys.after_step(it + 1);
-    torch_profiler.after_step(it + 1);
-    if (!torch_profiler.summary().empty() && !torch_profiler.capturing() &&
-        it + 1 == config.profiling.profile_step_end) {
-      std::cout << "perf-launch: rank " << ctx.rank << " " << torch_profiler.summary()
-                << std::flush;
-    }
-    // Megatron's training_log prints every logger.log_interval iterations.
-    if (print && (it + 1) % config.logger.log_interval == 0) {
-      std::cout << format_iteration_line(iteration_log(rec, rec.steps.back(), 0)) << "\n";
-      // Ranks sharing a GPU time-slice it: their step time is no throughput (shared_gpu.hpp).
-      if (config.shardbench.ranks_per_gpu <= 1) {
-        std::cout << format_step_time_line(step.elapsed_ms,
-                                           rec.model_flops_per_step /
-                                               (step.elapsed_ms * 1e-3 * 1e12 * ctx.world_size))
-                  << "\n";
-      }
-      std::cout << std::flush;
-    }
-    if (ctx.device.is_cuda() && (it == 0 || it == 1)) {
-      auto snap =
-          allocator_snapshot(ctx.device, "after_iteration_" + std::to_string(it + 1), ctx.rank);
-      if (rank0) std::cout << format_memory_line(snap, it + 1) << std::endl;
-      rec.allocator.push_back(snap);
-    }
-    // Megatron's fatal checks end the run after this step, before a checkpoint could save it.
-    if (const std::string failure = step_failure(config, engine, ctx, it + 1, step.loss);
-        !failure.empty()) {
-      rec.failure_reasons.push_back(failure);
-      if (rank0) std::cerr << "perf-launch: " << failure << std::endl;
-      break;
-    }
-    // Outside the timed step, as Megatron's save_checkpoint_and_time.
-    checkpoints.after_iteration(engine, *ctx.pgs.world, it + 1, iters, rank0);
+// Megatron's training_log: the iteration line every logger.log_interval iterations, with the
+// step-time line for runs whose step time is a throughput.
+void log_step(const ConfigContainer& config, const RunRecord& rec, int64_t iteration,
+              const WorkerContext& ctx) {
+  if (ctx.rank != 0 || !config.shardbench.log_per_step ||
+      iteration % config.logger.log_interval != 0) {
+    return;
   }
-  if (ctx.device.is_cuda())
-    rec.allocator.push_back(allocator_snapshot(ctx.device, "end", ctx.rank));
+  const StepRecord& step = rec.steps.back();
+  std::cout << format_iteration_line(iteration_log(rec, step, 0)) << "\n";
+  // Ranks sharing a GPU time-slice it: their step time is no throughput (shared_gpu.hpp).
+  if (config.shardbench.ranks_per_gpu <= 1) {
+    std::cout << format_step_time_line(step.elapsed_ms,
+                                       rec.model_flops_per_step /
+                                           (step.elapsed_ms * 1e-3 * 1e12 * ctx.world_size))
+              << "\n";
+  }
+  std::cout << std::flush;
+}
 
-  // Every rank's own step times, gathered to all (small: one double per step and rank).
-  const int64_t ran = static_cast<int64_t>(my_step_ms.size());  // iters - first_it
+// The allocator after the first two iterations, as Megatron's memory report prints it.
+void snapshot_memory(RunRecord& rec, int64_t iteration, const WorkerContext& ctx) {
+  if (!ctx.device.is_cuda() || iteration > 2) return;
+  auto snap = allocator_snapshot(ctx.device, "after_iteration_" + std::to_string(iteration),
+                                 ctx.rank);
+  if (ctx.rank == 0) std::cout << format_memory_line(snap, iteration) << std::endl;
+  rec.allocator.push_back(snap);
+}
+
+// Every rank's own step times, gathered to all (small: one double per step and rank), into the
+// report's per-rank table and each step's row.
+void gather_rank_step_times(RunRecord& rec, const std::vector<double>& my_step_ms,
+                            const WorkerContext& ctx) {
+  const int64_t ran = static_cast<int64_t>(my_step_ms.size());
   at::Tensor mine = at::tensor(my_step_ms, at::kDouble).to(ctx.device);
   at::Tensor all = at::empty({ctx.world_size * ran}, mine.options());
   if (ran > 0) wait_work(ctx.pgs.world->all_gather(all, mine), "step-time all-gather");
@@ -597,35 +638,111 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
           rec.per_rank_step_ms[static_cast<size_t>(r)][static_cast<size_t>(i)]);
     }
   }
-  if (const ActivationOffload* offload = model.activation_offload(); offload && ran > 0) {
-    const OffloadStats s = offload->stats();
-    rec.activation_offload = ActivationOffloadRecord{
-        model.offload_layers(), s.offloaded_bytes / ran, s.offloaded_tensors / ran,
-        s.reloaded_bytes / ran, model.offload_prefetch_layers()};
-    if (rank0) {
-      std::printf(
-          "perf-launch: activation offload of %lld layers: %.3f GiB in %lld tensors to the host "
-          "and back per step; %lld of %lld layer reloads were not prefetched\n",
-          static_cast<long long>(model.offload_layers()),
-          static_cast<double>(s.offloaded_bytes / ran) / (1024.0 * 1024.0 * 1024.0),
-          static_cast<long long>(s.offloaded_tensors / ran), static_cast<long long>(s.sync_reloads),
-          static_cast<long long>(model.offload_layers() * ran));
-      std::fflush(stdout);
-    }
+}
+
+// Bytes and tensors the activation offload moved per step, averaged over the steps that ran.
+void record_activation_offload(RunRecord& rec, const LlamaModel& model, int64_t ran,
+                               const WorkerContext& ctx) {
+  const ActivationOffload* offload = model.activation_offload();
+  if (!offload || ran <= 0) return;
+  const OffloadStats s = offload->stats();
+  rec.activation_offload = ActivationOffloadRecord{
+      model.offload_layers(), s.offloaded_bytes / ran, s.offloaded_tensors / ran,
+      s.reloaded_bytes / ran, model.offload_prefetch_layers()};
+  if (ctx.rank == 0) {
+    std::printf(
+        "perf-launch: activation offload of %lld layers: %.3f GiB in %lld tensors to the host "
+        "and back per step; %lld of %lld layer reloads were not prefetched\n",
+        static_cast<long long>(model.offload_layers()),
+        static_cast<double>(s.offloaded_bytes / ran) / (1024.0 * 1024.0 * 1024.0),
+        static_cast<long long>(s.offloaded_tensors / ran), static_cast<long long>(s.sync_reloads),
+        static_cast<long long>(model.offload_layers() * ran));
+    std::fflush(stdout);
   }
+}
+
+// The engine's measured static buffers and, for Megatron FSDP, the model's prediction of them.
+void record_memory(RunRecord& rec, const DataParallelEngine& engine,
+                   const EngineOptions& options, const LlamaDims& dims,
+                   const WorkerContext& ctx) {
   rec.memory = engine.memory();
   // Megatron FSDP keeps the compute weights outside its units (embedding, final norm, output
   // head) whole on every rank. The refined model over the engine's own groups has that term,
   // which the ZeRO paper model lacks (harness/measure/zero_model.hpp, docs/megatron-fsdp.md), so
   // the report's prediction and the measured buffers agree for every strategy.
-  if (options.wrapper == "megatron_fsdp" && rec.dtype_policy) {
-    if (const auto strategy = memory_strategy_from(rec.wrapper, rec.strategy, true)) {
-      const std::vector<ParamGroup> groups = decoder_param_groups(decoder_param_counts(fd));
-      rec.predicted_memory =
-          fsdp_static_memory(groups, ctx.world_size, *strategy, *rec.dtype_policy).resident;
-      rec.memory.predicted_static_bytes = rec.predicted_memory->total_bytes();
-    }
+  if (options.wrapper != "megatron_fsdp" || !rec.dtype_policy) return;
+  if (const auto strategy = memory_strategy_from(rec.wrapper, rec.strategy, true)) {
+    const std::vector<ParamGroup> groups =
+        decoder_param_groups(decoder_param_counts(decoder_dims(dims)));
+    rec.predicted_memory =
+        fsdp_static_memory(groups, ctx.world_size, *strategy, *rec.dtype_policy).resident;
+    rec.memory.predicted_static_bytes = rec.predicted_memory->total_bytes();
   }
+}
+
+}  // namespace
+
+RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& provenance,
+                        const std::string& recipe, WorkerContext& ctx) {
+  const LlamaDims dims = llama_dims_from(config);
+  const EngineOptions options = engine_options_from(config, ctx);
+  check_deterministic_config(config, ctx.device.is_cuda(), ctx.backend == CommBackend::kNccl,
+                             [](const char* name) { return std::getenv(name); });
+  // Until this run returns: ATen's deterministic algorithms and SDPA backends.
+  const DeterministicScope deterministic(config);
+  RunCheckpoints checkpoints(config, provenance);
+  RunRecord rec = describe_run(config, provenance, recipe, dims, options, ctx);
+
+  heartbeat("building engine");
+  reset_allocator_peaks(ctx.device);
+  LlamaModel model(dims, ctx.device);
+  configure_model(model, config, options, dims, ctx, rec);
+  DataParallelEngine engine(dims, options, ctx.pgs);
+  record_engine(rec, model, engine, config, options, dims, ctx);
+
+  const LrSchedule lr = lr_schedule_from(config);
+  StepProbes probes(config, rec, ctx);
+  // Groups the steps of one run: the FSDP run and its DDP baseline share one process.
+  nvtx::Range run_range("benchmark/" + rec.label, nvtx::Color::kStep);
+
+  // A resumed run continues with the iteration after the checkpoint's: its batch, its LR.
+  const int64_t iters = config.train.train_iters;
+  const int64_t first_it = checkpoints.resume(engine, *ctx.pgs.world, iters, ctx.rank == 0);
+  std::vector<double> my_step_ms;
+  for (int64_t it = first_it; it < iters; ++it) {
+    const int64_t iteration = it + 1;
+    heartbeat("step " + std::to_string(iteration));
+    maybe_inject_fault(ctx.rank, iteration);
+    const StepInputs in{
+        mock_global_batch(static_cast<uint64_t>(config.rng.seed), it,
+                          config.train.global_batch_size, dims.seq_length, dims.vocab),
+        config.train.micro_batch_size, lr.at(it), config.train.empty_unused_memory_level,
+        test_fault_loss_scale(config.shardbench, options.wrapper, ctx.rank)};
+    probes.before_step(iteration);
+    const TimedStep timed = timed_step(model, engine, in, iteration, config, probes, ctx);
+    my_step_ms.push_back(timed.mine_ms);
+    rec.steps.push_back(record_step(timed, in, iteration, probes.syncs(), ctx));
+    probes.after_step(iteration);
+    log_step(config, rec, iteration, ctx);
+    snapshot_memory(rec, iteration, ctx);
+    // Megatron's fatal checks end the run after this step, before a checkpoint could save it.
+    if (const std::string failure =
+            step_failure(config, engine, ctx, iteration, rec.steps.back().loss);
+        !failure.empty()) {
+      rec.failure_reasons.push_back(failure);
+      if (ctx.rank == 0) std::cerr << "perf-launch: " << failure << std::endl;
+      break;
+    }
+    // Outside the timed step, as Megatron's save_checkpoint_and_time.
+    checkpoints.after_iteration(engine, *ctx.pgs.world, iteration, iters, ctx.rank == 0);
+  }
+  if (ctx.device.is_cuda()) {
+    rec.allocator.push_back(allocator_snapshot(ctx.device, "end", ctx.rank));
+  }
+
+  gather_rank_step_times(rec, my_step_ms, ctx);
+  record_activation_offload(rec, model, static_cast<int64_t>(my_step_ms.size()), ctx);
+  record_memory(rec, engine, options, dims, ctx);
   rec.checkpoint = checkpoints.record();
   return rec;
 }

@@ -1,6 +1,7 @@
 #include "harness/measure/step_injection.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 
@@ -70,7 +71,10 @@ nlohmann::json injection_identity(const nlohmann::json& config) {
   const double fraction = s.value("inject_slowdown", 0.0);
   const double delay_ms = s.value("inject_delay_ms", 0.0);
   if (fraction != 0 || delay_ms != 0) {
-    out["injected_slowdown"] = {{"fraction", fraction}, {"delay_ms", delay_ms}};
+    // A string, as every identity value is a scalar (perf-compare matches runs on them).
+    char text[96];
+    std::snprintf(text, sizeof text, "fraction=%.10g,delay_ms=%.10g", fraction, delay_ms);
+    out["injected_slowdown"] = text;
   }
   const std::string fault = s.value("test_fault_grad_scale", std::string());
   if (!fault.empty()) out["test_fault"] = "grad_scale:" + fault;

@@ -29,7 +29,7 @@ void inject_step_slowdown(const ShardbenchConfig& s,
 // run no longer trains like DDP. 1 otherwise.
 double test_fault_loss_scale(const ShardbenchConfig& s, const std::string& wrapper, int rank);
 
-// The identity entries of a run: "injected_slowdown" ({"fraction", "delay_ms"} or null) and
+// The identity entries of a run: "injected_slowdown" ("fraction=<f>,delay_ms=<ms>" or null) and
 // "test_fault" (the fault string or null). Null when off, so older reports still match.
 nlohmann::json injection_identity(const nlohmann::json& resolved_config);
 
