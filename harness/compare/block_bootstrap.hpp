@@ -42,6 +42,9 @@ struct MedianChangeCi {
   double base_cv = 0, head_cv = 0;             // stddev / mean of the pooled samples
   std::size_t base_samples = 0, head_samples = 0;
   std::size_t base_runs = 0, head_runs = 0;
+  // > 0: the interval is paired_run_change_ci's over this many interleaved run pairs
+  // (paired_runs.hpp), not the step-level bootstrap's.
+  std::size_t pairs = 0;
   // Half the interval's width: the smallest change these data could tell from none.
   double half_width() const { return (high - low) / 2; }
 };

@@ -32,7 +32,8 @@ struct Options {
   std::vector<std::string> positional, base, head;
   std::string thresholds_file;
   double timing_threshold = 0, memory_threshold = 0, skip_first_percent_time = 0, alpha = 0;
-  bool no_utest = false, fail_on_improvement = false, list_runs = false, allow_unmatched = false;
+  bool no_utest = false, fail_on_improvement = false, list_runs = false, allow_unmatched = false,
+       paired = false;
   std::vector<std::string> ignore_identity, match_config;
   std::string run_label, format = "table", json_path, markdown_path, html_path, history_dir;
   std::string color = "auto", export_golden, output;
@@ -125,6 +126,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
   if (o.no_utest) t.utest = false;
   if (o.fail_on_improvement) t.fail_on_improvement = true;
   if (o.allow_unmatched) t.allow_unmatched = true;
+  if (o.paired) t.paired = true;
   validate_thresholds(t, "command line");
   validate_loss_tolerances(o.loss, "command line");
 
@@ -176,7 +178,7 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
   app.add_option(
       "--thresholds", o.thresholds_file,
       "JSON file with any of timing_threshold, memory_threshold, skip_first_percent_time, "
-      "alpha, utest, fail_on_improvement, allow_unmatched; flags given here win");
+      "alpha, utest, fail_on_improvement, allow_unmatched, paired; flags given here win");
   app.add_option("--timing_threshold", o.timing_threshold,
                  "Relative band of the median step time after warm-up (default: 0.05)");
   app.add_option("--memory_threshold", o.memory_threshold,
@@ -187,6 +189,10 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
                  "1 - confidence of the step-time bootstrap interval (default: 0.05)");
   app.add_flag("--no_utest", o.no_utest,
                "The threshold alone decides (no bootstrap interval, never inconclusive)");
+  app.add_flag("--paired", o.paired,
+               "Base and head ran interleaved (b1 h1 b2 h2 ..): the timing interval is Student's t "
+               "over the log ratios of paired run medians (runs paired in start-time order; each "
+               "side needs the same number of runs, at least 2)");
   app.add_flag("--allow_unmatched", o.allow_unmatched,
                "A run on one side only is listed but does not make the exit code 1");
   const std::string loss_group = "lm loss against golden values (evaluate.py's convergence check)";

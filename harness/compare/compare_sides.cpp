@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "harness/compare/block_bootstrap.hpp"
+#include "harness/compare/paired_runs.hpp"
 #include "harness/compare/report_reader.hpp"
 #include "harness/measure/stats.hpp"
 
@@ -115,8 +116,9 @@ double run_spread(const std::vector<std::vector<double>>& runs) {
 // run-to-run noise alone exceeds it; a bootstrap over two or three runs underestimates that
 // variation (it cannot see more spread than the few runs happen to show), so the timing verdict
 // is inconclusive then, whatever the interval says.
+// Paired runs need no such rule: their interval is built from the run-to-run variation itself.
 void judge_run_spread(MetricRow& row, const PairResult& pair, const Thresholds& t) {
-  if (!t.utest || row.verdict == Verdict::kMissing) return;
+  if (!t.utest || t.paired || row.verdict == Verdict::kMissing) return;
   const double base = run_spread(pair.base_step_ms);
   const double head = run_spread(pair.head_step_ms);
   if (std::max(base, head) <= t.timing_threshold) return;
@@ -141,7 +143,7 @@ void judge_timing(MetricRow& row, const std::optional<MedianChangeCi>& ci, const
   row.ci_low = ci->low;
   row.ci_high = ci->high;
   row.detectable_change = ci->half_width();
-  if (std::min(ci->base_samples, ci->head_samples) < kMinTimingSamples) {
+  if (ci->pairs == 0 && std::min(ci->base_samples, ci->head_samples) < kMinTimingSamples) {
     row.verdict = Verdict::kInconclusive;
     row.note = "only " + std::to_string(ci->base_samples) + " vs " +
                std::to_string(ci->head_samples) + " step samples after warm-up; at least " +
@@ -151,7 +153,9 @@ void judge_timing(MetricRow& row, const std::optional<MedianChangeCi>& ci, const
   const bool excludes_zero = change > 0 ? ci->low > 0 : ci->high < 0;
   const std::string noise = "step-time cv " + pct(ci->base_cv) + " base, " + pct(ci->head_cv) +
                             " head; smallest detectable change " + pct(ci->half_width()) +
-                            " (half the " + pct(1 - t.alpha) + " interval)";
+                            " (half the " + pct(1 - t.alpha) + " interval" +
+                            (ci->pairs ? " over " + std::to_string(ci->pairs) + " run pairs" : "") +
+                            ")";
   if (std::abs(change) > threshold) {
     if (excludes_zero) {
       row.verdict = direction;
@@ -218,12 +222,29 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
     }
     return out;
   };
-  pair.base_step_ms = windows(base);
-  pair.head_step_ms = windows(head);
+  // Paired runs: base run i with head run i, both sides in order of start time.
+  std::vector<const RunView*> base_order(base.begin(), base.end());
+  std::vector<const RunView*> head_order(head.begin(), head.end());
+  if (t.paired) {
+    if (base.size() != head.size() || base.size() < 2) {
+      throw InputError("--paired: " + pair.name + " has " + std::to_string(base.size()) +
+                       " base and " + std::to_string(head.size()) +
+                       " head runs; accepted: the same number of runs on each side, at least 2 "
+                       "(base and head interleaved)");
+    }
+    auto by_start = [](const RunView* a, const RunView* b) {
+      return a->start_time_utc < b->start_time_utc;
+    };
+    std::stable_sort(base_order.begin(), base_order.end(), by_start);
+    std::stable_sort(head_order.begin(), head_order.end(), by_start);
+  }
+  pair.base_step_ms = windows(base_order);
+  pair.head_step_ms = windows(head_order);
   BootstrapOptions boot;
   boot.confidence = 1 - t.alpha;
   const std::optional<MedianChangeCi> ci =
-      median_change_ci(pair.base_step_ms, pair.head_step_ms, boot);
+      t.paired ? paired_run_change_ci(pair.base_step_ms, pair.head_step_ms, boot.confidence)
+               : median_change_ci(pair.base_step_ms, pair.head_step_ms, boot);
   const std::vector<double> base_ms = measured_samples(base, &RunView::step_time_ms);
   const std::vector<double> head_ms = measured_samples(head, &RunView::step_time_ms);
   pair.base_samples = base_ms.size();
@@ -235,6 +256,7 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
     pair.head_rho = ci->head_rho;
     pair.base_block = ci->base_block;
     pair.head_block = ci->head_block;
+    pair.run_pairs = ci->pairs;
   }
   MetricRow median = make_row("step_time_median_ms", "step time median (measured window)", "ms",
                               false, Gate::kTiming, stat(base_ms, 50), stat(head_ms, 50));

@@ -73,7 +73,9 @@ json render_json(const CompareResult& result) {
                         {{"cv", pair.head_cv},
                          {"lag1_autocorrelation", pair.head_rho},
                          {"block_length", pair.head_block},
-                         {"runs", pair.head_step_ms.size()}}}}},
+                         {"runs", pair.head_step_ms.size()}}},
+                       // 0: the step-level block bootstrap; n: Student's t over n run pairs.
+                       {"run_pairs", pair.run_pairs}}},
                      {"loss_parity", pair.loss_parity},
                      {"metrics", metrics},
                      {"notes", pair.notes},

@@ -67,7 +67,11 @@ std::string sample_line(const PairResult& pair) {
                 pair.base_block, pair.head_samples, pair.head_step_ms.size(),
                 pair.head_step_ms.size() == 1 ? "" : "s", pair.head_cv * 100, pair.head_rho,
                 pair.head_block);
-  return buffer;
+  std::string line = buffer;
+  if (pair.run_pairs > 0) {
+    line += "; interval over " + std::to_string(pair.run_pairs) + " paired runs (--paired)";
+  }
+  return line;
 }
 
 namespace {

@@ -31,7 +31,7 @@ void check_range(double value, double low, bool low_open, double high, const std
 
 std::vector<std::string> threshold_keys() {
   return {"timing_threshold",    "memory_threshold", "skip_first_percent_time", "alpha", "utest",
-          "fail_on_improvement", "allow_unmatched"};
+          "fail_on_improvement", "allow_unmatched",  "paired"};
 }
 
 void apply_thresholds_json(const json& doc, const std::string& file, Thresholds& t) {
@@ -48,6 +48,7 @@ void apply_thresholds_json(const json& doc, const std::string& file, Thresholds&
     bool* flag = key == "utest"                 ? &t.utest
                  : key == "fail_on_improvement" ? &t.fail_on_improvement
                  : key == "allow_unmatched"     ? &t.allow_unmatched
+                 : key == "paired"              ? &t.paired
                                                 : nullptr;
     if (number) {
       if (!value.is_number()) {
@@ -87,7 +88,8 @@ json thresholds_to_json(const Thresholds& t) {
           {"alpha", t.alpha},
           {"utest", t.utest},
           {"fail_on_improvement", t.fail_on_improvement},
-          {"allow_unmatched", t.allow_unmatched}};
+          {"allow_unmatched", t.allow_unmatched},
+          {"paired", t.paired}};
 }
 
 }  // namespace shardbench

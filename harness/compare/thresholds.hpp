@@ -25,6 +25,9 @@ struct Thresholds {
   bool utest = true;  // false: the point estimate alone decides (no interval, never inconclusive)
   bool fail_on_improvement = false;  // Megatron-Bridge fails on "UNEXPECTED IMPROVEMENT" too
   bool allow_unmatched = false;      // false: a run on one side only makes the exit code 1
+  // Base and head ran interleaved (b1 h1 b2 h2 ..): the timing interval is Student's t over the
+  // log ratios of paired run medians, runs paired in order of start time (paired_runs.hpp).
+  bool paired = false;
 };
 
 // Keys of a thresholds file, each the name of the field above.

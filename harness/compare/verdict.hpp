@@ -63,6 +63,7 @@ struct PairResult {
   double base_cv = 0, head_cv = 0;                 // step-time cv of those samples
   double base_rho = 0, head_rho = 0;               // lag-1 autocorrelation of step times
   std::size_t base_block = 0, head_block = 0;      // bootstrap block lengths (steps)
+  std::size_t run_pairs = 0;  // > 0: the timing interval is over this many paired runs (--paired)
   // Loss parity of the head reports' FSDP-vs-DDP comparisons, one line each ("ok: .." or
   // "fail: ..").
   std::vector<std::string> loss_parity;

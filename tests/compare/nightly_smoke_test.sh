@@ -59,6 +59,30 @@ slow_rc=0
   --head "$slow/llama3_tiny_cpu_ddp.json" --timing_threshold 0.5 > "$slow/compare.txt" || slow_rc=$?
 [ "$slow_rc" = 1 ] || { echo "doubled step times: perf-compare exited $slow_rc, expected 1"; cat "$slow/compare.txt"; exit 1; }
 
+# A base run now, alternating with the head (--baseline-perf-launch, as --baseline-ref without a
+# build), twice each: four reports, named per repetition, in b h h b order, judged --paired.
+rc=0
+"$repo/scripts/nightly" "${common[@]}" --strategies ddp --steps 8 --repeats 2 \
+  --baseline-perf-launch "$perf_launch" --baseline pairbase --branch pairhead --date 2026-01-03 \
+  --compare-args "--timing_threshold 9" || rc=$?
+# Two pairs give Student's t one degree of freedom: an interval this wide may well be
+# inconclusive (3); a regression (1) or an error is a failure.
+[ "$rc" = 0 ] || [ "$rc" = 3 ] || { echo "paired nightly exited $rc, expected 0 or 3"; exit 1; }
+python3 - "$work/results/pairbase/2026-01-03" "$work/results/pairhead/2026-01-03" <<'PY'
+import json, sys
+base_dir, head_dir = sys.argv[1:3]
+def start(path):
+    return json.load(open(path))["environment"]["start_time_utc"]
+b1, b2 = (start(f"{base_dir}/llama3_tiny_cpu_ddp.r{r}.json") for r in (1, 2))
+h1, h2 = (start(f"{head_dir}/llama3_tiny_cpu_ddp.r{r}.json") for r in (1, 2))
+assert b1 < h1 < h2 < b2, ("expected b1 h1 h2 b2", b1, h1, h2, b2)
+doc = json.load(open(f"{head_dir}/compare/compare.json"))
+assert doc["thresholds"]["paired"] is True, doc["thresholds"]
+assert doc["pairs"][0]["step_time"]["run_pairs"] == 2, doc["pairs"][0]["step_time"]
+assert len(doc["pairs"][0]["base_runs"]) == 2 and len(doc["pairs"][0]["head_runs"]) == 2
+print("paired nightly: b h h b, judged over", len(doc["pairs"][0]["head_runs"]), "run pairs")
+PY
+
 cp "$out/compare/compare.html" "$artefacts/nightly-smoke.html"
 check_rc=0
 "$repo/scripts/check_html.sh" "$artefacts/nightly-smoke.html" "$artefacts/nightly-smoke.png" --min-charts 4 || check_rc=$?

@@ -185,6 +185,39 @@ TEST_F(CompareCli, ExitThreeWhenInconclusive) {
             std::string::npos);
 }
 
+TEST_F(CompareCli, PairedRunsCancelSharedLoad) {
+  // Four interleaved pairs, each under its own load (x1, x1.3, x0.8, x1.1), the head 10% slower
+  // than the base next to it. The base's file names run against start time (z.. first), the
+  // head's with it (a.. first), so pairing in name order would mix the loads up.
+  const double load[] = {1.0, 1.3, 0.8, 1.1};
+  for (int i = 0; i < 4; ++i) {
+    const std::string start = "2026-12-01T03:0" + std::to_string(i) + ":00Z";
+    dir_.write("paired_base/" + std::string(1, static_cast<char>('z' - i)) + ".json",
+               compare_fixtures::make_report({fsdp_run(steady_steps(20 * load[i], 20))}, start));
+    dir_.write("paired_head/" + std::string(1, static_cast<char>('a' + i)) + ".json",
+               compare_fixtures::make_report({fsdp_run(steady_steps(22 * load[i], 20))}, start));
+  }
+  const std::string base = (dir_.path() / "paired_base").string();
+  const std::string head = (dir_.path() / "paired_head").string();
+  // Unpaired, the load's spread between runs hides the change.
+  EXPECT_EQ(cli({base, head}).code, 3);
+  const CliResult r = cli({base, head, "--paired", "--format", "json"});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j.at("pairs")[0].at("step_time").at("run_pairs"), 4);
+  EXPECT_NEAR(j.at("pairs")[0].at("metrics").at("step_time_median_ms").at("relative_change"),
+              0.10, 1e-3);
+  EXPECT_EQ(j.at("thresholds").at("paired"), true);
+  // The same from a thresholds file.
+  const std::string file = dir_.write("paired.json", json{{"paired", true}});
+  EXPECT_EQ(cli({base, head, "--thresholds", file}).code, 1);
+  // Pairing needs the same number of runs on each side.
+  const CliResult uneven = cli({"--base", base, "--head", head, "--head", same_, "--paired"});
+  EXPECT_EQ(uneven.code, 2) << uneven.out << uneven.err;
+  EXPECT_NE(uneven.err.find("--paired"), std::string::npos) << uneven.err;
+  EXPECT_NE(uneven.err.find("4 base and 5 head runs"), std::string::npos) << uneven.err;
+}
+
 TEST_F(CompareCli, UnmatchedRunsExitOneUnlessAllowed) {
   // The head report lost its DDP run.
   const std::string head_only_fsdp = dir_.write(
