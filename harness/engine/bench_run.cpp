@@ -550,7 +550,13 @@ TimedStep timed_step(LlamaModel& model, DataParallelEngine& engine, const StepIn
     RECORD_USER_SCOPE("training_step_" + std::to_string(iteration));
     probes.phases().begin_step();
     t.out = train_step(model, engine, in, &probes.phases());
-    inject_step_slowdown(config.shardbench, t0);  // calibration only: 0 unless configured
+    // Calibration only (off unless configured). On a GPU the host is ahead of the device here:
+    // wait for the step's work first, so that the busy-wait is a fraction of the device's step
+    // and the device idles through it, before the end event.
+    if (injects_slowdown(config.shardbench)) {
+      probes.syncs().synchronize();
+      inject_step_slowdown(config.shardbench, t0);
+    }
     probes.phases().end_step();
     probes.syncs().synchronize();
   }

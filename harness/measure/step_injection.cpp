@@ -47,9 +47,13 @@ void step_injection_rules(const ShardbenchConfig& s) {
   }
 }
 
+bool injects_slowdown(const ShardbenchConfig& s) {
+  return s.inject_slowdown > 0 || s.inject_delay_ms > 0;
+}
+
 void inject_step_slowdown(const ShardbenchConfig& s,
                           std::chrono::steady_clock::time_point step_start) {
-  if (s.inject_slowdown <= 0 && s.inject_delay_ms <= 0) return;
+  if (!injects_slowdown(s)) return;
   using ms = std::chrono::duration<double, std::milli>;
   const double so_far = ms(std::chrono::steady_clock::now() - step_start).count();
   const double until = so_far * (1 + s.inject_slowdown) + s.inject_delay_ms;

@@ -17,8 +17,13 @@ namespace shardbench {
 // wrapper and a finite factor.
 void step_injection_rules(const ShardbenchConfig& s);
 
-// Called inside the timed part of each step, after the step's work: busy-waits (a spinning core,
-// as real compute would be, not a sleep the scheduler could hand to others) until the step has
+// True when inject_slowdown or inject_delay_ms is set.
+bool injects_slowdown(const ShardbenchConfig& s);
+
+// Called inside the timed part of each step, after the step's work has completed (on a GPU the
+// caller synchronizes the device first, so that the step's time so far is the device's and the
+// device idles through the wait, before the step's end event): busy-waits (a spinning core, as
+// real compute would be, not a sleep the scheduler could hand to others) until the step has
 // taken (1 + inject_slowdown) times as long as it had when called, plus inject_delay_ms. Returns
 // at once when both are 0.
 void inject_step_slowdown(const ShardbenchConfig& s,

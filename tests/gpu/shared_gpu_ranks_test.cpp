@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -250,6 +251,38 @@ TEST_P(SharedGpu, HungRankEndsTheRunWithinTheTimeoutNamingIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSize, SharedGpu, ::testing::Values(2, 4));
+
+// shardbench.inject_slowdown on a GPU: the host is ahead of the device when the step's work is
+// queued, so the busy-wait must follow the device (a wait measured on the host alone ended
+// before the device did and slowed nothing: the first H200 calibration saw 0 of 10). A fraction
+// of 1 doubles the device step time of a single-rank run.
+TEST(GpuInjectedSlowdown, SlowsTheDeviceStepByItsFraction) {
+  char pattern[] = "/tmp/shardbench-slowdown-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const fs::path dir = pattern;
+  const std::string model = std::regex_replace(kModel, std::regex("-ms 3 "), "-ms 12 ");
+  auto median_step = [&](const std::string& args, const std::string& name) {
+    const fs::path report = dir / name;
+    const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) + " " + model +
+                            "-ng 1 --use_megatron_fsdp true --compare_ddp false "
+                            "shardbench.report_path=" + report.string() + " " + args + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0) << cmd;
+    if (!fs::exists(report)) return 0.0;
+    const json doc = json::parse(std::ifstream(report));
+    std::vector<double> ms;
+    const json& steps = doc["runs"][0]["steps"];
+    for (std::size_t i = 4; i < steps.size(); ++i) ms.push_back(steps[i]["elapsed_ms"].get<double>());
+    std::sort(ms.begin(), ms.end());
+    return ms.empty() ? 0.0 : ms[ms.size() / 2];
+  };
+  const double plain = median_step("", "plain.json");
+  const double slowed = median_step("shardbench.inject_slowdown=1", "slowed.json");
+  ASSERT_GT(plain, 0);
+  EXPECT_GT(slowed / plain, 1.6) << plain << " ms vs " << slowed << " ms";
+  EXPECT_LT(slowed / plain, 2.6) << plain << " ms vs " << slowed << " ms";
+  remove_tree(dir);
+}
 
 // Saved at 4 ranks after iteration 2, loaded at 4 ranks: iterations 3-4 repeat the unbroken
 // run's losses exactly (same data, same state, same reduction order). The unbroken run saves at
