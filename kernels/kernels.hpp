@@ -90,4 +90,12 @@ void fp8_amax(const void* x, DType dtype, int64_t n, float* amax, Stream stream)
 void fp8_cast_transpose(const void* x, DType dtype, int64_t rows, int64_t cols, const float* amax,
                         Fp8Format fmt, void* out, void* out_t, float* scale_inv, Stream stream);
 
+// ---- gradient-accumulation fusion (wgrad.cu) -----------------------------------------------
+// main_grad [out, in] (fp32) += dy^T @ x with x [tokens, in] and dy [tokens, out] contiguous in
+// `dtype`, fp32 accumulation, one cuBLAS GEMM (beta = 1) on `stream`. Throws std::runtime_error
+// naming the cuBLAS call that failed.
+void wgrad_accumulate_fp32(const void* x, const void* dy, DType dtype, float* main_grad,
+                           int64_t tokens, int64_t in_features, int64_t out_features,
+                           Stream stream);
+
 }  // namespace shardbench::kernels

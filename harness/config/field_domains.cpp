@@ -92,7 +92,8 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.init_model_with_meta_device",
        builtin_only("parameters are created on the device directly")},
       {"model.gradient_accumulation_fusion",
-       builtin_only("weight-gradient GEMMs do not accumulate into main grads yet")},
+       honoured("weight-gradient GEMMs accumulate into the main-grad buffers; DDP and Megatron "
+                "FSDP (docs/gradient-accumulation-fusion.md)")},
       {"model.apply_rope_fusion",
        honoured("shardbench's RoPE kernel, within shardbench.fused_kernels")},
       {"model.cross_entropy_loss_fusion",

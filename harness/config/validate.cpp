@@ -255,6 +255,19 @@ bool full_iteration_graph(const ConfigContainer& c) {
   return false;
 }
 
+// model.gradient_accumulation_fusion: the weight-gradient GEMMs accumulate into the engine's
+// main-grad buffers, which DDP and Megatron FSDP have and the FSDP2-style wrapper does not (it
+// keeps each parameter's grad as autograd made it until its block's reduce-scatter).
+void gradient_accumulation_fusion_rules(const ConfigContainer& c) {
+  if (c.model.gradient_accumulation_fusion && c.dist.use_torch_fsdp2) {
+    fail(
+        "model.gradient_accumulation_fusion=true with dist.use_torch_fsdp2=true: the FSDP2-style "
+        "wrapper has no main-grad buffer for the weight-gradient GEMMs to accumulate into "
+        "(accepted: model.gradient_accumulation_fusion=false with FSDP2; true with DDP or "
+        "Megatron FSDP)");
+  }
+}
+
 // MCore TransformerConfig.__post_init__ CPU-offload checks.
 void cpu_offload_rules(const ConfigContainer& c) {
   const auto& m = c.model;
@@ -491,6 +504,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   shardbench_rules(config);
   step_injection_rules(config.shardbench);
   precision_aware_optimizer_rules(config);
+  gradient_accumulation_fusion_rules(config);
   deterministic_rules(config, context);
   comparison_runs_rules(config, context);
   return r.notices;

@@ -43,6 +43,8 @@ ConfigContainer config_for_wrapper(const ConfigContainer& requested, std::string
     c.ddp.suggested_communication_unit_size = defaults.suggested_communication_unit_size;
     c.ddp.use_distributed_optimizer = c.optimizer.use_distributed_optimizer = false;
     c.ddp.overlap_param_gather = c.optimizer.overlap_param_gather = false;
+    // No main-grad buffer to accumulate into (validate.cpp).
+    c.model.gradient_accumulation_fusion = false;
   } else {
     throw std::invalid_argument("unknown data-parallel wrapper '" + std::string(wrapper) +
                                 "'; accepted: ddp, megatron_fsdp, torch_fsdp2");
@@ -65,7 +67,7 @@ std::string derivation_of(std::string_view wrapper, const std::string& from) {
   }
   return "derived from the " + from +
          " run: dist.use_torch_fsdp2=true, Megatron FSDP fields at their defaults, "
-         "use_distributed_optimizer=false";
+         "use_distributed_optimizer=false, model.gradient_accumulation_fusion=false";
 }
 
 }  // namespace

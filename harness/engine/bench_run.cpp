@@ -360,6 +360,7 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   precision_aware_optimizer_from(c, o);
   o.check_for_nan_in_grad = c.ddp.check_for_nan_in_grad;
   o.check_for_large_grads = c.ddp.check_for_large_grads;
+  o.gradient_accumulation_fusion = c.model.gradient_accumulation_fusion;
   return o;
 }
 
@@ -448,6 +449,8 @@ void record_engine(RunRecord& rec, const LlamaModel& model, const DataParallelEn
                    const LlamaDims& dims, const WorkerContext& ctx) {
   rec.fused_kernel_set = model.fused_kernel_names(options.compute_dtype);
   if (engine.optimizer_uses_kernel()) rec.fused_kernel_set.push_back("adamw");
+  // The weight-gradient GEMMs accumulate into the main grads (model.gradient_accumulation_fusion).
+  if (model.gradient_accumulation_fusion()) rec.fused_kernel_set.push_back("wgrad_accumulation");
   if (ctx.rank == 0 && options.fused_kernels && !engine.optimizer_uses_kernel() &&
       fused::built() && ctx.device.is_cuda() &&
       (options.exp_avg_dtype != at::kFloat || options.exp_avg_sq_dtype != at::kFloat)) {
@@ -704,6 +707,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   LlamaModel model(dims, ctx.device);
   configure_model(model, config, options, dims, ctx, rec);
   DataParallelEngine engine(dims, options, ctx.pgs);
+  if (options.gradient_accumulation_fusion) model.set_gradient_accumulation_fusion(&engine);
   record_engine(rec, model, engine, config, options, dims, ctx);
 
   const LrSchedule lr = lr_schedule_from(config);

@@ -281,6 +281,7 @@ void DataParallelEngine::bind_leaves(EngineGroup& g) {
     torch::autograd::impl::set_post_acc_grad_hooks(
         leaf, std::make_unique<GradReadyHook>(this, g.index, static_cast<int>(s)));
     leaves_[static_cast<size_t>(slot.spec_index)] = leaf;
+    leaf_slots_[leaf.unsafeGetTensorImpl()] = {g.index, static_cast<int>(s)};
   }
 }
 

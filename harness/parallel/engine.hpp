@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -76,6 +77,10 @@ struct EngineOptions {
   // moments' storage dtype, fp32 or bf16 (flat_adamw.hpp).
   at::ScalarType exp_avg_dtype = at::kFloat;
   at::ScalarType exp_avg_sq_dtype = at::kFloat;
+  // model.gradient_accumulation_fusion: the linears' weight-gradient GEMMs accumulate straight
+  // into the main-grad buffers (ModuleHooks::main_grad) instead of handing a gradient to autograd
+  // that a hook then adds there. DDP and Megatron FSDP; FSDP2 keeps per-parameter grads.
+  bool gradient_accumulation_fusion = false;
 };
 
 struct ProcessGroups {
@@ -155,12 +160,18 @@ class DataParallelEngine final : public ModuleHooks {
   // (cleared when the step's first micro-batch begins); none when the checks are off.
   const std::optional<GradFault>& grad_fault() const { return grad_checker_.fault(); }
   int64_t large_grads_found() const { return grad_checker_.large_grads_found(); }
+  // Weight gradients the linears accumulated straight into main grads (gradient-accumulation
+  // fusion), since construction.
+  int64_t fused_wgrads() const { return fused_wgrads_; }
   int64_t ag_prefetch_elems() const { return ag_prefetch_elems_; }
   int64_t rs_queue_capacity_elems() const { return rs_queue_capacity_elems_; }
 
   // ModuleHooks
   void pre_forward(int module) override;
   at::Tensor post_forward(int module, at::Tensor output) override;
+
+  at::Tensor main_grad(const at::Tensor& w) override;
+  void main_grad_accumulated(const at::Tensor& w) override;
 
   // Called from autograd.
   void pre_backward(int module);
@@ -184,6 +195,14 @@ class DataParallelEngine final : public ModuleHooks {
   void release_gathered(EngineGroup& g);
   void wait_param_sync(EngineGroup& g);
   void accumulate_grad(EngineGroup& g, const FlatSlot& slot, const at::Tensor& grad);
+  // Where slot `s`'s gradient of this micro-batch accumulates: the grad buffer, or for sharded
+  // grads the full-size buffer the reduce-scatter reads (materialized on first use).
+  at::Tensor grad_target(EngineGroup& g, const FlatSlot& s);
+  // Every parameter of the group has its grad for this micro-batch: release gathered weights and
+  // launch the reduction when due.
+  void slot_grad_done(EngineGroup& g);
+  // The (group, slot) of a leaf, or (-1, -1).
+  std::pair<int, int> slot_of(const at::Tensor& w) const;
   void launch_grad_reduce(EngineGroup& g);
   void drain_reductions(int64_t keep_in_flight_elems);
   // The compute weights this rank's optimizer step updates (bf16 view the size of its main
@@ -207,9 +226,11 @@ class DataParallelEngine final : public ModuleHooks {
   std::vector<std::unique_ptr<EngineGroup>> groups_;
   std::vector<std::vector<int>> module_groups_;  // module -> groups holding its params
   std::vector<at::Tensor> leaves_;               // by spec index
+  std::unordered_map<const c10::TensorImpl*, std::pair<int, int>> leaf_slots_;  // (group, slot)
   LlamaWeights weights_;
   int64_t num_parameters_ = 0;
   int64_t ag_prefetch_elems_ = 0;
+  int64_t fused_wgrads_ = 0;
   int64_t rs_queue_capacity_elems_ = 0;
   int microbatch_ = 0;
   int microbatch_count_ = 1;

@@ -205,6 +205,9 @@ void DataParallelEngine::on_grad_ready(int group, int slot, const at::Tensor& le
   auto& g = *groups_[static_cast<size_t>(group)];
   const auto& s = g.layout.slots[static_cast<size_t>(slot)];
   auto& grad = torch::autograd::impl::get_autograd_meta(leaf)->mutable_grad();
+  // Gradient-accumulation fusion: the linear added this weight's gradient into the main grads
+  // and counted it (main_grad_accumulated); autograd still runs the hook, with no gradient.
+  if (!grad.defined()) return;
   if (g.layout.per_param_dim0) {
     // FSDP2 keeps each grad as autograd made it until the block is complete, then copies all of
     // them into the reduce-scatter input at once (reduce_scatter_copy_in).
@@ -214,6 +217,37 @@ void DataParallelEngine::on_grad_ready(int group, int slot, const at::Tensor& le
     accumulate_grad(g, s, grad);
   }
   grad = at::Tensor();
+  slot_grad_done(g);
+}
+
+std::pair<int, int> DataParallelEngine::slot_of(const at::Tensor& w) const {
+  const auto it = leaf_slots_.find(w.unsafeGetTensorImpl());
+  return it == leaf_slots_.end() ? std::pair{-1, -1} : it->second;
+}
+
+at::Tensor DataParallelEngine::main_grad(const at::Tensor& w) {
+  if (!options_.gradient_accumulation_fusion) return {};
+  const auto [group, slot] = slot_of(w);
+  if (group < 0) return {};
+  auto& g = *groups_[static_cast<size_t>(group)];
+  // FSDP2 keeps each parameter's grad as autograd made it until its block is complete.
+  if (g.layout.per_param_dim0) return {};
+  at::NoGradGuard no_grad;
+  const auto& s = g.layout.slots[static_cast<size_t>(slot)];
+  return grad_target(g, s).view(w.sizes());
+}
+
+void DataParallelEngine::main_grad_accumulated(const at::Tensor& w) {
+  const auto [group, slot] = slot_of(w);
+  if (group < 0) {
+    throw std::logic_error("main_grad_accumulated: the tensor is not one of this engine's leaves");
+  }
+  at::NoGradGuard no_grad;
+  ++fused_wgrads_;
+  slot_grad_done(*groups_[static_cast<size_t>(group)]);
+}
+
+void DataParallelEngine::slot_grad_done(EngineGroup& g) {
   if (--g.pending_grads > 0) return;
   // Every parameter of the group has its grad for this micro-batch.
   if (g.spec.model_weights_sharded) release_gathered(g);
@@ -223,8 +257,7 @@ void DataParallelEngine::on_grad_ready(int group, int slot, const at::Tensor& le
   launch_grad_reduce(g);
 }
 
-void DataParallelEngine::accumulate_grad(EngineGroup& g, const FlatSlot& s,
-                                         const at::Tensor& grad) {
+at::Tensor DataParallelEngine::grad_target(EngineGroup& g, const FlatSlot& s) {
   at::Tensor target = g.grad;
   if (g.spec.grads_sharded) {
     if (!g.grad_full_live) {
@@ -236,7 +269,12 @@ void DataParallelEngine::accumulate_grad(EngineGroup& g, const FlatSlot& s,
     }
     target = g.grad_full;
   }
-  target.narrow(0, s.offset, s.numel).view(grad.sizes()).add_(grad);
+  return target.narrow(0, s.offset, s.numel);
+}
+
+void DataParallelEngine::accumulate_grad(EngineGroup& g, const FlatSlot& s,
+                                         const at::Tensor& grad) {
+  grad_target(g, s).view(grad.sizes()).add_(grad);
 }
 
 void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {

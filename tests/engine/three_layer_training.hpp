@@ -46,7 +46,8 @@ struct TrainedRun {
 inline TrainedRun train_three_steps(
     const char* wrapper, const char* strategy,
     const std::function<void(DataParallelEngine&, LlamaModel&)>& setup,
-    const std::function<void(LlamaModel&)>& finish = {}) {
+    const std::function<void(LlamaModel&)>& finish = {},
+    const std::function<void(EngineOptions&)>& configure = {}) {
   const LlamaDims d = three_layer_dims();
   std::mutex mu;
   TrainedRun out;
@@ -56,6 +57,7 @@ inline TrainedRun train_three_steps(
     o.strategy = strategy;
     o.seed = kThreeLayerSeed;
     o.adam.lr = 1e-3;
+    if (configure) configure(o);
     DataParallelEngine engine(d, o, pgs);
     LlamaModel model(d, at::kCPU);
     setup(engine, model);

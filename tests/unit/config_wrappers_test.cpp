@@ -90,6 +90,17 @@ TEST(ConfigWrappers, EachDerivedConfigSelectsItsWrapperAndKeepsTheWorkload) {
   EXPECT_THROW(config_for_wrapper(requested, "fsdp3"), std::invalid_argument);
 }
 
+TEST(ConfigWrappers, Fsdp2RunsWithoutGradientAccumulationFusion) {
+  // The FSDP set turns the fusion on; DDP and Megatron FSDP keep it, the FSDP2-style wrapper has
+  // no main-grad buffer to accumulate into (validate.cpp refuses it there).
+  ConfigContainer requested = base_config();
+  requested.ddp.use_megatron_fsdp = requested.dist.use_megatron_fsdp = true;
+  requested.model.gradient_accumulation_fusion = true;
+  EXPECT_TRUE(config_for_wrapper(requested, "ddp").model.gradient_accumulation_fusion);
+  EXPECT_TRUE(config_for_wrapper(requested, "megatron_fsdp").model.gradient_accumulation_fusion);
+  EXPECT_FALSE(config_for_wrapper(requested, "torch_fsdp2").model.gradient_accumulation_fusion);
+}
+
 TEST(ConfigWrappers, PlannedRunsPutTheRequestedRunFirstThenTheListThenDdp) {
   ConfigContainer c = base_config();
   // A DDP run alone.

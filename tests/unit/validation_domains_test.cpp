@@ -151,11 +151,11 @@ TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
        "implemented: Megatron's precision-aware optimizer "
        "(docs/precision_aware_optimizer.md); fp16 moments are not implemented; accepted: fp32, "
        "bf16"},
-      {{"model.gradient_accumulation_fusion=true"},
-       "model.gradient_accumulation_fusion=true (from override "
-       "model.gradient_accumulation_fusion=true): not implemented by shardbench yet: "
-       "weight-gradient GEMMs do not accumulate into main grads yet (only the value a built-in "
-       "override set or recipe gives is recorded); accepted: false"},
+      {{"model.init_model_with_meta_device=true"},
+       "model.init_model_with_meta_device=true (from override "
+       "model.init_model_with_meta_device=true): not implemented by shardbench yet: "
+       "parameters are created on the device directly (only the value a built-in override set "
+       "or recipe gives is recorded); accepted: false"},
       {{"optimizer.lr_decay_style=WSD"},
        "optimizer.lr_decay_style=WSD (from override optimizer.lr_decay_style=WSD): not "
        "implemented: inverse-square-root and WSD are not implemented; accepted: constant, "

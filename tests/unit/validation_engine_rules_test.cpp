@@ -47,6 +47,17 @@ TEST(EngineRulesAtResolution, PrecisionAwareDtypesNeedThePrecisionAwareOptimizer
       "shardbench.compute_dtype=fp32");
 }
 
+TEST(EngineRulesAtResolution, GradientAccumulationFusionNeedsMainGradBuffers) {
+  EXPECT_EQ(error_of({"dist.use_torch_fsdp2=true", "model.gradient_accumulation_fusion=true"}),
+            "model.gradient_accumulation_fusion=true with dist.use_torch_fsdp2=true: the "
+            "FSDP2-style wrapper has no main-grad buffer for the weight-gradient GEMMs to "
+            "accumulate into (accepted: model.gradient_accumulation_fusion=false with FSDP2; true "
+            "with DDP or Megatron FSDP)");
+  EXPECT_EQ(error_of({"model.gradient_accumulation_fusion=true"}), "(accepted)");
+  // The FSDP set turns it on.
+  EXPECT_EQ(error_of({"--use_megatron_fsdp", "true"}), "(accepted)");
+}
+
 TEST(EngineRulesAtResolution, DeterministicModeRefusesNondeterministicChoices) {
   EXPECT_EQ(error_of({"--deterministic"}), "(accepted)");
   EXPECT_EQ(error_of({"--deterministic", "model.cross_entropy_loss_fusion=true"}),

@@ -10,6 +10,7 @@
 
 #include "kernels/kernels.hpp"
 #endif
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench::fp8 {
 
@@ -91,8 +92,11 @@ Quantized quantize_weight(const at::Tensor& w, bool rowwise, bool transposed) {
 
 struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            bool keep_transpose_cache, int64_t cache_ptr) {
+                            bool keep_transpose_cache, int64_t cache_ptr, int64_t main_grads) {
     auto* cache = reinterpret_cast<WeightCache*>(cache_ptr);
+    ctx->saved_data["main_grads"] = main_grads;
+    // The leaf's identity for the main-grad lookup (not a saved variable: no extra storage).
+    if (main_grads != 0) ctx->saved_data["w_leaf"] = w;
     const int64_t in = w.size(1), out_features = w.size(0);
     require(x.size(-1) == in, "input has " + std::to_string(x.size(-1)) +
                                   " features, the weight expects " + std::to_string(in));
@@ -149,9 +153,21 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     at::Tensor dx = at::_scaled_mm(gq.data, w_t.t(), gq.scale_inv, w_scale_inv, std::nullopt,
                                    std::nullopt, x_dtype, /*use_fast_accum=*/false);
     const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
+    auto* main_grads = reinterpret_cast<ModuleHooks*>(ctx->saved_data["main_grads"].toInt());
+    if (main_grads != nullptr) {
+      const at::Tensor leaf = ctx->saved_data["w_leaf"].toTensor();
+      if (at::Tensor target = main_grads->main_grad(leaf); target.defined()) {
+        at::Tensor dw32 = at::_scaled_mm(gq.data_t, x_t.t(), gq.scale_inv, x_scale_inv,
+                                         std::nullopt, std::nullopt, at::kFloat,
+                                         /*use_fast_accum=*/false);
+        target.add_(dw32);
+        main_grads->main_grad_accumulated(leaf);
+        return {dx.view(x_shape), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+      }
+    }
     at::Tensor dw = at::_scaled_mm(gq.data_t, x_t.t(), gq.scale_inv, x_scale_inv, std::nullopt,
                                    std::nullopt, w_dtype, /*use_fast_accum=*/false);
-    return {dx.view(x_shape), dw, at::Tensor(), at::Tensor()};
+    return {dx.view(x_shape), dw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -176,8 +192,9 @@ Quantized quantize(const at::Tensor& x, at::ScalarType fp8_dtype, bool rowwise, 
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool keep_transpose_cache,
-                  WeightCache* cache) {
-  return Fp8LinearFn::apply(x, weight, keep_transpose_cache, reinterpret_cast<int64_t>(cache));
+                  WeightCache* cache, ModuleHooks* main_grads) {
+  return Fp8LinearFn::apply(x, weight, keep_transpose_cache, reinterpret_cast<int64_t>(cache),
+                            reinterpret_cast<int64_t>(main_grads));
 }
 
 void WeightCache::clear() { entries_.clear(); }

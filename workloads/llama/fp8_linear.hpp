@@ -18,6 +18,10 @@
 
 #include <ATen/ATen.h>
 
+namespace shardbench {
+class ModuleHooks;  // workloads/llama/llama_model.hpp
+}  // namespace shardbench
+
 namespace shardbench::fp8 {
 
 // A tensor in FP8: `data` [rows, cols] and/or `data_t` [cols, rows], and the fp32 scalar that
@@ -58,9 +62,12 @@ class WeightCache {
 };
 
 // y = x @ weight^T for x [..., in] and weight [out, in], in FP8 as described above; the weight's
-// FP8 copies come from `cache` when one is given.
+// FP8 copies come from `cache` when one is given. With `main_grads` (gradient-accumulation
+// fusion) and a buffer from main_grads->main_grad(weight), the weight-gradient GEMM writes fp32
+// and is added into that buffer (no bf16 rounding of the gradient; _scaled_mm cannot accumulate
+// in place, so the add is a kernel of its own), and no gradient goes to autograd for the weight.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool keep_transpose_cache,
-                  WeightCache* cache = nullptr);
+                  WeightCache* cache = nullptr, ModuleHooks* main_grads = nullptr);
 
 // Whether the FP8 path can run on this device (CPU, or CUDA compute capability >= 8.9).
 bool device_supported(const at::Device& device);

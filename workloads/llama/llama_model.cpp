@@ -14,6 +14,7 @@
 #include "workloads/llama/activation_offload.hpp"
 #include "workloads/llama/fp8_linear.hpp"
 #include "workloads/llama/fused_ops.hpp"
+#include "workloads/llama/wgrad_linear.hpp"
 
 namespace shardbench {
 
@@ -257,8 +258,9 @@ void LlamaModel::new_step() const {
 
 at::Tensor LlamaModel::linear(const at::Tensor& x, const at::Tensor& w) const {
   if (fp8_ && x.scalar_type() == at::kBFloat16) {
-    return fp8::linear(x, w, fp8_keep_transpose_, fp8_cache_.get());
+    return fp8::linear(x, w, fp8_keep_transpose_, fp8_cache_.get(), main_grads_);
   }
+  if (main_grads_ && w.requires_grad()) return wgrad::linear(x, w, main_grads_);
   return at::linear(x, w);
 }
 
@@ -348,7 +350,9 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
   const int head = head_module(d);
   if (hooks) hooks->pre_forward(head);
   auto h = at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps);
-  auto logits = at::linear(h, w.output);
+  // The output layer is a ColumnParallelLinear in Megatron: fused like the others, never FP8.
+  auto logits = main_grads_ && w.output.requires_grad() ? wgrad::linear(h, w.output, main_grads_)
+                                                        : at::linear(h, w.output);
   // Cross-entropy with fp32 math, as Megatron's vocab-parallel loss. The fused kernel reads the
   // logits in their own dtype and writes their gradient over them (nothing else reads them).
   auto loss =

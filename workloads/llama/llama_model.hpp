@@ -75,6 +75,14 @@ class ModuleHooks {
   virtual void pre_forward(int module) = 0;
   // After module `m` produced `output`; may wrap it (pre-backward hook) and release weights.
   virtual at::Tensor post_forward(int module, at::Tensor output) = 0;
+
+  // Gradient-accumulation fusion (model.gradient_accumulation_fusion, docs/gradient-accumulation-
+  // fusion.md): the buffer weight `w`'s gradient of this micro-batch accumulates into (its
+  // main-grad view, in the grad dtype), or an undefined tensor when the engine keeps autograd's
+  // gradient for it. Called from the linear's backward, which then adds its weight gradient there
+  // itself and calls main_grad_accumulated(w) instead of returning the gradient to autograd.
+  virtual at::Tensor main_grad(const at::Tensor& /*w*/) { return {}; }
+  virtual void main_grad_accumulated(const at::Tensor& /*w*/) {}
 };
 
 class ActivationOffload;  // workloads/llama/activation_offload.hpp
@@ -122,6 +130,12 @@ class LlamaModel {
   // forward again inside their backward, with the weights the engine gathered for backward (no
   // forward prefetch, resharded only after backward). 0: off.
   void set_recompute_layers(int64_t n) { recompute_layers_ = n; }
+
+  // Gradient-accumulation fusion (model.gradient_accumulation_fusion): the weight gradients of
+  // qkv, proj, fc1, fc2 and the output layer go straight into `engine`'s main-grad buffers
+  // (ModuleHooks::main_grad, workloads/llama/wgrad_linear.hpp). nullptr: off.
+  void set_gradient_accumulation_fusion(ModuleHooks* engine) { main_grads_ = engine; }
+  bool gradient_accumulation_fusion() const { return main_grads_ != nullptr; }
   int64_t recompute_layers() const { return recompute_layers_; }
 
   // CPU activation offload of the first `n` layers (Megatron's -ol N: cpu_offloading_num_layers,
@@ -155,6 +169,7 @@ class LlamaModel {
   at::Tensor rope_cos_;  // [S, D] fp32
   at::Tensor rope_sin_;
   FusedKernels fused_;
+  ModuleHooks* main_grads_ = nullptr;  // gradient-accumulation fusion's engine
   bool fp8_ = false;
   bool fp8_keep_transpose_ = false;
   std::shared_ptr<fp8::WeightCache> fp8_cache_;  // mutable through the pointer: per-step state
