@@ -87,17 +87,16 @@ std::size_t block_length(std::size_t n, double rho) {
 
 double median_of(std::vector<double> values) { return percentile(values, 50); }
 
-std::optional<MedianChangeCi> median_change_ci(std::span<const std::vector<double>> base_runs,
-                                               std::span<const std::vector<double>> head_runs,
-                                               const BootstrapOptions& options) {
-  const Side base = prepare(base_runs);
-  const Side head = prepare(head_runs);
+namespace {
+
+// The point estimate and the steps' description; low = high = estimate (no interval yet).
+std::optional<MedianChangeCi> describe(const Side& base, const Side& head) {
   if (base.pooled.empty() || head.pooled.empty()) return std::nullopt;
   const double base_median = median_of(base.pooled);
   if (base_median == 0) return std::nullopt;
-
   MedianChangeCi ci;
   ci.estimate = median_of(head.pooled) / base_median - 1;
+  ci.low = ci.high = ci.estimate;
   ci.base_block = base.max_block;
   ci.head_block = head.max_block;
   ci.base_rho = base.rho;
@@ -108,6 +107,25 @@ std::optional<MedianChangeCi> median_change_ci(std::span<const std::vector<doubl
   ci.head_samples = head.pooled.size();
   ci.base_runs = base.runs.size();
   ci.head_runs = head.runs.size();
+  return ci;
+}
+
+}  // namespace
+
+std::optional<MedianChangeCi> median_change_description(
+    std::span<const std::vector<double>> base_runs,
+    std::span<const std::vector<double>> head_runs) {
+  return describe(prepare(base_runs), prepare(head_runs));
+}
+
+std::optional<MedianChangeCi> median_change_ci(std::span<const std::vector<double>> base_runs,
+                                               std::span<const std::vector<double>> head_runs,
+                                               const BootstrapOptions& options) {
+  const Side base = prepare(base_runs);
+  const Side head = prepare(head_runs);
+  std::optional<MedianChangeCi> out = describe(base, head);
+  if (!out) return std::nullopt;
+  MedianChangeCi& ci = *out;
 
   std::mt19937_64 rng(options.seed);
   std::vector<double> changes, scratch;
@@ -121,7 +139,7 @@ std::optional<MedianChangeCi> median_change_ci(std::span<const std::vector<doubl
   const double tail = (1 - options.confidence) / 2 * 100;
   ci.low = percentile(changes, tail);
   ci.high = percentile(changes, 100 - tail);
-  return ci;
+  return out;
 }
 
 }  // namespace shardbench

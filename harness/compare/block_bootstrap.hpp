@@ -58,4 +58,9 @@ std::optional<MedianChangeCi> median_change_ci(std::span<const std::vector<doubl
                                                std::span<const std::vector<double>> head_runs,
                                                const BootstrapOptions& options = {});
 
+// median_change_ci's estimate and description of the steps without its bootstrap: low and high
+// are the estimate.
+std::optional<MedianChangeCi> median_change_description(
+    std::span<const std::vector<double>> base_runs, std::span<const std::vector<double>> head_runs);
+
 }  // namespace shardbench

@@ -91,8 +91,8 @@ std::optional<MedianChangeCi> paired_run_change_ci(std::span<const std::vector<d
     log_ratios.push_back(std::log(h / b));
   }
   // The steps' description (cv, autocorrelation, blocks, counts) as the step-level interval
-  // gives it; its estimate and interval are replaced by the paired ones below.
-  std::optional<MedianChangeCi> out = median_change_ci(base_runs, head_runs);
+  // gives it; the estimate and interval are the paired ones below.
+  std::optional<MedianChangeCi> out = median_change_description(base_runs, head_runs);
   if (!out) return std::nullopt;
   const double n = static_cast<double>(log_ratios.size());
   double mean = 0;
