@@ -4,6 +4,7 @@
 // load (times, bytes) and, for a run that loads nothing, why.
 #include <gtest/gtest.h>
 
+#include "tests/perf_launch_process.hpp"
 #include "tests/remove_tree.hpp"
 
 #include <unistd.h>
@@ -26,28 +27,16 @@ using nlohmann::json;
 using testing_util::remove_tree;
 
 std::string run(const std::string& args, int* exit_code) {
-  const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) + " " + args + " 2>&1";
-  std::string output;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return "popen failed";
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe)) output += buf.data();
-  const int status = pclose(pipe);
-  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return output;
+  const testing_util::LaunchResult r = testing_util::run_perf_launch(args);
+  *exit_code = r.exit_code;
+  return r.output;
 }
 
 // Like run(), with stderr only (stdout dropped).
 std::string run_stderr(const std::string& args, int* exit_code) {
-  const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) + " " + args + " 2>&1 >/dev/null";
-  std::string output;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return "popen failed";
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe)) output += buf.data();
-  const int status = pclose(pipe);
-  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return output;
+  const testing_util::LaunchResult r = testing_util::run_perf_launch(args, "", "2>&1 >/dev/null");
+  *exit_code = r.exit_code;
+  return r.output;
 }
 
 json read_json(const fs::path& path) {

@@ -18,35 +18,20 @@
 #include <future>
 #include <string>
 
+#include "tests/perf_launch_process.hpp"
+#include "tests/remove_tree.hpp"
+
 namespace shardbench {
 namespace {
 
 namespace fs = std::filesystem;
 
-// (Not fs::remove_all: the libtorch.so of the wheel exports a broken copy of it.)
-void remove_tree(const fs::path& p) {
-  if (!fs::exists(p) && !fs::is_symlink(p)) return;
-  if (fs::is_directory(p) && !fs::is_symlink(p)) {
-    for (const auto& entry : fs::directory_iterator(p)) remove_tree(entry.path());
-  }
-  fs::remove(p);
-}
+using testing_util::remove_tree;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-};
+using Result = testing_util::LaunchResult;
 
 Result run(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " + SHARDBENCH_PERF_LAUNCH + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return testing_util::run_perf_launch(args, env);
 }
 
 const std::string kTiny = "-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 2 ";

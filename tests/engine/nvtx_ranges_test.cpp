@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "harness/measure/nvtx.hpp"
+#include "tests/perf_launch_process.hpp"
 
 namespace shardbench {
 namespace {
@@ -117,12 +118,9 @@ Recording load(const std::filesystem::path& path, const std::string& domain) {
 }
 
 int run_shell(const std::string& cmd, std::string* output) {
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  if (!pipe) return -1;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe)) *output += buf.data();
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const testing_util::LaunchResult r = testing_util::run_shell(cmd + " 2>&1");
+  *output += r.output;
+  return r.exit_code;
 }
 
 // The one range whose name starts with `prefix`; -1 (and a failure) if there is not exactly one.

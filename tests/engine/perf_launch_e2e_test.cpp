@@ -14,27 +14,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/perf_launch_process.hpp"
+
 namespace shardbench {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-  double seconds = 0;
-};
+using Result = testing_util::LaunchResult;
 
 Result run(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " + SHARDBENCH_PERF_LAUNCH + " " + args + " 2>&1";
-  const auto t0 = std::chrono::steady_clock::now();
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+  return testing_util::run_perf_launch(args, env);
 }
 
 std::filesystem::path temp_report(const std::string& name) {

@@ -20,6 +20,7 @@
 #include "harness/engine/worker_context.hpp"
 #include "harness/parallel/flat_adamw.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "tests/perf_launch_process.hpp"
 
 namespace shardbench {
 namespace {
@@ -133,19 +134,12 @@ TEST(PrecisionAwareOptimizer, ReportPredictsTheMomentBytes) {
   const std::filesystem::path report = std::filesystem::temp_directory_path() /
                                        ("shardbench_pao_" + std::to_string(getpid()) + ".json");
   std::filesystem::remove(report);
-  const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) +
-                          " -m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 2 "
-                          "optimizer.use_precision_aware_optimizer=true "
-                          "optimizer.exp_avg_dtype=bf16 optimizer.exp_avg_sq_dtype=bf16 "
-                          "shardbench.report_path=" +
-                          report.string() + " 2>&1";
-  std::string out;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe)) out += buf.data();
-  const int status = pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  const testing_util::LaunchResult r = testing_util::run_perf_launch(
+      "-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 2 "
+      "optimizer.use_precision_aware_optimizer=true "
+      "optimizer.exp_avg_dtype=bf16 optimizer.exp_avg_sq_dtype=bf16 shardbench.report_path=" +
+      report.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(report);
   const auto j = nlohmann::json::parse(in);
   const auto& run0 = j["runs"][0];

@@ -16,6 +16,7 @@
 
 #include "harness/engine/bench_run.hpp"
 #include "harness/engine/worker_context.hpp"
+#include "tests/perf_launch_process.hpp"
 
 namespace shardbench {
 namespace {
@@ -23,15 +24,9 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string run(const std::string& args, int* code) {
-  const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) + " " + args + " 2>&1";
-  std::string out;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return out;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe)) out += buf.data();
-  const int status = pclose(pipe);
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return out;
+  const testing_util::LaunchResult r = testing_util::run_perf_launch(args);
+  *code = r.exit_code;
+  return r.output;
 }
 
 TEST(StepKnobs, LogIntervalPrintsEveryNthIterationAndTheReportRecordsTheKnobs) {

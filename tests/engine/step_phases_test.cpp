@@ -17,6 +17,7 @@
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step_phases.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "tests/perf_launch_process.hpp"
 
 namespace shardbench {
 namespace {
@@ -109,17 +110,10 @@ TEST(StepPhases, PerfLaunchReportsPhaseTimesPerStep) {
       std::filesystem::temp_directory_path() / ("shardbench_phases_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const auto report = dir / "report.json";
-  const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) +
-                          " -m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 2"
-                          " shardbench.report_path=" +
-                          report.string() + " 2>&1";
-  std::string output;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe)) output += buf.data();
-  const int status = pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+  const testing_util::LaunchResult r = testing_util::run_perf_launch(
+      "-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 2 shardbench.report_path=" +
+      report.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(report);
   const auto j = nlohmann::json::parse(in);
   std::filesystem::remove(report);

@@ -12,41 +12,34 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/perf_launch_process.hpp"
+#include "tests/remove_tree.hpp"
+
 namespace shardbench {
 namespace {
 
 namespace fs = std::filesystem;
 
-// (Not fs::remove_all: the libtorch.so of the wheel exports a broken copy of it.)
-void remove_tree(const fs::path& dir) {
-  if (!fs::exists(dir)) return;
-  for (const auto& entry : fs::directory_iterator(dir)) fs::remove(entry.path());
-  fs::remove(dir);
-}
+using testing_util::remove_tree;
 
-std::string run(const std::string& args, int* status) {
-  const std::string cmd = std::string(SHARDBENCH_PERF_LAUNCH) + " " + args + " 2>&1";
-  std::string output;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return "popen failed";
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe)) output += buf.data();
-  *status = pclose(pipe);
-  return output;
+std::string run(const std::string& args, int* exit_code) {
+  const testing_util::LaunchResult r = testing_util::run_perf_launch(args);
+  *exit_code = r.exit_code;
+  return r.output;
 }
 
 TEST(TorchProfiler, WindowWritesTraceAndSummaryOnProfilingRanks) {
   const fs::path dir = fs::temp_directory_path() / ("shardbench_pyp_" + std::to_string(getpid()));
   remove_tree(dir);
-  int status = 0;
+  int exit_code = -1;
   const std::string out =
       run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 3 -pyp true "
           "--profiling_start_step 2 --profiling_stop_step 3 "
           "--profiling_ranks 1 shardbench.compare_with_ddp=false "
           "shardbench.report_path=" +
               (dir / "report.json").string(),
-          &status);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+          &exit_code);
+  ASSERT_EQ(exit_code, 0) << out;
   EXPECT_NE(out.find("rank 1 torch profiler, steps 2-3"), std::string::npos) << out;
 
   // <recipe>_<run label>_ws<N>_rank<r>.{trace,kernels}.json next to the report.
@@ -97,13 +90,13 @@ TEST(TorchProfiler, WindowWritesTraceAndSummaryOnProfilingRanks) {
 TEST(TorchProfiler, OffWritesNothing) {
   const fs::path dir = fs::temp_directory_path() / ("shardbench_nopyp_" + std::to_string(getpid()));
   remove_tree(dir);
-  int status = 0;
+  int exit_code = -1;
   const std::string out =
       run("-m llama -mr llama3_tiny_cpu -ng 1 -g cpu -ms 2 "
           "shardbench.report_path=" +
               (dir / "report.json").string(),
-          &status);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+          &exit_code);
+  ASSERT_EQ(exit_code, 0) << out;
   for (const auto& entry : fs::directory_iterator(dir)) {
     EXPECT_EQ(entry.path().filename(), "report.json");
   }

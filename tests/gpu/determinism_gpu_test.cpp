@@ -12,22 +12,12 @@
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
 #include "tests/gpu/nccl_world.hpp"
+#include "tests/gpu/small_dims.hpp"
 
 namespace shardbench {
 namespace {
 
-LlamaDims dims() {
-  LlamaDims d;
-  d.num_layers = 2;
-  d.hidden = 256;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 64;
-  d.ffn = 704;
-  d.vocab = 1000;
-  d.seq_length = 128;
-  return d;
-}
+LlamaDims dims() { return testing::small_gpu_dims(); }
 
 struct TrainedRun {
   std::vector<double> losses;

@@ -9,24 +9,14 @@
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
 #include "tests/gpu/nccl_world.hpp"
+#include "tests/gpu/small_dims.hpp"
 
 namespace shardbench {
 namespace {
 
 using testing::nccl_world1;
 
-LlamaDims gpu_dims() {
-  LlamaDims d;
-  d.num_layers = 4;
-  d.hidden = 256;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 64;
-  d.ffn = 704;
-  d.vocab = 1000;
-  d.seq_length = 128;
-  return d;
-}
+LlamaDims gpu_dims() { return testing::small_gpu_dims(4); }
 
 // Allocator bytes in use around a training run, on the run's device.
 struct ResidentBytes {

@@ -35,19 +35,15 @@
 #error "tests/CMakeLists.txt defines SHARDBENCH_PERF_LAUNCH for the GPU tests"
 #endif
 
+#include "tests/perf_launch_process.hpp"
+#include "tests/remove_tree.hpp"
+
 namespace shardbench {
 namespace {
 
 namespace fs = std::filesystem;
 
-// (Not fs::remove_all: the libtorch.so of the wheel exports a broken copy of it.)
-void remove_tree(const fs::path& p) {
-  if (!fs::exists(p) && !fs::is_symlink(p)) return;
-  if (fs::is_directory(p) && !fs::is_symlink(p)) {
-    for (const auto& entry : fs::directory_iterator(p)) remove_tree(entry.path());
-  }
-  fs::remove(p);
-}
+using testing_util::remove_tree;
 
 using nlohmann::json;
 
@@ -77,15 +73,8 @@ class SharedGpu : public ::testing::TestWithParam<int> {
                             std::to_string(world) +
                             " shardbench.ranks_per_gpu=" + std::to_string(world) +
                             " shardbench.report_path=" + report.string() + " " + args + " 2>&1";
-    Launch r;
-    const auto t0 = std::chrono::steady_clock::now();
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    if (pipe == nullptr) return r;
-    std::array<char, 4096> buf{};
-    while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-    const int status = ::pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const testing_util::LaunchResult run = testing_util::run_shell(cmd);
+    Launch r{run.exit_code, run.output, run.seconds, json()};
     if (fs::exists(report)) r.report = json::parse(std::ifstream(report));
     return r;
   }

@@ -7,18 +7,13 @@
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
 #include "tests/gpu/nccl_world.hpp"
+#include "tests/gpu/small_dims.hpp"
 
 namespace shardbench {
 namespace {
 
 LlamaDims dims() {
-  LlamaDims d;
-  d.num_layers = 2;
-  d.hidden = 256;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 64;
-  d.ffn = 704;
+  LlamaDims d = testing::small_gpu_dims();
   d.vocab = 32000;  // large logits: their blocks get segments of their own
   d.seq_length = 512;
   return d;

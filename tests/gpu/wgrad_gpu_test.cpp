@@ -8,6 +8,7 @@
 #include "harness/engine/train_step.hpp"
 #include "tests/gpu/nccl_world.hpp"
 #include "workloads/llama/wgrad_linear.hpp"
+#include "tests/gpu/small_dims.hpp"
 
 namespace shardbench {
 namespace {
@@ -32,18 +33,7 @@ TEST(GpuWgrad, Bf16GemmAccumulatesIntoFp32) {
   EXPECT_LT((buffer.to(at::kDouble) - want).abs().max().item<double>(), 2e-3);
 }
 
-LlamaDims dims() {
-  LlamaDims d;
-  d.num_layers = 2;
-  d.hidden = 256;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 64;
-  d.ffn = 704;
-  d.vocab = 1000;
-  d.seq_length = 128;
-  return d;
-}
+LlamaDims dims() { return testing::small_gpu_dims(); }
 
 struct Trained {
   std::vector<double> losses;
