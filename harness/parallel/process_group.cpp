@@ -75,13 +75,19 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const c10::intrusive_ptr<c10d
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
   c10::intrusive_ptr<c10d::Backend> backend;
   if (options.backend == CommBackend::kGloo) {
-    // Options::create() has no device and a 30-minute default timeout: set both.
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+    // Options::create() has no device and a 30-minute default timeout: set both. The
+    // constructor connects the full mesh under the options' timeout; the collectives then run
+    // under `options.timeout`.
+    const bool own_connect_timeout = options.connect_timeout.count() > 0;
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(
+        own_connect_timeout ? options.connect_timeout : options.timeout);
     gloo_options->devices.push_back(
         options.gloo_hostname.empty()
             ? c10d::ProcessGroupGloo::createDefaultDevice()
             : c10d::ProcessGroupGloo::createDeviceForHostname(options.gloo_hostname));
-    backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world, gloo_options);
+    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world, gloo_options);
+    if (own_connect_timeout) gloo->setTimeout(options.timeout);
+    backend = gloo;
   } else {
 #ifdef SHARDBENCH_WITH_NCCL
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create(options.high_priority_stream);

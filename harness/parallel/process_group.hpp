@@ -24,6 +24,11 @@ enum class Reduction { kSum, kAvg };
 struct ProcessGroupOptions {
   CommBackend backend = CommBackend::kGloo;
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+  // gloo only: the timeout of the full-mesh connect that creates the group, when it should be
+  // shorter than the collectives' `timeout` (zero: the same). gloo waits up to five times this
+  // for a peer's connection (tcp::Pair::waitUntil) and this for each rendezvous key; the
+  // collectives run under `timeout` afterwards (ProcessGroupGloo::setTimeout).
+  std::chrono::milliseconds connect_timeout{0};
   // Address the gloo transport binds to: loopback for single-host runs; empty: this host's
   // default interface (multi-node).
   std::string gloo_hostname = "127.0.0.1";
