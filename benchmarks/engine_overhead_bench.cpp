@@ -47,7 +47,7 @@ void BM_EngineBookkeeping(benchmark::State& state, const char* wrapper, const ch
                           bool distopt) {
   at::set_num_threads(1);
   EngineOptions o;
-  o.wrapper = wrapper;
+  o.wrapper = wrapper_spec(wrapper).id;
   o.strategy = strategy;
   o.use_distributed_optimizer = distopt;
   o.bucket_size_elems = 4096;  // several DDP buckets

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "harness/compare/render.hpp"
+#include "harness/config/wrapper.hpp"
 #include "harness/compare/svg_chart.hpp"
 #include "harness/compare/text_format.hpp"
 
@@ -124,13 +125,15 @@ std::string ddp_vs_fsdp_section(const CompareResult& result) {
     std::vector<const PairResult*>& pairs = scenarios[s];
     if (pairs.size() < 2) continue;
     // DDP first: it is the reference the FSDP strategies are read against.
-    std::stable_sort(pairs.begin(), pairs.end(), [](const PairResult* a, const PairResult* b) {
-      return (a->identity.value("wrapper", "") == "ddp") >
-             (b->identity.value("wrapper", "") == "ddp");
+    const auto is_ddp = [](const PairResult* p) {
+      return p->identity.value("wrapper", "") == label(Wrapper::kDdp);
+    };
+    std::stable_sort(pairs.begin(), pairs.end(), [&](const PairResult* a, const PairResult* b) {
+      return is_ddp(a) > is_ddp(b);
     });
     const PairResult* ddp = nullptr;
     for (const PairResult* p : pairs) {
-      if (p->identity.value("wrapper", "") == "ddp") ddp = p;
+      if (is_ddp(p)) ddp = p;
     }
     const PairResult& first = *pairs.front();
     os << "<h3>" << html_escape(first.identity.value("recipe", std::string("?"))) << ", world size "

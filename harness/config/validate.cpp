@@ -371,8 +371,8 @@ void shardbench_rules(const ConfigContainer& c) {
   for (size_t i = 0; i < s.compare_wrappers.size(); ++i) {
     const std::string& w = s.compare_wrappers[i];
     const std::string field = "shardbench.compare_wrappers=[" + join(s.compare_wrappers, ",") + "]";
-    if (std::find(kWrapperNames.begin(), kWrapperNames.end(), w) == kWrapperNames.end()) {
-      fail(field + ": unknown wrapper '" + w + "'; accepted: ddp, megatron_fsdp, torch_fsdp2");
+    if (find_wrapper(w) == nullptr) {
+      fail(field + ": unknown wrapper '" + w + "'; accepted: " + accepted_wrapper_labels());
     }
     if (std::find(s.compare_wrappers.begin(), s.compare_wrappers.begin() + i, w) !=
         s.compare_wrappers.begin() + i) {

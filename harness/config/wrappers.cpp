@@ -1,18 +1,17 @@
 #include "harness/config/wrappers.hpp"
 
 #include <algorithm>
-#include <stdexcept>
 
 #include "harness/config/errors.hpp"
 
 namespace shardbench {
 
-std::string wrapper_of(const ConfigContainer& c) {
-  if (c.dist.use_torch_fsdp2) return "torch_fsdp2";
-  return c.ddp.use_megatron_fsdp ? "megatron_fsdp" : "ddp";
+Wrapper wrapper_of(const ConfigContainer& c) {
+  if (c.dist.use_torch_fsdp2) return Wrapper::kTorchFsdp2;
+  return c.ddp.use_megatron_fsdp ? Wrapper::kMegatronFsdp : Wrapper::kDdp;
 }
 
-ConfigContainer config_for_wrapper(const ConfigContainer& requested, std::string_view wrapper) {
+ConfigContainer config_for_wrapper(const ConfigContainer& requested, Wrapper wrapper) {
   ConfigContainer c = requested;
   const DistributedDataParallelConfig defaults;
   c.shardbench.compare_wrappers.clear();
@@ -20,14 +19,16 @@ ConfigContainer config_for_wrapper(const ConfigContainer& requested, std::string
   // A comparison run measures training only; a checkpoint of one wrapper's layout is not
   // another's (fsdp_dtensor is Megatron FSDP's).
   c.checkpoint.save = c.checkpoint.load = c.checkpoint.pretrained_checkpoint = std::nullopt;
-  if (wrapper == "ddp") {
+  switch (wrapper) {
+  case Wrapper::kDdp:
     c.dist.use_torch_fsdp2 = false;
     c.ddp.use_megatron_fsdp = c.dist.use_megatron_fsdp = false;
     c.ddp.data_parallel_sharding_strategy = defaults.data_parallel_sharding_strategy;
     c.ddp.use_distributed_optimizer = c.optimizer.use_distributed_optimizer = true;
     c.ddp.overlap_grad_reduce = true;
     c.ddp.overlap_param_gather = c.optimizer.overlap_param_gather = true;
-  } else if (wrapper == "megatron_fsdp") {
+    break;
+  case Wrapper::kMegatronFsdp:
     c.dist.use_torch_fsdp2 = false;
     if (!requested.ddp.use_megatron_fsdp || requested.dist.use_torch_fsdp2) {
       c.ddp.data_parallel_sharding_strategy = "optim_grads_params";
@@ -35,7 +36,8 @@ ConfigContainer config_for_wrapper(const ConfigContainer& requested, std::string
     c.ddp.use_megatron_fsdp = c.dist.use_megatron_fsdp = true;
     c.ddp.use_distributed_optimizer = c.optimizer.use_distributed_optimizer = true;
     c.ddp.average_in_collective = false;
-  } else if (wrapper == "torch_fsdp2") {
+    break;
+  case Wrapper::kTorchFsdp2:
     c.dist.use_torch_fsdp2 = true;
     c.ddp.use_megatron_fsdp = c.dist.use_megatron_fsdp = false;
     c.ddp.data_parallel_sharding_strategy = defaults.data_parallel_sharding_strategy;
@@ -45,22 +47,21 @@ ConfigContainer config_for_wrapper(const ConfigContainer& requested, std::string
     c.ddp.overlap_param_gather = c.optimizer.overlap_param_gather = false;
     // No main-grad buffer to accumulate into (validate.cpp).
     c.model.gradient_accumulation_fusion = false;
-  } else {
-    throw std::invalid_argument("unknown data-parallel wrapper '" + std::string(wrapper) +
-                                "'; accepted: ddp, megatron_fsdp, torch_fsdp2");
+    break;
   }
   return c;
 }
 
 namespace {
 
-std::string derivation_of(std::string_view wrapper, const std::string& from) {
-  if (wrapper == "ddp") {
+std::string derivation_of(Wrapper wrapper, Wrapper head) {
+  const std::string from(label(head));
+  if (wrapper == Wrapper::kDdp) {
     return "derived from the " + from +
            " run: DDP with ddp.use_distributed_optimizer=true, overlap_grad_reduce=true, "
            "overlap_param_gather=true (Megatron's perf baseline)";
   }
-  if (wrapper == "megatron_fsdp") {
+  if (wrapper == Wrapper::kMegatronFsdp) {
     return "derived from the " + from +
            " run: ddp.use_megatron_fsdp=true (optim_grads_params unless already Megatron FSDP), "
            "distributed optimizer on, average_in_collective=false";
@@ -74,25 +75,30 @@ std::string derivation_of(std::string_view wrapper, const std::string& from) {
 
 std::vector<PlannedRun> planned_runs(const ConfigContainer& requested,
                                      const ValidationContext& context) {
-  const std::string head = wrapper_of(requested);
+  const Wrapper head = wrapper_of(requested);
   std::vector<PlannedRun> runs = {{head, requested, ""}};
-  auto add = [&](const std::string& wrapper) {
+  auto add = [&](Wrapper wrapper) {
     PlannedRun run{wrapper, config_for_wrapper(requested, wrapper), derivation_of(wrapper, head)};
     Provenance scratch;
     try {
       validate_config(run.config, scratch, context);
     } catch (const UsageError& e) {
-      throw UsageError("shardbench.compare_wrappers: the " + wrapper + " comparison run (" +
-                       run.derivation + ") is invalid: " + e.what());
+      throw UsageError("shardbench.compare_wrappers: the " + std::string(label(wrapper)) +
+                       " comparison run (" + run.derivation + ") is invalid: " + e.what());
     }
     runs.push_back(std::move(run));
   };
+  // Validation (validate.cpp) has refused labels outside the wrapper table.
   const auto& listed = requested.shardbench.compare_wrappers;
-  for (const std::string& wrapper : listed) {
+  for (const std::string& name : listed) {
+    const Wrapper wrapper = wrapper_spec(name).id;
     if (wrapper != head) add(wrapper);
   }
-  const bool ddp_listed = std::find(listed.begin(), listed.end(), "ddp") != listed.end();
-  if (head != "ddp" && requested.shardbench.compare_with_ddp && !ddp_listed) add("ddp");
+  const bool ddp_listed =
+      std::find(listed.begin(), listed.end(), label(Wrapper::kDdp)) != listed.end();
+  if (head != Wrapper::kDdp && requested.shardbench.compare_with_ddp && !ddp_listed) {
+    add(Wrapper::kDdp);
+  }
   return runs;
 }
 

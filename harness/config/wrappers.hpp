@@ -11,14 +11,12 @@
 
 #include "harness/config/config.hpp"
 #include "harness/config/validate.hpp"
+#include "harness/config/wrapper.hpp"
 
 namespace shardbench {
 
-inline constexpr std::array<std::string_view, 3> kWrapperNames = {"ddp", "megatron_fsdp",
-                                                                  "torch_fsdp2"};
-
-// "torch_fsdp2" when dist.use_torch_fsdp2, "megatron_fsdp" when ddp.use_megatron_fsdp, else "ddp".
-std::string wrapper_of(const ConfigContainer& config);
+// Torch FSDP2 when dist.use_torch_fsdp2, Megatron FSDP when ddp.use_megatron_fsdp, else DDP.
+Wrapper wrapper_of(const ConfigContainer& config);
 
 // `config` switched to `wrapper`, everything else kept. Each mirrors how Megatron-Bridge's perf
 // scripts select that wrapper:
@@ -30,12 +28,11 @@ std::string wrapper_of(const ConfigContainer& config);
 //   torch_fsdp2:   dist.use_torch_fsdp2 with the Megatron FSDP fields back at their defaults and
 //                  MCore's distributed optimizer off (FSDP2 shards the optimizer state itself).
 // The result has no comparison of its own (shardbench.compare_wrappers empty,
-// compare_with_ddp false) and neither saves nor loads checkpoints. Throws std::invalid_argument
-// for an unknown wrapper.
-ConfigContainer config_for_wrapper(const ConfigContainer& config, std::string_view wrapper);
+// compare_with_ddp false) and neither saves nor loads checkpoints.
+ConfigContainer config_for_wrapper(const ConfigContainer& config, Wrapper wrapper);
 
 struct PlannedRun {
-  std::string wrapper;
+  Wrapper wrapper;
   ConfigContainer config;
   std::string derivation;  // empty for the requested run; else how the config was derived
 };

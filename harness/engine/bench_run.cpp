@@ -237,7 +237,7 @@ Fp8Choice fp8_from(const ConfigContainer& c, const EngineOptions& o, const Llama
   f.on = true;
   // Megatron FSDP's knob: with DDP and FSDP2 Transformer Engine keeps the transpose made in
   // forward, so only the Megatron FSDP wrapper can drop it.
-  f.keep_transpose_cache = o.wrapper != "megatron_fsdp" || c.ddp.keep_fp8_transpose_cache;
+  f.keep_transpose_cache = o.wrapper != Wrapper::kMegatronFsdp || c.ddp.keep_fp8_transpose_cache;
   return f;
 }
 
@@ -317,7 +317,7 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
          c.ddp.megatron_fsdp_grad_comm_dtype.value_or(""), "null (the main grads dtype)");
   EngineOptions o;
   o.wrapper = wrapper_of(c);
-  if (o.wrapper == "torch_fsdp2") {
+  if (o.wrapper == Wrapper::kTorchFsdp2) {
     // Megatron FSDP's prefetch and buffer knobs have no FSDP2 meaning: FSDP2 prefetches one
     // block ahead and allocates each gather from the caching allocator.
     reject(c.ddp.fsdp_double_buffer, "ddp.fsdp_double_buffer", "true",
@@ -416,8 +416,9 @@ void configure_model(LlamaModel& model, const ConfigContainer& config,
   // are cast after each gather.
   const int64_t micro_batches = gbs / std::max<int64_t>(1, mbs * ctx.world_size);
   const bool persistent_weights =
-      micro_batches > 1 && (options.wrapper == "ddp" || (options.wrapper == "megatron_fsdp" &&
-                                                         options.strategy != "optim_grads_params"));
+      micro_batches > 1 &&
+      !strategy_row(options.wrapper, options.strategy, options.use_distributed_optimizer)
+           .model_weights_sharded;
   model.set_fp8(fp8_choice.on, fp8_choice.keep_transpose_cache, persistent_weights);
   if (fp8_choice.on) {
     rec.fp8 = *config.mixed_precision.fp8 + "/" + config.mixed_precision.fp8_recipe;
@@ -466,8 +467,8 @@ void record_engine(RunRecord& rec, const LlamaModel& model, const DataParallelEn
   rec.strategy = engine.strategy_name();
   // Megatron FSDP always runs with MCore's distributed optimizer; FSDP2 never does (it shards the
   // optimizer state itself, and validation turns the flag off).
-  rec.distributed_optimizer = options.wrapper == "megatron_fsdp" ||
-                              (options.wrapper == "ddp" && options.use_distributed_optimizer);
+  rec.distributed_optimizer =
+      uses_distributed_optimizer(options.wrapper, options.use_distributed_optimizer);
   rec.num_parameters = engine.num_parameters();
   rec.sdpa_backend =
       sdpa_backend_name(dims, config.train.micro_batch_size, options.compute_dtype, ctx.device);
@@ -679,12 +680,13 @@ void record_memory(RunRecord& rec, const DataParallelEngine& engine,
   // head) whole on every rank. The refined model over the engine's own groups has that term,
   // which the ZeRO paper model lacks (harness/measure/zero_model.hpp, docs/megatron-fsdp.md), so
   // the report's prediction and the measured buffers agree for every strategy.
-  if (options.wrapper != "megatron_fsdp" || !rec.dtype_policy) return;
-  if (const auto strategy = memory_strategy_from(rec.wrapper, rec.strategy, true)) {
+  if (options.wrapper != Wrapper::kMegatronFsdp || !rec.dtype_policy) return;
+  if (const ShardingSpec* row = find_strategy_row(rec.wrapper, rec.strategy, true)) {
+    const MemoryStrategy strategy = row->memory;
     const std::vector<ParamGroup> groups =
         decoder_param_groups(decoder_param_counts(decoder_dims(dims)));
     rec.predicted_memory =
-        fsdp_static_memory(groups, ctx.world_size, *strategy, *rec.dtype_policy).resident;
+        fsdp_static_memory(groups, ctx.world_size, strategy, *rec.dtype_policy).resident;
     rec.memory.predicted_static_bytes = rec.predicted_memory->total_bytes();
   }
 }

@@ -106,7 +106,7 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
       nlohmann::json run_prov = provenance;
       if (!planned.derivation.empty()) {
         if (env.rank == 0) {
-          std::cout << "perf-launch: measuring " << planned.wrapper << " (" << planned.derivation
+          std::cout << "perf-launch: measuring " << label(planned.wrapper) << " (" << planned.derivation
                     << ")" << std::endl;
         }
         run_prov["derived"] = planned.derivation;

@@ -6,26 +6,27 @@
 #include <optional>
 
 #include "harness/config/errors.hpp"
+#include "harness/config/wrapper.hpp"
 
 namespace shardbench {
 namespace {
 
 struct GradFault {
-  std::string wrapper;
+  Wrapper wrapper;
   double factor = 1;
 };
 
 std::optional<GradFault> parse_fault(const std::string& spec) {
   const std::size_t colon = spec.find(':');
   if (colon == std::string::npos) return std::nullopt;
+  const WrapperSpec* wrapper = find_wrapper(spec.substr(0, colon));
+  if (wrapper == nullptr) return std::nullopt;
   GradFault f;
-  f.wrapper = spec.substr(0, colon);
+  f.wrapper = wrapper->id;
   const std::string number = spec.substr(colon + 1);
   char* end = nullptr;
   f.factor = std::strtod(number.c_str(), &end);
   if (number.empty() || *end != '\0' || !std::isfinite(f.factor)) return std::nullopt;
-  if (f.wrapper != "ddp" && f.wrapper != "megatron_fsdp" && f.wrapper != "torch_fsdp2")
-    return std::nullopt;
   return f;
 }
 
@@ -42,8 +43,8 @@ void step_injection_rules(const ShardbenchConfig& s) {
   }
   if (!s.test_fault_grad_scale.empty() && !parse_fault(s.test_fault_grad_scale)) {
     throw UsageError("shardbench.test_fault_grad_scale=\"" + s.test_fault_grad_scale +
-                     "\": accepted: empty, or <wrapper>:<factor> with wrapper ddp, megatron_fsdp "
-                     "or torch_fsdp2 and a finite factor (test only)");
+                     "\": accepted: empty, or <wrapper>:<factor> with wrapper " +
+                     accepted_wrapper_labels() + " and a finite factor (test only)");
   }
 }
 
@@ -61,7 +62,7 @@ void inject_step_slowdown(const ShardbenchConfig& s,
   }
 }
 
-double test_fault_loss_scale(const ShardbenchConfig& s, const std::string& wrapper, int rank) {
+double test_fault_loss_scale(const ShardbenchConfig& s, Wrapper wrapper, int rank) {
   if (s.test_fault_grad_scale.empty() || rank != 0) return 1;
   const std::optional<GradFault> f = parse_fault(s.test_fault_grad_scale);
   return f && f->wrapper == wrapper ? f->factor : 1;

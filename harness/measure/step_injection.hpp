@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/config/config.hpp"
+#include "harness/config/wrapper.hpp"
 
 namespace shardbench {
 
@@ -32,7 +33,7 @@ void inject_step_slowdown(const ShardbenchConfig& s,
 // TEST ONLY (test_fault_grad_scale "<wrapper>:<factor>"): the factor rank 0 of that wrapper's run
 // multiplies its loss by before backward, so its gradient contribution is wrongly scaled and the
 // run no longer trains like DDP. 1 otherwise.
-double test_fault_loss_scale(const ShardbenchConfig& s, const std::string& wrapper, int rank);
+double test_fault_loss_scale(const ShardbenchConfig& s, Wrapper wrapper, int rank);
 
 // The identity entries of a run: "injected_slowdown" ("fraction=<f>,delay_ms=<ms>" or null) and
 // "test_fault" (the fault string or null). Null when off, so older reports still match.

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "harness/config/wrapper.hpp"
+#include "harness/parallel/sharding.hpp"
+
 namespace shardbench {
 namespace {
 
@@ -42,16 +45,11 @@ ShardingLayout sharding_layout(MemoryStrategy strategy) {
 std::optional<MemoryStrategy> memory_strategy_from(std::string_view wrapper,
                                                    std::string_view strategy,
                                                    bool distributed_optimizer) {
-  if (wrapper == "ddp") {
-    return distributed_optimizer ? MemoryStrategy::kDdpDistributedOptimizer : MemoryStrategy::kDdp;
-  }
-  if (wrapper == "torch_fsdp2") return MemoryStrategy::kTorchFsdp2;
-  if (wrapper != "megatron_fsdp") return std::nullopt;
-  if (strategy == "no_shard") return MemoryStrategy::kNoShard;
-  if (strategy == "optim") return MemoryStrategy::kOptim;
-  if (strategy == "optim_grads") return MemoryStrategy::kOptimGrads;
-  if (strategy == "optim_grads_params") return MemoryStrategy::kOptimGradsParams;
-  return std::nullopt;
+  const WrapperSpec* w = find_wrapper(wrapper);
+  if (w == nullptr) return std::nullopt;
+  const ShardingSpec* row = find_strategy_row(w->id, strategy, distributed_optimizer);
+  if (row == nullptr) return std::nullopt;
+  return row->memory;
 }
 
 StaticMemoryBytes zero_static_memory(int64_t num_params, int world_size, MemoryStrategy strategy,

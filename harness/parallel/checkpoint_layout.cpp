@@ -95,7 +95,7 @@ json checkpoint_layout_of(DataParallelEngine& engine,
                          {"sharded", b.sharded}});
     }
     groups.push_back(
-        {{"kind", g.is_unit ? "unit" : (o.wrapper == "megatron_fsdp" ? "root" : "bucket")},
+        {{"kind", g.is_unit ? "unit" : (wrapper_spec(o.wrapper).fsdp_units ? "root" : "bucket")},
          {"param_elems", g.layout.param_elems},
          {"padded_elems", g.layout.padded_elems},
          {"padding_elems", g.layout.padded_elems - g.layout.param_elems},
@@ -103,10 +103,11 @@ json checkpoint_layout_of(DataParallelEngine& engine,
          {"slots", slots},
          {"buffers", buffers}});
   }
-  return {{"wrapper", o.wrapper},
+  return {{"wrapper", std::string(label(o.wrapper))},
           {"strategy", engine.strategy_name()},
           {"label", engine.label()},
-          {"distributed_optimizer", o.wrapper == "megatron_fsdp" || o.use_distributed_optimizer},
+          {"distributed_optimizer",
+           uses_distributed_optimizer(o.wrapper, o.use_distributed_optimizer)},
           {"dp_size", engine.dp()},
           {"compute_dtype", checkpoint_dtype_name(o.compute_dtype)},
           {"model_dims", dims_json(engine.dims())},

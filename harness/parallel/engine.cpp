@@ -34,19 +34,10 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
   dp_ = pgs_.world->world();
   rank_ = pgs_.world->rank();
   grad_checker_ = GradChecker(options_.check_for_nan_in_grad, options_.check_for_large_grads);
-  if (options_.wrapper == "megatron_fsdp") {
-    spec_ = &sharding_spec(options_.strategy);
-  } else if (options_.wrapper == "torch_fsdp2") {
-    spec_ = &sharding_spec("torch_fsdp2");
-    if (options_.prefetch_blocks < 0) {
-      throw std::invalid_argument("torch_fsdp2 prefetch_blocks=" +
-                                  std::to_string(options_.prefetch_blocks) + "; accepted: >= 0");
-    }
-  } else if (options_.wrapper == "ddp") {
-    spec_ = &sharding_spec(options_.use_distributed_optimizer ? "ddp_distopt" : "ddp");
-  } else {
-    throw std::invalid_argument("unknown data-parallel wrapper '" + options_.wrapper +
-                                "'; accepted: ddp, megatron_fsdp, torch_fsdp2");
+  spec_ = &strategy_row(options_.wrapper, options_.strategy, options_.use_distributed_optimizer);
+  if (options_.wrapper == Wrapper::kTorchFsdp2 && options_.prefetch_blocks < 0) {
+    throw std::invalid_argument("torch_fsdp2 prefetch_blocks=" +
+                                std::to_string(options_.prefetch_blocks) + "; accepted: >= 0");
   }
   specs_ = llama_param_specs(dims_);
   for (const auto& s : specs_) num_parameters_ += s.numel();
@@ -97,15 +88,22 @@ DataParallelEngine::~DataParallelEngine() {
 }
 
 std::string DataParallelEngine::label() const {
-  if (options_.wrapper == "ddp") return options_.use_distributed_optimizer ? "ddp+distopt" : "ddp";
-  return options_.wrapper + "/" + strategy_name();
+  if (options_.wrapper == Wrapper::kDdp) {
+    return options_.use_distributed_optimizer ? "ddp+distopt" : "ddp";
+  }
+  return std::string(shardbench::label(options_.wrapper)) + "/" + strategy_name();
 }
 
 std::string DataParallelEngine::strategy_name() const {
-  if (options_.wrapper == "torch_fsdp2") {
-    return options_.reshard_after_forward ? "reshard_after_forward" : "no_reshard_after_forward";
+  switch (options_.wrapper) {
+    case Wrapper::kTorchFsdp2:
+      return options_.reshard_after_forward ? "reshard_after_forward" : "no_reshard_after_forward";
+    case Wrapper::kDdp:
+      return "ddp";
+    case Wrapper::kMegatronFsdp:
+      break;
   }
-  return options_.wrapper == "ddp" ? "ddp" : options_.strategy;
+  return options_.strategy;
 }
 
 const ShardingSpec& DataParallelEngine::group_spec(const EngineGroup& g) const { return g.spec; }
@@ -115,7 +113,7 @@ void DataParallelEngine::build_groups() {
   module_groups_.assign(static_cast<size_t>(modules), {});
   std::vector<std::vector<int64_t>> members;
   std::vector<bool> is_unit;
-  const bool fsdp = options_.wrapper != "ddp";  // Megatron FSDP or FSDP2: same units and root
+  const bool fsdp = wrapper_spec(options_.wrapper).fsdp_units;  // same units and root for both
   const bool per_param = spec_->cut == ShardCut::kPerParamDim0;
   if (fsdp) {
     // One unit per transformer layer; everything outside units forms the root group.

@@ -35,7 +35,7 @@
 namespace shardbench {
 
 struct EngineOptions {
-  std::string wrapper = "ddp";            // "ddp", "megatron_fsdp" or "torch_fsdp2"
+  Wrapper wrapper = Wrapper::kDdp;
   std::string strategy = "no_shard";      // FSDP: ddp.data_parallel_sharding_strategy
   bool use_distributed_optimizer = false; // DDP only (FSDP always shards the optimizer)
   bool overlap_grad_reduce = true;

@@ -253,7 +253,7 @@ void DataParallelEngine::slot_grad_done(EngineGroup& g) {
   if (g.spec.model_weights_sharded) release_gathered(g);
   const bool last = microbatch_ == microbatch_count_ - 1;
   if (!(last || g.spec.reduce_every_microbatch)) return;
-  if (options_.wrapper == "ddp" && !options_.overlap_grad_reduce) return;  // after backward
+  if (options_.wrapper == Wrapper::kDdp && !options_.overlap_grad_reduce) return;  // after backward
   launch_grad_reduce(g);
 }
 

@@ -1,12 +1,16 @@
 // The data-parallel strategies as data. DDP, DDP with the distributed optimizer, Megatron FSDP's
 // four strategies and Torch FSDP2 differ only in which buffers are sharded, how a buffer is cut
 // into shards, and which gradient collective runs when (docs/megatron-fsdp.md 1 and 4); the
-// engine reads this table and nothing else.
+// engine reads this table and nothing else. Each row names its wrapper (harness/config/
+// wrapper.hpp) and its row of the ZeRO memory model. Torch-free (shardbench_core).
 #pragma once
 
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "harness/config/wrapper.hpp"
+#include "harness/measure/zero_model.hpp"
 
 namespace shardbench {
 
@@ -18,6 +22,8 @@ enum class ShardCut { kFlatBuffer, kPerParamDim0 };
 
 struct ShardingSpec {
   const char* name;
+  Wrapper wrapper;
+  MemoryStrategy memory;         // the ZeRO memory model's row (measure/zero_model.hpp)
   bool model_weights_sharded;    // compute weights held as shards, gathered around compute
   bool main_weights_sharded;     // fp32 main weights and AdamW moments
   bool grads_sharded;            // gradient buffer holds only this rank's shard
@@ -32,5 +38,14 @@ const std::vector<ShardingSpec>& sharding_table();
 
 // Looks a strategy up by name; throws std::invalid_argument naming the accepted names.
 const ShardingSpec& sharding_spec(std::string_view name);
+
+// The row a run uses: DDP's by ddp.use_distributed_optimizer, Megatron FSDP's by its
+// data_parallel_sharding_strategy, FSDP2's one row (`strategy` ignored). nullptr when
+// `strategy` names no Megatron FSDP row.
+const ShardingSpec* find_strategy_row(Wrapper wrapper, std::string_view strategy,
+                                      bool ddp_distributed_optimizer);
+// The same; throws std::invalid_argument naming the accepted strategies.
+const ShardingSpec& strategy_row(Wrapper wrapper, std::string_view strategy,
+                                 bool ddp_distributed_optimizer);
 
 }  // namespace shardbench

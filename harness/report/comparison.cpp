@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "harness/config/wrapper.hpp"
+
 namespace shardbench {
 namespace {
 
@@ -49,12 +51,10 @@ std::string percent(double fraction) {
 
 std::string run_name(const json& run) {
   const json& id = run.at("identity");
-  const std::string wrapper = id.value("wrapper", "");
-  if (wrapper == "ddp") return wrapper_display_name(id);
-  if (wrapper == "megatron_fsdp" || wrapper == "torch_fsdp2") {
-    return wrapper_display_name(id) + " " + id.value("strategy", "");
-  }
-  return run.value("label", "run");
+  const WrapperSpec* wrapper = find_wrapper(id.value("wrapper", ""));
+  if (wrapper == nullptr) return run.value("label", "run");
+  if (!wrapper->fsdp_units) return wrapper_display_name(id);
+  return wrapper_display_name(id) + " " + id.value("strategy", "");
 }
 
 std::string verdict(const json& head, const json& base, const json& metrics, double band) {
@@ -122,11 +122,15 @@ std::vector<std::pair<long long, std::optional<double>>> losses(const json& run)
 }  // namespace
 
 std::string wrapper_display_name(const json& identity) {
-  const std::string wrapper = identity.value("wrapper", "");
-  if (wrapper == "ddp") {
-    return identity.value("distributed_optimizer", false) ? "DDP+distopt" : "DDP";
+  const std::string name = identity.value("wrapper", "");
+  const WrapperSpec* wrapper = find_wrapper(name);
+  if (wrapper == nullptr) return name.empty() ? "?" : name;
+  std::string out(wrapper->short_name);
+  if (wrapper->optimizer == OptimizerPlacement::kDistributedOptimizerOptional &&
+      identity.value("distributed_optimizer", false)) {
+    out += "+distopt";
   }
-  return wrapper == "torch_fsdp2" ? "FSDP2" : "FSDP";
+  return out;
 }
 
 double LossTolerance::at(long long iteration) const {

@@ -15,7 +15,7 @@ using nlohmann::json;
 
 std::optional<std::size_t> first_ddp(std::span<const RunRecord> runs) {
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    if (runs[i].wrapper == "ddp") return i;
+    if (runs[i].wrapper == Wrapper::kDdp) return i;
   }
   return std::nullopt;
 }
@@ -24,7 +24,7 @@ std::optional<std::size_t> first_ddp(std::span<const RunRecord> runs) {
 std::vector<std::size_t> fsdp_runs(std::span<const RunRecord> runs) {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    if (runs[i].wrapper != "ddp") out.push_back(i);
+    if (runs[i].wrapper != Wrapper::kDdp) out.push_back(i);
   }
   return out;
 }

@@ -19,14 +19,16 @@ std::string file_safe(std::string_view s) {
 
 }  // namespace
 
-std::string strategy_tag(std::string_view wrapper, std::string_view strategy,
-                         bool distributed_optimizer) {
-  if (wrapper == "ddp") return distributed_optimizer ? "ddp-distopt" : "ddp";
-  return (wrapper == "torch_fsdp2" ? "fsdp2-" : "fsdp-") + file_safe(strategy);
+std::string strategy_tag(Wrapper wrapper, std::string_view strategy, bool distributed_optimizer) {
+  const WrapperSpec& w = wrapper_spec(wrapper);
+  if (!w.fsdp_units) {
+    return std::string(w.report_prefix) + (distributed_optimizer ? "-distopt" : "");
+  }
+  return std::string(w.report_prefix) + "-" + file_safe(strategy);
 }
 
 std::filesystem::path default_report_path(const std::filesystem::path& results_dir,
-                                          std::string_view recipe, std::string_view wrapper,
+                                          std::string_view recipe, Wrapper wrapper,
                                           std::string_view strategy, bool distributed_optimizer,
                                           int world_size,
                                           std::chrono::system_clock::time_point start_time,

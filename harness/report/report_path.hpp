@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "harness/config/wrapper.hpp"
+
 namespace shardbench {
 
 // Git-ignored folder for reports of local runs.
@@ -13,8 +15,7 @@ inline constexpr std::string_view kDefaultResultsDir = "results/local";
 
 // "ddp", "ddp-distopt", "fsdp-<strategy>" (Megatron FSDP, e.g. "fsdp-optim_grads_params"),
 // "fsdp2-<strategy>" (Torch FSDP2, e.g. "fsdp2-reshard_after_forward").
-std::string strategy_tag(std::string_view wrapper, std::string_view strategy,
-                         bool distributed_optimizer);
+std::string strategy_tag(Wrapper wrapper, std::string_view strategy, bool distributed_optimizer);
 
 // <results_dir>/<recipe>_<strategy_tag>_ws<world>_<YYYYMMDDTHHMMSS.mmmZ>_<run_id>.json, e.g.
 // results/local/llama3_tiny_cpu_fsdp-optim_grads_params_ws2_20261202T161500.123Z_4242.json.
@@ -23,7 +24,7 @@ std::string strategy_tag(std::string_view wrapper, std::string_view strategy,
 // Characters outside [A-Za-z0-9._-] in the recipe and run id become '_'; an empty recipe
 // becomes "run".
 std::filesystem::path default_report_path(const std::filesystem::path& results_dir,
-                                          std::string_view recipe, std::string_view wrapper,
+                                          std::string_view recipe, Wrapper wrapper,
                                           std::string_view strategy, bool distributed_optimizer,
                                           int world_size,
                                           std::chrono::system_clock::time_point start_time,

@@ -8,6 +8,7 @@
 #include "harness/measure/step_injection.hpp"
 #include "harness/measure/throughput.hpp"
 #include "harness/measure/zero_model.hpp"
+#include "harness/parallel/sharding.hpp"
 #include "harness/report/units.hpp"
 
 namespace shardbench {
@@ -34,7 +35,7 @@ std::optional<double> step_tokens(const RunRecord& run, double elapsed_ms) {
 json identity_json(const RunRecord& run) {
   json id = {{"label", run.label},
              {"recipe", run.recipe},
-             {"wrapper", run.wrapper},
+             {"wrapper", std::string(label(run.wrapper))},
              {"strategy", run.strategy},
              {"distributed_optimizer", run.distributed_optimizer},
              {"world_size", run.world_size},
@@ -214,8 +215,10 @@ json predicted_json(const RunRecord& run) {
   std::optional<StaticMemoryBytes> predicted = run.predicted_memory;
   std::string source = "engine";
   if (!predicted) {
+    const ShardingSpec* row =
+        find_strategy_row(run.wrapper, run.strategy, run.distributed_optimizer);
     const std::optional<MemoryStrategy> strategy =
-        memory_strategy_from(run.wrapper, run.strategy, run.distributed_optimizer);
+        row ? std::optional<MemoryStrategy>(row->memory) : std::nullopt;
     if (!strategy || !policy || run.num_parameters <= 0 || run.world_size <= 0) return nullptr;
     predicted = zero_static_memory(run.num_parameters, run.world_size, *strategy, *policy);
     source = "zero_paper_model";

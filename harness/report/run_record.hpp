@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/config/wrapper.hpp"
 #include "harness/measure/zero_model.hpp"
 
 namespace shardbench {
@@ -81,7 +82,7 @@ struct ActivationOffloadRecord {
 
 struct RunRecord {
   std::string label;     // e.g. "megatron_fsdp/optim_grads_params", "ddp+distopt"
-  std::string wrapper;   // "ddp", "megatron_fsdp" or "torch_fsdp2"
+  Wrapper wrapper = Wrapper::kDdp;
   // Megatron FSDP: "no_shard", "optim", "optim_grads", "optim_grads_params"; FSDP2:
   // "reshard_after_forward" or "no_reshard_after_forward"; "ddp" for DDP.
   std::string strategy;

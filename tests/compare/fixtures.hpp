@@ -20,7 +20,7 @@ namespace shardbench::compare_fixtures {
 
 struct FixtureRun {
   std::string label = "megatron_fsdp/optim_grads_params";
-  std::string wrapper = "megatron_fsdp";
+  Wrapper wrapper = Wrapper::kMegatronFsdp;
   std::string strategy = "optim_grads_params";
   bool distributed_optimizer = true;
   std::string recipe = "llama3_tiny_cpu";
@@ -136,7 +136,7 @@ inline nlohmann::json make_report(const std::vector<FixtureRun>& runs,
 inline FixtureRun ddp_run(std::vector<double> step_ms) {
   FixtureRun f;
   f.label = "ddp+distopt";
-  f.wrapper = "ddp";
+  f.wrapper = Wrapper::kDdp;
   f.strategy = "ddp";
   f.step_ms = std::move(step_ms);
   f.static_bytes = 2 << 20;

@@ -39,7 +39,7 @@ TEST_P(BufferBytes, FollowTheStrategyTable) {
   int64_t params = 0;
   testing::run_on_ranks(kWorld, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
-    o.wrapper = "megatron_fsdp";
+    o.wrapper = Wrapper::kMegatronFsdp;
     o.strategy = e.strategy;
     o.compute_dtype = at::kBFloat16;  // separate fp32 main weights
     DataParallelEngine engine(dims(), o, pgs);
@@ -109,7 +109,7 @@ TEST_P(Fsdp2BufferBytes, CeilRowsOverRanksOfEveryParameter) {
   EngineMemory mem;
   testing::run_on_ranks(kWorld, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
-    o.wrapper = "torch_fsdp2";
+    o.wrapper = Wrapper::kTorchFsdp2;
     o.compute_dtype = e.compute;
     o.grad_reduce_in_fp32 = e.grad_reduce_in_fp32;
     DataParallelEngine engine(dims(), o, pgs);

@@ -95,7 +95,7 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 EngineOptions options_for(const Case& c) {
   EngineOptions o;
-  o.wrapper = c.wrapper;
+  o.wrapper = wrapper_spec(c.wrapper).id;
   o.strategy = c.strategy;
   o.use_distributed_optimizer = c.distopt;
   o.bucket_size_elems = c.bucket_elems;

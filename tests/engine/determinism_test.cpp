@@ -112,7 +112,7 @@ EngineRun train_engine() {
   std::mutex mu;
   testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
-    o.wrapper = "megatron_fsdp";
+    o.wrapper = Wrapper::kMegatronFsdp;
     o.strategy = "optim_grads_params";
     DataParallelEngine engine(dims, o, pgs);
     LlamaModel model(dims, at::kCPU);

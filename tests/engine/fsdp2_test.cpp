@@ -38,7 +38,7 @@ Walk walk(int prefetch_blocks, bool reshard_after_forward) {
   Walk seen;
   testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
-    o.wrapper = "torch_fsdp2";
+    o.wrapper = Wrapper::kTorchFsdp2;
     o.prefetch_blocks = prefetch_blocks;
     o.reshard_after_forward = reshard_after_forward;
     const LlamaDims d = six_layers();
@@ -84,7 +84,7 @@ TEST(Fsdp2Prefetch, NoReshardKeepsEveryBlockUntilBackward) {
 TEST(Fsdp2Engine, LabelNamesTheWrapperAndReshardPolicy) {
   testing::run_on_ranks(1, [&](int, ProcessGroups& pgs) {
     EngineOptions o;
-    o.wrapper = "torch_fsdp2";
+    o.wrapper = Wrapper::kTorchFsdp2;
     EXPECT_EQ(DataParallelEngine(six_layers(), o, pgs).label(),
               "torch_fsdp2/reshard_after_forward");
     o.reshard_after_forward = false;
@@ -110,7 +110,7 @@ Bf16Result train_bf16(const std::string& wrapper, bool grad_reduce_in_fp32) {
   std::mutex mu;
   testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
-    o.wrapper = wrapper;
+    o.wrapper = wrapper_spec(wrapper).id;
     o.strategy = "optim_grads_params";
     o.compute_dtype = at::kBFloat16;
     o.grad_reduce_in_fp32 = grad_reduce_in_fp32;

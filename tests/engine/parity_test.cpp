@@ -216,7 +216,7 @@ TEST_P(StrategyParity, MatchesSingleProcessReference) {
   const LlamaDims dims = odd_dims();
   const Trajectory ref = reference_run(dims, c.gbs, c.clip);
   EngineOptions o;
-  o.wrapper = c.wrapper;
+  o.wrapper = wrapper_spec(c.wrapper).id;
   o.strategy = c.strategy;
   o.use_distributed_optimizer = c.distopt;
   o.bucket_size_elems = c.bucket_elems;
@@ -293,7 +293,7 @@ TEST_P(Fsdp2Parity, MatchesReferenceAndDdp) {
   const Fsdp2Case c = GetParam();
   const LlamaDims dims = dims_named(c.dims);
   EngineOptions o;
-  o.wrapper = "torch_fsdp2";
+  o.wrapper = Wrapper::kTorchFsdp2;
   o.reshard_after_forward = c.reshard_after_forward;
   o.root_reshard_after_forward = c.root_reshard_after_forward;
   o.prefetch_blocks = c.prefetch_blocks;

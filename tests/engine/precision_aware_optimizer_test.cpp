@@ -72,7 +72,7 @@ TEST(PrecisionAwareOptimizer, EngineMemoryCountsTheMomentBytes) {
   testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
     for (const bool low : {false, true}) {
       EngineOptions o;
-      o.wrapper = "megatron_fsdp";
+      o.wrapper = Wrapper::kMegatronFsdp;
       o.strategy = "optim_grads_params";
       if (low) {
         o.exp_avg_dtype = at::kBFloat16;

@@ -34,7 +34,7 @@ Observed observe(double budget_units, bool double_buffer) {
   Observed seen;
   testing::run_on_ranks(1, [&](int, ProcessGroups& pgs) {
     EngineOptions o;
-    o.wrapper = "megatron_fsdp";
+    o.wrapper = Wrapper::kMegatronFsdp;
     o.strategy = "optim_grads_params";
     o.double_buffer = double_buffer;
     if (budget_units > 0) {

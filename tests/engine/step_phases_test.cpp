@@ -51,7 +51,7 @@ TEST(StepPhases, TrainStepMarksEachMicroBatchThenGradSyncThenOptimizer) {
   PhaseTimes host_times;
   testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
-    o.wrapper = "megatron_fsdp";
+    o.wrapper = Wrapper::kMegatronFsdp;
     o.strategy = "optim_grads_params";
     DataParallelEngine engine(dims, o, pgs);
     LlamaModel model(dims, at::kCPU);

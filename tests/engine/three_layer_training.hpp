@@ -53,7 +53,7 @@ inline TrainedRun train_three_steps(
   TrainedRun out;
   run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
-    o.wrapper = wrapper;
+    o.wrapper = wrapper_spec(wrapper).id;
     o.strategy = strategy;
     o.seed = kThreeLayerSeed;
     o.adam.lr = 1e-3;

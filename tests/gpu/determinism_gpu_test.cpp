@@ -26,7 +26,7 @@ struct TrainedRun {
 
 TrainedRun train(ProcessGroups& pgs) {
   EngineOptions o;
-  o.wrapper = "megatron_fsdp";
+  o.wrapper = Wrapper::kMegatronFsdp;
   o.strategy = "optim_grads_params";
   o.compute_dtype = at::kBFloat16;
   o.device = at::Device(at::kCUDA, 0);

@@ -28,7 +28,7 @@ std::vector<double> train(const char* wrapper, const char* strategy, bool distop
                           ProcessGroups& pgs, EngineMemory* memory,
                           bool reshard_after_forward = true, ResidentBytes* resident = nullptr) {
   EngineOptions o;
-  o.wrapper = wrapper;
+  o.wrapper = wrapper_spec(wrapper).id;
   o.reshard_after_forward = reshard_after_forward;
   o.strategy = strategy;
   o.use_distributed_optimizer = distopt;

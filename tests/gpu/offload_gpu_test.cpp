@@ -146,7 +146,7 @@ TEST_F(OffloadGpu, EnginesTrainLikeWithoutOffload) {
     std::vector<double> losses[2];
     for (int64_t offload : {0, 3}) {
       EngineOptions o;
-      o.wrapper = std::string(strategy) == "ddp" ? "ddp" : "megatron_fsdp";
+      o.wrapper = std::string(strategy) == "ddp" ? Wrapper::kDdp : Wrapper::kMegatronFsdp;
       o.strategy = strategy;
       o.compute_dtype = at::kBFloat16;
       o.device = kCuda;

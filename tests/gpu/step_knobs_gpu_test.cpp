@@ -24,7 +24,7 @@ TEST(GpuStepKnobs, EmptyUnusedMemoryLevelReleasesCachedBlocks) {
   const at::Device dev(at::kCUDA, 0);
   auto pgs = testing::nccl_world1();
   EngineOptions o;
-  o.wrapper = "ddp";
+  o.wrapper = Wrapper::kDdp;
   o.strategy = "ddp";
   o.compute_dtype = at::kBFloat16;
   o.device = dev;

@@ -42,7 +42,7 @@ struct Trained {
 
 Trained train(ProcessGroups& pgs, const char* wrapper, const char* strategy, bool fusion) {
   EngineOptions o;
-  o.wrapper = wrapper;
+  o.wrapper = wrapper_spec(wrapper).id;
   o.strategy = strategy;
   o.use_distributed_optimizer = true;
   o.compute_dtype = at::kBFloat16;

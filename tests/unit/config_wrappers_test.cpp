@@ -34,18 +34,18 @@ ValidationContext two_ranks() {
 
 std::vector<std::string> wrappers(const std::vector<PlannedRun>& runs) {
   std::vector<std::string> out;
-  for (const auto& r : runs) out.push_back(r.wrapper);
+  for (const auto& r : runs) out.emplace_back(label(r.wrapper));
   return out;
 }
 
 TEST(ConfigWrappers, WrapperOfFollowsTheSelectingFlags) {
   ConfigContainer c = base_config();
-  EXPECT_EQ(wrapper_of(c), "ddp");
+  EXPECT_EQ(wrapper_of(c), Wrapper::kDdp);
   c.ddp.use_megatron_fsdp = true;
-  EXPECT_EQ(wrapper_of(c), "megatron_fsdp");
+  EXPECT_EQ(wrapper_of(c), Wrapper::kMegatronFsdp);
   c.ddp.use_megatron_fsdp = false;
   c.dist.use_torch_fsdp2 = true;
-  EXPECT_EQ(wrapper_of(c), "torch_fsdp2");
+  EXPECT_EQ(wrapper_of(c), Wrapper::kTorchFsdp2);
 }
 
 TEST(ConfigWrappers, EachDerivedConfigSelectsItsWrapperAndKeepsTheWorkload) {
@@ -53,24 +53,26 @@ TEST(ConfigWrappers, EachDerivedConfigSelectsItsWrapperAndKeepsTheWorkload) {
   requested.dist.use_torch_fsdp2 = true;
   requested.dist.torch_fsdp2_reshard_after_forward = false;
   requested.shardbench.compare_wrappers = {"megatron_fsdp"};
-  for (const std::string_view w : kWrapperNames) {
+  for (const WrapperSpec& spec : wrapper_table()) {
+    const Wrapper w = spec.id;
+    const std::string_view name = spec.label;
     const ConfigContainer c = config_for_wrapper(requested, w);
     EXPECT_EQ(wrapper_of(c), w);
-    EXPECT_EQ(c.model, requested.model) << w;
-    EXPECT_EQ(c.train, requested.train) << w;
-    EXPECT_EQ(c.rng, requested.rng) << w;
-    EXPECT_EQ(c.shardbench.compute_dtype, requested.shardbench.compute_dtype) << w;
-    EXPECT_EQ(c.ddp.grad_reduce_in_fp32, requested.ddp.grad_reduce_in_fp32) << w;
-    EXPECT_TRUE(c.shardbench.compare_wrappers.empty()) << w;  // no nested comparisons
-    EXPECT_FALSE(c.shardbench.compare_with_ddp) << w;
+    EXPECT_EQ(c.model, requested.model) << name;
+    EXPECT_EQ(c.train, requested.train) << name;
+    EXPECT_EQ(c.rng, requested.rng) << name;
+    EXPECT_EQ(c.shardbench.compute_dtype, requested.shardbench.compute_dtype) << name;
+    EXPECT_EQ(c.ddp.grad_reduce_in_fp32, requested.ddp.grad_reduce_in_fp32) << name;
+    EXPECT_TRUE(c.shardbench.compare_wrappers.empty()) << name;  // no nested comparisons
+    EXPECT_FALSE(c.shardbench.compare_with_ddp) << name;
     // Exactly one wrapper selected.
-    EXPECT_FALSE(c.dist.use_torch_fsdp2 && c.ddp.use_megatron_fsdp) << w;
-    EXPECT_EQ(c.ddp.use_megatron_fsdp, c.dist.use_megatron_fsdp) << w;
+    EXPECT_FALSE(c.dist.use_torch_fsdp2 && c.ddp.use_megatron_fsdp) << name;
+    EXPECT_EQ(c.ddp.use_megatron_fsdp, c.dist.use_megatron_fsdp) << name;
   }
-  const ConfigContainer mfsdp = config_for_wrapper(requested, "megatron_fsdp");
+  const ConfigContainer mfsdp = config_for_wrapper(requested, Wrapper::kMegatronFsdp);
   EXPECT_EQ(mfsdp.ddp.data_parallel_sharding_strategy, "optim_grads_params");
   EXPECT_TRUE(mfsdp.ddp.use_distributed_optimizer);
-  const ConfigContainer ddp = config_for_wrapper(requested, "ddp");
+  const ConfigContainer ddp = config_for_wrapper(requested, Wrapper::kDdp);
   EXPECT_EQ(ddp.ddp.data_parallel_sharding_strategy, "no_shard");
   EXPECT_TRUE(ddp.ddp.use_distributed_optimizer && ddp.ddp.overlap_param_gather);
   // FSDP2 from a Megatron FSDP run: Megatron FSDP fields back at their defaults, and the
@@ -79,15 +81,15 @@ TEST(ConfigWrappers, EachDerivedConfigSelectsItsWrapperAndKeepsTheWorkload) {
   megatron.ddp.use_megatron_fsdp = megatron.dist.use_megatron_fsdp = true;
   megatron.ddp.data_parallel_sharding_strategy = "optim_grads";
   megatron.ddp.fsdp_double_buffer = true;
-  const ConfigContainer fsdp2 = config_for_wrapper(megatron, "torch_fsdp2");
+  const ConfigContainer fsdp2 = config_for_wrapper(megatron, Wrapper::kTorchFsdp2);
   EXPECT_EQ(fsdp2.ddp.data_parallel_sharding_strategy, "no_shard");
   EXPECT_FALSE(fsdp2.ddp.fsdp_double_buffer);
   EXPECT_FALSE(fsdp2.ddp.use_distributed_optimizer);
   EXPECT_TRUE(fsdp2.dist.torch_fsdp2_reshard_after_forward);
   // Megatron FSDP from a Megatron FSDP run keeps its strategy.
-  EXPECT_EQ(config_for_wrapper(megatron, "megatron_fsdp").ddp.data_parallel_sharding_strategy,
+  EXPECT_EQ(config_for_wrapper(megatron, Wrapper::kMegatronFsdp).ddp.data_parallel_sharding_strategy,
             "optim_grads");
-  EXPECT_THROW(config_for_wrapper(requested, "fsdp3"), std::invalid_argument);
+  EXPECT_THROW(wrapper_spec("fsdp3"), std::invalid_argument);
 }
 
 TEST(ConfigWrappers, Fsdp2RunsWithoutGradientAccumulationFusion) {
@@ -96,9 +98,9 @@ TEST(ConfigWrappers, Fsdp2RunsWithoutGradientAccumulationFusion) {
   ConfigContainer requested = base_config();
   requested.ddp.use_megatron_fsdp = requested.dist.use_megatron_fsdp = true;
   requested.model.gradient_accumulation_fusion = true;
-  EXPECT_TRUE(config_for_wrapper(requested, "ddp").model.gradient_accumulation_fusion);
-  EXPECT_TRUE(config_for_wrapper(requested, "megatron_fsdp").model.gradient_accumulation_fusion);
-  EXPECT_FALSE(config_for_wrapper(requested, "torch_fsdp2").model.gradient_accumulation_fusion);
+  EXPECT_TRUE(config_for_wrapper(requested, Wrapper::kDdp).model.gradient_accumulation_fusion);
+  EXPECT_TRUE(config_for_wrapper(requested, Wrapper::kMegatronFsdp).model.gradient_accumulation_fusion);
+  EXPECT_FALSE(config_for_wrapper(requested, Wrapper::kTorchFsdp2).model.gradient_accumulation_fusion);
 }
 
 TEST(ConfigWrappers, PlannedRunsPutTheRequestedRunFirstThenTheListThenDdp) {

@@ -126,7 +126,7 @@ TEST(LaunchSharedGpu, ConsoleNoticeSaysTimingsAreNotPerformance) {
 RunRecord tiny_run() {
   RunRecord run;
   run.label = "ddp";
-  run.wrapper = "ddp";
+  run.wrapper = Wrapper::kDdp;
   run.strategy = "ddp";
   run.world_size = 4;
   run.steps.push_back(StepRecord{1, 10, 2.0, 1.0, 1e-4, {}, {}, {}, {}, {}, {}});
@@ -163,7 +163,7 @@ TEST(LaunchSharedGpu, ConsoleShowsNoThroughputForFunctionalRuns) {
   }
   RunRecord fsdp = run;
   fsdp.label = "megatron_fsdp/optim_grads_params";
-  fsdp.wrapper = "megatron_fsdp";
+  fsdp.wrapper = Wrapper::kMegatronFsdp;
   fsdp.strategy = "optim_grads_params";
   fsdp.memory.main_weight_bytes = 100;
   run.memory.main_weight_bytes = 200;

@@ -13,7 +13,7 @@ using nlohmann::json;
 RunRecord two_step_run() {
   RunRecord run;
   run.label = "megatron_fsdp/optim_grads_params";
-  run.wrapper = "megatron_fsdp";
+  run.wrapper = Wrapper::kMegatronFsdp;
   run.strategy = "optim_grads_params";
   run.world_size = 1;
   run.global_batch_size = 2;

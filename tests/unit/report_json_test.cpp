@@ -23,7 +23,7 @@ RunRecord synthetic_run(const std::string& wrapper, const std::string& strategy,
   RunRecord run;
   run.label = wrapper == "ddp" ? "ddp" : wrapper + "/" + strategy;
   run.recipe = "llama3_tiny_cpu";
-  run.wrapper = wrapper;
+  run.wrapper = wrapper_spec(wrapper).id;
   run.strategy = strategy;
   run.distributed_optimizer = wrapper != "ddp";
   run.world_size = 2;

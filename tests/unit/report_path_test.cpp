@@ -15,24 +15,24 @@ namespace {
 const std::chrono::system_clock::time_point kStart{std::chrono::seconds(1796228100)};
 
 TEST(ReportPath, DefaultNameFromRecipeStrategyWorldTimeAndRunId) {
-  EXPECT_EQ(default_report_path("results/local", "llama3_tiny_cpu", "megatron_fsdp",
+  EXPECT_EQ(default_report_path("results/local", "llama3_tiny_cpu", Wrapper::kMegatronFsdp,
                                 "optim_grads_params", true, 2, kStart, "4242"),
             "results/local/llama3_tiny_cpu_fsdp-optim_grads_params_ws2_20261202T161500.000Z_4242"
             ".json");
-  EXPECT_EQ(default_report_path("out", "llama3 8b/h200", "ddp", "ddp", true, 8, kStart, "7"),
+  EXPECT_EQ(default_report_path("out", "llama3 8b/h200", Wrapper::kDdp, "ddp", true, 8, kStart, "7"),
             "out/llama3_8b_h200_ddp-distopt_ws8_20261202T161500.000Z_7.json");
-  EXPECT_EQ(default_report_path("out", "", "ddp", "ddp", false, 1, kStart, ""),
+  EXPECT_EQ(default_report_path("out", "", Wrapper::kDdp, "ddp", false, 1, kStart, ""),
             "out/run_ddp_ws1_20261202T161500.000Z.json");
-  EXPECT_EQ(default_report_path("out", "llama3_tiny_cpu", "torch_fsdp2", "no_reshard_after_forward",
+  EXPECT_EQ(default_report_path("out", "llama3_tiny_cpu", Wrapper::kTorchFsdp2, "no_reshard_after_forward",
                                 false, 4, kStart + std::chrono::milliseconds(987), "a/b"),
             "out/llama3_tiny_cpu_fsdp2-no_reshard_after_forward_ws4_20261202T161500.987Z_a_b.json");
 }
 
 // Two runs started in the same second (same recipe, strategy and size) get different names.
 TEST(ReportPath, SameSecondDifferentRunsDiffer) {
-  const auto a = default_report_path("out", "r", "ddp", "ddp", false, 2, kStart, "100");
-  const auto b = default_report_path("out", "r", "ddp", "ddp", false, 2, kStart, "101");
-  const auto c = default_report_path("out", "r", "ddp", "ddp", false, 2,
+  const auto a = default_report_path("out", "r", Wrapper::kDdp, "ddp", false, 2, kStart, "100");
+  const auto b = default_report_path("out", "r", Wrapper::kDdp, "ddp", false, 2, kStart, "101");
+  const auto c = default_report_path("out", "r", Wrapper::kDdp, "ddp", false, 2,
                                      kStart + std::chrono::milliseconds(1), "100");
   EXPECT_NE(a, b);
   EXPECT_NE(a, c);

@@ -34,11 +34,11 @@ TEST(StepInjection, RejectsOutOfRangeValuesNamingTheField) {
 
 TEST(StepInjection, FaultScalesRankZeroOfItsWrapperOnly) {
   ShardbenchConfig s;
-  EXPECT_EQ(test_fault_loss_scale(s, "megatron_fsdp", 0), 1);
+  EXPECT_EQ(test_fault_loss_scale(s, Wrapper::kMegatronFsdp, 0), 1);
   s.test_fault_grad_scale = "megatron_fsdp:0.5";
-  EXPECT_EQ(test_fault_loss_scale(s, "megatron_fsdp", 0), 0.5);
-  EXPECT_EQ(test_fault_loss_scale(s, "megatron_fsdp", 1), 1);
-  EXPECT_EQ(test_fault_loss_scale(s, "ddp", 0), 1);
+  EXPECT_EQ(test_fault_loss_scale(s, Wrapper::kMegatronFsdp, 0), 0.5);
+  EXPECT_EQ(test_fault_loss_scale(s, Wrapper::kMegatronFsdp, 1), 1);
+  EXPECT_EQ(test_fault_loss_scale(s, Wrapper::kDdp, 0), 1);
 }
 
 TEST(StepInjection, IdentityRecordsSlowdownAndFault) {

@@ -1,0 +1,60 @@
+#include "harness/config/wrapper.hpp"
+
+#include <stdexcept>
+
+namespace shardbench {
+
+const std::array<WrapperSpec, 3>& wrapper_table() {
+  // clang-format off
+  static const std::array<WrapperSpec, 3> table = {{
+    // id                    label            display          short    prefix   units  optimizer
+    {Wrapper::kDdp,          "ddp",           "DDP",           "DDP",   "ddp",   false, OptimizerPlacement::kDistributedOptimizerOptional},
+    {Wrapper::kMegatronFsdp, "megatron_fsdp", "Megatron FSDP", "FSDP",  "fsdp",  true,  OptimizerPlacement::kDistributedOptimizer},
+    {Wrapper::kTorchFsdp2,   "torch_fsdp2",   "Torch FSDP2",   "FSDP2", "fsdp2", true,  OptimizerPlacement::kPerParameterShards},
+  }};
+  // clang-format on
+  return table;
+}
+
+const WrapperSpec& wrapper_spec(Wrapper wrapper) {
+  for (const auto& row : wrapper_table()) {
+    if (row.id == wrapper) return row;
+  }
+  throw std::logic_error("wrapper missing from wrapper_table()");
+}
+
+const WrapperSpec* find_wrapper(std::string_view label) {
+  for (const auto& row : wrapper_table()) {
+    if (row.label == label) return &row;
+  }
+  return nullptr;
+}
+
+std::string accepted_wrapper_labels() {
+  std::string out;
+  for (const auto& row : wrapper_table()) {
+    if (!out.empty()) out += ", ";
+    out += row.label;
+  }
+  return out;
+}
+
+const WrapperSpec& wrapper_spec(std::string_view label) {
+  if (const WrapperSpec* row = find_wrapper(label)) return *row;
+  throw std::invalid_argument("unknown data-parallel wrapper '" + std::string(label) +
+                              "'; accepted: " + accepted_wrapper_labels());
+}
+
+bool uses_distributed_optimizer(Wrapper wrapper, bool ddp_distributed_optimizer) {
+  switch (wrapper_spec(wrapper).optimizer) {
+    case OptimizerPlacement::kDistributedOptimizerOptional:
+      return ddp_distributed_optimizer;
+    case OptimizerPlacement::kDistributedOptimizer:
+      return true;
+    case OptimizerPlacement::kPerParameterShards:
+      return false;
+  }
+  return false;
+}
+
+}  // namespace shardbench
