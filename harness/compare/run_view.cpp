@@ -189,7 +189,8 @@ std::vector<std::string> identity_field_names() {
           "fp8",
           "fp8_transpose_cache",
           "injected_slowdown",
-          "test_fault"};
+          "test_fault",
+          "cpu_scheduling"};
 }
 
 namespace {
@@ -253,6 +254,10 @@ RunView run_view_of(const LoadedReport& report, const json& environment, std::si
     // match newer ones that record it as null.
     for (const std::string& field : identity_field_names()) {
       if (full.contains(field) && !full.at(field).is_null()) id[field] = full.at(field);
+    }
+    // Reports from before shardbench.cpu_scheduling ran as "default" does.
+    if (id.contains("cpu_scheduling") && id.at("cpu_scheduling") == "default") {
+      id.erase("cpu_scheduling");
     }
     std::vector<std::string> config_fields(std::begin(kIdentityConfigFields),
                                            std::end(kIdentityConfigFields));

@@ -251,6 +251,8 @@ using StringMap = std::map<std::string, std::string>;
   X(bool, log_per_step, true, "Print a Megatron-style line per step")                              \
   X(int64_t, ranks_per_gpu, 1,                                                                     \
     "Local GPU runs: ranks sharing each GPU (>1: functional run, timings are not performance)")    \
+  E(std::string, cpu_scheduling, "default", "default|pinned|realtime",                            \
+    "Local CPU runs: pinned: each rank on its own cores; realtime: pinned + SCHED_RR")             \
   X(double, inject_delay_ms, 0.0,                                                                  \
     "Calibration: busy-wait this long inside each timed step (recorded in the run identity)")      \
   X(double, inject_slowdown, 0.0,                                                                  \

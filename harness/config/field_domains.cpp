@@ -270,6 +270,7 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"shardbench.offload_prefetch_layers", honoured().at_least(1).at_most(kMaxCount)},
       {"shardbench.log_per_step", honoured()},
       {"shardbench.ranks_per_gpu", honoured("docs/shared-gpu-ranks.md").at_least(1).at_most(64)},
+      {"shardbench.cpu_scheduling", honoured("docs/cpu-scheduling.md; recorded in the run identity")},
       {"shardbench.inject_delay_ms",
        honoured("calibration; recorded in the run identity").at_least(0).at_most(3.6e6)},
       {"shardbench.inject_slowdown",

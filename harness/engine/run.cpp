@@ -10,6 +10,8 @@
 
 #include <unistd.h>
 
+#include <ATen/Parallel.h>
+
 #include "harness/config/field_registry.hpp"
 #include "harness/config/resolve.hpp"
 #include "harness/config/wrappers.hpp"
@@ -83,6 +85,7 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
       info.nccl_version = ctx->backend == CommBackend::kNccl ? v.nccl : "";
       info.cudnn_version = ctx->device.is_cuda() ? v.cudnn : "";
       info.world_size = env.world_size;
+      info.cpu_scheduling.intra_op_threads = at::get_num_threads();
       // Shared-GPU ranks each pose as a host of their own (GROUP_RANK = rank); they are one node.
       info.node_count =
           ranks_per_gpu > 1 ? 1 : std::max(1, env.world_size / std::max(1, env.local_world_size));

@@ -120,6 +120,8 @@ void LocalJob::start() {
       spawn.env.push_back(name + "=" + value);
     }
     spawn.inherit_fd = fds[1];
+    spawn.placement =
+        cpu_placement(options_.cpu_scheduling, rank, options_.nproc, options_.usable_cpus);
     if (rank == 0 && store_fd >= 0) {
       spawn.inherit_store_fd = store_fd;
       spawn.env.push_back(std::string(kStoreListenFdVar) + "=" + std::to_string(store_fd));

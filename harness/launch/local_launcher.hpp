@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/launch/cpu_placement.hpp"
+
 namespace shardbench {
 
 struct LocalLaunchOptions {
@@ -31,6 +33,10 @@ struct LocalLaunchOptions {
   // rank poses as the only process of its own host for NCCL: LOCAL_RANK is the GPU it shares,
   // NCCL_HOSTID differs per rank and NCCL talks over loopback sockets. nproc must divide by it.
   int ranks_per_gpu = 1;
+  // shardbench.cpu_scheduling (harness/launch/cpu_placement.hpp): each worker's cores and
+  // SCHED_RR priority, cut from usable_cpus (the launcher's own affinity, filled by perf-launch).
+  CpuScheduling cpu_scheduling = CpuScheduling::kDefault;
+  std::vector<int> usable_cpus;
 };
 
 struct LocalLaunchResult {

@@ -120,6 +120,13 @@ std::map<std::string, std::string> worker_environment(
   env["MASTER_PORT"] = std::to_string(master_port);
   env[kLauncherVar] = std::string(kPerfLaunchName);
   env[kHeartbeatFdVar] = std::to_string(heartbeat_fd);
+  const CpuPlacement placement =
+      cpu_placement(options.cpu_scheduling, rank, options.nproc, options.usable_cpus);
+  if (const std::string threads =
+          worker_omp_threads(launcher_env, options.env, placement, options.nproc);
+      !threads.empty()) {
+    env["OMP_NUM_THREADS"] = threads;
+  }
   return env;
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/launch/cpu_placement.hpp"
+
 namespace shardbench {
 
 struct WorkerSpawn {
@@ -16,6 +18,7 @@ struct WorkerSpawn {
   std::vector<std::string> env;   // "NAME=value" entries, the worker's whole environment
   int inherit_fd = -1;            // an fd the worker keeps across exec (heartbeat pipe)
   int inherit_store_fd = -1;      // rank 0 only: the store's bound socket (bind_store_socket)
+  CpuPlacement placement;         // cores and SCHED_RR priority, applied before exec
 };
 
 // Returns the child's pid. The child stays in the launcher's process group, so a Ctrl-C at the

@@ -13,6 +13,7 @@
 #include "harness/compare/report_reader.hpp"
 #include "harness/config/resolve.hpp"
 #include "harness/engine/run.hpp"
+#include "harness/launch/cpu_placement.hpp"
 #include "harness/launch/fault_spec.hpp"
 #include "harness/launch/launch_env.hpp"
 #include "harness/launch/local_launcher.hpp"
@@ -59,7 +60,14 @@ int main(int argc, char** argv) {
     }
     const ConfigContainer& config = resolved.config;
     check_ranks_per_gpu(config, resolved.world_size, resolved.args.gpu, slurm ? "slurm" : "none");
+    const auto check_scheduling = [&](const std::string& launcher) {
+      check_cpu_scheduling(config, resolved.args.gpu, launcher, resolved.world_size, usable_cpus(),
+                           launcher != "perf-launch" &&
+                               config.shardbench.cpu_scheduling == "realtime" &&
+                               realtime_scheduling_allowed());
+    };
     if (resolved.args.dryrun) {
+      check_scheduling(slurm ? "slurm" : "none");
       std::cout << (slurm ? slurm_dryrun_text(resolved, words) : dryrun_text(resolved));
       return 0;
     }
@@ -70,6 +78,7 @@ int main(int argc, char** argv) {
       throw UsageError(bad_env.what());
     }
     check_ranks_per_gpu(config, resolved.world_size, resolved.args.gpu, env.launcher);
+    check_scheduling(slurm ? "slurm" : env.launcher);
     // A drill that can never fire would let a fail-fast test pass without testing anything.
     check_fault_env(resolved.world_size, config.train.train_iters);
     if (env.is_worker) {
@@ -97,6 +106,8 @@ int main(int argc, char** argv) {
     o.master_addr = rendezvous.addr;
     o.master_port = rendezvous.port;
     o.ranks_per_gpu = static_cast<int>(config.shardbench.ranks_per_gpu);
+    o.cpu_scheduling = cpu_scheduling_of(config);
+    o.usable_cpus = usable_cpus();
     if (const std::string notice = shared_gpu_notice(o.ranks_per_gpu, o.nproc); !notice.empty())
       std::cerr << "perf-launch: " << notice << "\n";
     return launch_local_workers(o);

@@ -1,14 +1,18 @@
 #include "harness/report/environment.hpp"
 
+#include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string_view>
 
+#include "harness/launch/cpu_placement.hpp"
 #include "harness/version.hpp"
 
 extern char** environ;
@@ -151,7 +155,28 @@ EnvironmentInfo collect_environment(std::vector<std::string> command_line,
   std::vector<std::string> entries;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) entries.emplace_back(*e);
   env.environment_variables = relevant_environment_variables(entries);
+  env.cpu_scheduling = query_cpu_scheduling();
   return env;
+}
+
+CpuSchedulingInfo query_cpu_scheduling() {
+  CpuSchedulingInfo info;
+  const int policy = ::sched_getscheduler(0);
+  switch (policy) {
+    case SCHED_OTHER: info.policy = "SCHED_OTHER"; break;
+    case SCHED_FIFO: info.policy = "SCHED_FIFO"; break;
+    case SCHED_RR: info.policy = "SCHED_RR"; break;
+    case SCHED_BATCH: info.policy = "SCHED_BATCH"; break;
+    case SCHED_IDLE: info.policy = "SCHED_IDLE"; break;
+    default: info.policy = "unknown (" + std::to_string(policy) + ")"; break;
+  }
+  sched_param param{};
+  if (::sched_getparam(0, &param) == 0) info.priority = param.sched_priority;
+  errno = 0;
+  const int nice = ::getpriority(PRIO_PROCESS, 0);
+  if (errno == 0) info.nice = nice;
+  info.cpus = cpu_list_text(usable_cpus());
+  return info;
 }
 
 nlohmann::json environment_to_json(const EnvironmentInfo& env) {
@@ -179,6 +204,14 @@ nlohmann::json environment_to_json(const EnvironmentInfo& env) {
       {"command_line", env.command_line},
       {"start_time_utc", env.start_time_utc},
       {"environment_variables", env.environment_variables},
+      {"cpu_scheduling",
+       {{"policy", env.cpu_scheduling.policy},
+        {"priority", env.cpu_scheduling.priority},
+        {"nice", env.cpu_scheduling.nice},
+        {"cpus", env.cpu_scheduling.cpus},
+        {"intra_op_threads", env.cpu_scheduling.intra_op_threads > 0
+                                 ? nlohmann::json(env.cpu_scheduling.intra_op_threads)
+                                 : nlohmann::json(nullptr)}}},
   };
 }
 

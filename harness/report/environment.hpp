@@ -20,6 +20,15 @@ struct GitInfo {
   std::string diff_sha256;  // SHA-256 of `git diff HEAD --binary` when dirty, else empty
 };
 
+// Rank 0's CPU placement as the kernel reports it (shardbench.cpu_scheduling asks for one).
+struct CpuSchedulingInfo {
+  std::string policy;        // "SCHED_OTHER", "SCHED_RR", "SCHED_FIFO", ...
+  int priority = 0;          // the real-time priority; 0 for SCHED_OTHER
+  int nice = 0;
+  std::string cpus;          // the affinity, "0-1"
+  int intra_op_threads = 0;  // ATen's intra-op threads (filled by the engine; 0: unknown)
+};
+
 struct EnvironmentInfo {
   std::string host_name;
   std::string cpu_model;  // /proc/cpuinfo "model name"; empty when absent
@@ -38,7 +47,11 @@ struct EnvironmentInfo {
   std::vector<std::string> command_line;
   std::string start_time_utc;  // ISO 8601, e.g. "2026-12-02T16:15:00Z"
   std::map<std::string, std::string> environment_variables;  // only the relevant ones
+  CpuSchedulingInfo cpu_scheduling;
 };
+
+// This process's scheduling policy, priority, nice value and affinity.
+CpuSchedulingInfo query_cpu_scheduling();
 
 // Fills host, CPU, shardbench version, the source revision this binary was built from
 // (build_revision(), fixed at build time: the checkout may have changed since), command line,

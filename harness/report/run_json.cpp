@@ -60,6 +60,14 @@ json identity_json(const RunRecord& run) {
   // A calibration slowdown or a test-only fault is part of what the run is: it never matches a
   // real run (step_injection.hpp).
   id.update(injection_identity(run.config));
+  // Where the CPU ranks ran (shardbench.cpu_scheduling): pinned or real-time ranks are not
+  // timed like ranks the OS places, so a change of mode is not a change of code.
+  id["cpu_scheduling"] = "default";
+  if (const auto s = run.config.find("shardbench");
+      s != run.config.end() && s->is_object() && s->contains("cpu_scheduling") &&
+      s->at("cpu_scheduling").is_string()) {
+    id["cpu_scheduling"] = s->at("cpu_scheduling");
+  }
   return id;
 }
 
