@@ -51,14 +51,19 @@ void check_golden_gate_inputs(const LaunchArgs& args) {
   validate_loss_tolerances(loss, "perf-launch flags");
 
   const std::string& path = *args.golden_values_path;
-  const LoadedReport golden = read_report(path);
-  if (!golden.golden) {
-    throw InputError(path +
-                     ": --golden_values_path takes Megatron-Bridge golden values ({\"0\": {\"lm "
-                     "loss\": ..}, ..}), not a shardbench report; make them with perf-compare "
-                     "--export_golden REPORT -o FILE");
+  const std::string accepted =
+      "; accepted: a Megatron-Bridge golden-values JSON file ({\"0\": {\"lm loss\": ..}, ..}; "
+      "perf-compare --export_golden REPORT -o FILE makes one from a report)";
+  // Every error names the flag: the file's own message starts with its path.
+  try {
+    const LoadedReport golden = read_report(path);
+    if (!golden.golden) throw InputError(path + ": a shardbench report, not golden values");
+    runs_of(golden);  // every step value checked now, not after the run
+  } catch (const InputError& bad) {
+    const std::string what = bad.what();
+    throw InputError("--golden_values_path " + what +
+                     (what.find("; accepted: ") == std::string::npos ? accepted : ""));
   }
-  runs_of(golden);  // every step value checked now, not after the run
 }
 
 std::vector<std::string> golden_gate_compare_args(const LaunchArgs& a,

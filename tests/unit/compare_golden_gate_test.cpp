@@ -236,13 +236,19 @@ std::string refusal(const LaunchArgs& args) {
 TEST_F(GoldenGate, BadInputsAreRefusedBeforeTheRun) {
   LaunchArgs a = args_;
   a.golden_values_path = (dir_.path() / "missing.json").string();
-  EXPECT_NE(refusal(a).find("missing.json: "), std::string::npos) << refusal(a);
+  EXPECT_EQ(refusal(a).rfind("--golden_values_path " + *a.golden_values_path +
+                                 ": no such file or directory; accepted: a Megatron-Bridge "
+                                 "golden-values JSON file",
+                             0),
+            0u)
+      << refusal(a);
 
   a.golden_values_path = report_;
-  EXPECT_NE(refusal(a).find("not a shardbench report; make them with perf-compare "
-                            "--export_golden"),
+  EXPECT_NE(refusal(a).find(report_ + ": a shardbench report, not golden values; accepted: a "
+                                      "Megatron-Bridge golden-values JSON file"),
             std::string::npos)
       << refusal(a);
+  EXPECT_NE(refusal(a).find("perf-compare --export_golden REPORT -o FILE"), std::string::npos);
 
   json bad = golden_doc_;
   bad["3"]["GPU utilization"] = "x";
@@ -250,6 +256,8 @@ TEST_F(GoldenGate, BadInputsAreRefusedBeforeTheRun) {
   EXPECT_NE(refusal(a).find("golden step \"3\": \"GPU utilization\" is \"x\"; accepted: a number"),
             std::string::npos)
       << refusal(a);
+  EXPECT_EQ(refusal(a).rfind("--golden_values_path ", 0), 0u) << refusal(a);
+  EXPECT_EQ(refusal(a).find("accepted: a Megatron-Bridge"), std::string::npos) << "two accepted";
 
   a = args_;
   a.timing_threshold = -0.1;
