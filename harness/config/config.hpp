@@ -246,6 +246,8 @@ using StringMap = std::map<std::string, std::string>;
   X(int64_t, hang_timeout_s, 300, "A rank silent this long fails the run")                         \
   E(std::string, sdpa_backend, "auto", "auto|flash|efficient|cudnn|math", "Attention kernel")      \
   X(bool, fused_kernels, true, "GPU: fused RoPE, SwiGLU, cross-entropy and AdamW CUDA kernels")    \
+  X(int64_t, linear_cross_entropy_chunk, 0,                                                       \
+    "Output layer + loss fused, this many tokens per chunk (no full logits); 0: off")            \
   X(int64_t, offload_prefetch_layers, 1,                                                          \
     "-ol: groups reloaded ahead of backward (1: Megatron's double buffer)")                      \
   X(bool, log_per_step, true, "Print a Megatron-style line per step")                              \

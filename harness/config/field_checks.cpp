@@ -140,6 +140,12 @@ void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckCo
                "per step",
            "global_batch_size * seq_length <= 4294967296");
   }
+  // shardbench.fused_kernels=false is the A/B switch that turns every fusion off.
+  if (c.shardbench.linear_cross_entropy_chunk > 0 && !c.shardbench.fused_kernels) {
+    refuse("shardbench.linear_cross_entropy_chunk", c.shardbench.linear_cross_entropy_chunk, p,
+           "a fusion, and shardbench.fused_kernels=false turns every fusion off",
+           "0 with shardbench.fused_kernels=false");
+  }
   if (c.mixed_precision.fp8 && c.shardbench.compute_dtype != "bf16") {
     // Same words as the engine's refusal (bench_run.cpp), now before any worker starts.
     throw UsageError("shardbench.compute_dtype=" + c.shardbench.compute_dtype +

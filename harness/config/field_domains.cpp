@@ -267,6 +267,11 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"shardbench.hang_timeout_s", honoured().at_least(1).at_most(31536000)},  // a year
       {"shardbench.sdpa_backend", honoured()},
       {"shardbench.fused_kernels", honoured()},
+      {"shardbench.linear_cross_entropy_chunk",
+       honoured("the output layer and the loss run chunk by chunk "
+                "(docs/linear-cross-entropy.md); within shardbench.fused_kernels")
+           .at_least(0)
+           .at_most(kMaxCount)},
       {"shardbench.offload_prefetch_layers", honoured().at_least(1).at_most(kMaxCount)},
       {"shardbench.log_per_step", honoured()},
       {"shardbench.ranks_per_gpu", honoured("docs/shared-gpu-ranks.md").at_least(1).at_most(64)},

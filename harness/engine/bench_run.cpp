@@ -409,6 +409,7 @@ void configure_model(LlamaModel& model, const ConfigContainer& config,
   const int64_t gbs = config.train.global_batch_size;
   const int64_t mbs = config.train.micro_batch_size;
   model.set_fused_kernels(fused_kernels_from(config));
+  model.set_linear_cross_entropy(config.shardbench.linear_cross_entropy_chunk);
   model.set_recompute_layers(recompute_layers_from(config, dims));
   const Fp8Choice fp8_choice = fp8_from(config, options, dims, mbs);
   // Weights that stay put for the step are cast to FP8 once per step when the step has several

@@ -53,7 +53,9 @@ StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine, cons
       // Payload: the micro-batch index.
       nvtx::Range range(kForwardLabel, m);
       PhaseScope phase(phases, Phase::kForward);
-      loss = model.forward_loss(engine.weights(), tokens, labels, &engine);
+      // The backward scale below: the fused linear cross-entropy computes its gradients here.
+      loss = model.forward_loss(engine.weights(), tokens, labels, &engine,
+                                in.loss_scale / static_cast<double>(num_micro));
     }
     {
       nvtx::Range range(kBackwardLabel, m);

@@ -122,7 +122,8 @@ struct RunRecord {
   // bf16 weights either way (`fp8_param_gather` is recorded as false).
   std::string fp8;
   std::string fp8_transpose_cache;
-  // shardbench kernels that ran: "rope_qkv", "swiglu", "cross_entropy" (model), "adamw".
+  // shardbench fusions that ran: "rope_qkv", "swiglu", "cross_entropy" (model), "adamw",
+  // "wgrad_accumulation", "linear_cross_entropy" (results/report.schema.json lists them).
   std::vector<std::string> fused_kernel_set;
   bool deterministic = false;  // model.deterministic_mode: ATen's deterministic algorithms were on
 };

@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -11,9 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "harness/report/schema_check.hpp"
 #include "tests/perf_launch_process.hpp"
 
 namespace shardbench {
@@ -201,6 +204,55 @@ TEST(PerfLaunchOffload, ActivationOffloadIsReported) {
   EXPECT_GT(run0["activation_offload"]["offloaded_bytes_per_step"].get<int64_t>(), 0);
   EXPECT_EQ(run0["activation_offload"]["reloaded_bytes_per_step"],
             run0["activation_offload"]["offloaded_bytes_per_step"]);
+}
+
+// shardbench.linear_cross_entropy_chunk through perf-launch: the FSDP run and its DDP baseline
+// run the chunked head (2 rows of 32 tokens per micro-batch in chunks of 24: 24, 24 and 16), list
+// it in the identity, and train as the whole-logits head does (fp32 recipe).
+TEST(PerfLaunchLinearCrossEntropy, ChunkedHeadTrainsLikeTheWholeLogits) {
+  auto launch = [](const std::string& name, const std::string& extra) {
+    const auto report = temp_report(name);
+    const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu --use_megatron_fsdp true "
+                         "-ms 3 " + extra + " shardbench.report_path=" + report.string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(report);
+    return in.good() ? nlohmann::json::parse(in) : nlohmann::json();
+  };
+  const auto whole = launch("lce_off.json", "");
+  const auto chunked = launch("lce_on.json", "shardbench.linear_cross_entropy_chunk=24");
+  ASSERT_EQ(chunked["runs"].size(), 2u);
+  ASSERT_EQ(whole["runs"].size(), 2u);
+  // Real reports, not only the unit tests' synthetic ones, conform to the published schema.
+  const auto schema =
+      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+  EXPECT_EQ(check_against_schema(chunked, schema), std::vector<std::string>{});
+  EXPECT_EQ(check_against_schema(whole, schema), std::vector<std::string>{});
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& on = chunked["runs"][i];
+    const auto& off = whole["runs"][i];
+    const auto kernels = on["identity"]["fused_kernel_set"].get<std::vector<std::string>>();
+    EXPECT_NE(std::find(kernels.begin(), kernels.end(), "linear_cross_entropy"), kernels.end())
+        << on["label"];
+    const auto plain = off["identity"]["fused_kernel_set"].get<std::vector<std::string>>();
+    EXPECT_EQ(std::find(plain.begin(), plain.end(), "linear_cross_entropy"), plain.end());
+    ASSERT_EQ(on["steps"].size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      const double a = on["steps"][k]["loss"].get<double>();
+      const double b = off["steps"][k]["loss"].get<double>();
+      EXPECT_NEAR(a, b, 1e-5 * std::abs(b)) << on["label"] << " step " << k;
+    }
+  }
+  const Result refused = run(
+      "-m llama -mr llama3_tiny_cpu -ng 2 -g cpu --dryrun shardbench.linear_cross_entropy_chunk=8 "
+      "shardbench.fused_kernels=false");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find(
+                "perf-launch: error: shardbench.linear_cross_entropy_chunk=8 (from override "
+                "shardbench.linear_cross_entropy_chunk=8): a fusion, and "
+                "shardbench.fused_kernels=false turns every fusion off; accepted: 0 with "
+                "shardbench.fused_kernels=false"),
+            std::string::npos)
+      << refused.output;
 }
 
 TEST(PerfLaunchFailFast, KilledWorkerFailsTheRunNamingItsRank) {

@@ -14,6 +14,7 @@
 #include "workloads/llama/activation_offload.hpp"
 #include "workloads/llama/fp8_linear.hpp"
 #include "workloads/llama/fused_ops.hpp"
+#include "workloads/llama/linear_cross_entropy.hpp"
 #include "workloads/llama/wgrad_linear.hpp"
 
 namespace shardbench {
@@ -237,13 +238,23 @@ bool LlamaModel::uses_fused_kernels(at::ScalarType dtype) const {
 
 std::vector<std::string> LlamaModel::fused_kernel_names(at::ScalarType dtype) const {
   std::vector<std::string> names;
-  if (!fused::supports(at::empty({0}, at::TensorOptions().dtype(dtype).device(device_)))) {
-    return names;
-  }
-  if (fused_.rope_qkv) names.push_back("rope_qkv");
-  if (fused_.swiglu) names.push_back("swiglu");
-  if (fused_.cross_entropy) names.push_back("cross_entropy");
+  const bool kernels =
+      fused::supports(at::empty({0}, at::TensorOptions().dtype(dtype).device(device_)));
+  if (kernels && fused_.rope_qkv) names.push_back("rope_qkv");
+  if (kernels && fused_.swiglu) names.push_back("swiglu");
+  // The chunked head has an ATen path too, so it runs (and is listed) on every device; inside it
+  // each chunk's loss takes the cross-entropy kernel where that is on.
+  if (kernels && fused_.cross_entropy) names.push_back("cross_entropy");
+  if (lce_chunk_ > 0) names.push_back("linear_cross_entropy");
   return names;
+}
+
+void LlamaModel::set_linear_cross_entropy(int64_t chunk_tokens) {
+  if (chunk_tokens < 0) {
+    throw std::invalid_argument("linear cross-entropy chunk " + std::to_string(chunk_tokens) +
+                                ": accepted 0 (off) or more");
+  }
+  lce_chunk_ = chunk_tokens;
 }
 
 void LlamaModel::set_fp8(bool on, bool keep_transpose_cache, bool cast_once_per_step) {
@@ -299,7 +310,8 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x)
 }
 
 at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tokens,
-                                    const at::Tensor& labels, ModuleHooks* hooks) const {
+                                    const at::Tensor& labels, ModuleHooks* hooks,
+                                    double backward_scale) const {
   static const nvtx::Label kEmbeddingLabel{"forward/embedding", nvtx::Color::kForward};
   static const nvtx::Label kHeadLabel{"forward/head", nvtx::Color::kForward};
   const auto& d = dims_;
@@ -350,6 +362,19 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
   const int head = head_module(d);
   if (hooks) hooks->pre_forward(head);
   auto h = at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps);
+  if (lce_chunk_ > 0 && at::GradMode::is_enabled() &&
+      (h.requires_grad() || w.output.requires_grad())) {
+    // The output layer and the loss chunk by chunk: no [tokens, vocab] logits.
+    lce::Options o;
+    o.chunk_tokens = lce_chunk_;
+    o.grad_scale = backward_scale;
+    o.main_grads = main_grads_ && w.output.requires_grad() ? main_grads_ : nullptr;
+    o.cross_entropy_kernel = fused_.cross_entropy;
+    auto loss = lce::linear_cross_entropy(h.reshape({-1, d.hidden}), w.output,
+                                          labels.reshape({-1}), o);
+    if (hooks) loss = hooks->post_forward(head, loss);
+    return loss;
+  }
   // The output layer is a ColumnParallelLinear in Megatron: fused like the others, never FP8.
   auto logits = main_grads_ && w.output.requires_grad() ? wgrad::linear(h, w.output, main_grads_)
                                                         : at::linear(h, w.output);

@@ -153,10 +153,21 @@ class LlamaModel {
   // The offload's counters (bytes and copies); null while offload was never turned on.
   ActivationOffload* activation_offload() const { return offload_.get(); }
 
+  // The output layer and the loss fused token chunk by token chunk
+  // (shardbench.linear_cross_entropy_chunk, workloads/llama/linear_cross_entropy.hpp): the
+  // [tokens, vocab] logits never exist at once. `chunk_tokens` rows per chunk; 0: off (the whole
+  // logits, then the loss). Each chunk's loss uses the cross-entropy kernel where the fused
+  // cross-entropy is on and the tensors allow it.
+  void set_linear_cross_entropy(int64_t chunk_tokens);
+  int64_t linear_cross_entropy_chunk() const { return lce_chunk_; }
+
   // tokens, labels: [B, S] int64 on the model's device. Returns the mean token loss (fp32
-  // scalar). `hooks` may be null (plain forward).
+  // scalar). `hooks` may be null (plain forward). `backward_scale`: the gradient backward will
+  // bring for the loss (the caller's loss scale, e.g. 1 / micro-batches); the fused linear
+  // cross-entropy computes its gradients in forward and needs it then.
   at::Tensor forward_loss(const LlamaWeights& w, const at::Tensor& tokens,
-                          const at::Tensor& labels, ModuleHooks* hooks) const;
+                          const at::Tensor& labels, ModuleHooks* hooks,
+                          double backward_scale = 1.0) const;
 
  private:
   at::Tensor layer_forward(const LayerWeights& w, const at::Tensor& x) const;
@@ -177,6 +188,7 @@ class LlamaModel {
   int64_t offload_layers_ = 0;
   int64_t offload_prefetch_ = 1;
   std::shared_ptr<ActivationOffload> offload_;
+  int64_t lce_chunk_ = 0;
 
   friend struct RecomputeLayerFn;
 };
