@@ -185,20 +185,34 @@ TEST_P(LinearCrossEntropyTraining, TrainsLikeTheUnfusedHead) {
     o.use_distributed_optimizer = c.distributed_optimizer;
     o.gradient_accumulation_fusion = c.wgrad_fusion;
   };
+  // Each rank runs on its own thread: the engine of the thread that calls `finish` (rank 0).
+  static thread_local DataParallelEngine* engine_seen = nullptr;
   auto setup = [&](bool chunked) {
     return [&, chunked](DataParallelEngine& engine, LlamaModel& model) {
+      engine_seen = &engine;
       if (c.wgrad_fusion) model.set_gradient_accumulation_fusion(&engine);
       // 2 rows of 8 tokens per micro-batch: chunks of 5, 5, 5 and 1.
       model.set_linear_cross_entropy(chunked ? 5 : 0);
     };
   };
   std::vector<std::string> kernels;
+  int64_t fused_wgrads = -1;
   const auto ref = testing::train_three_steps(c.wrapper, c.strategy, setup(false), {}, options);
   const auto got = testing::train_three_steps(
       c.wrapper, c.strategy, setup(true),
-      [&](LlamaModel& model) { kernels = model.fused_kernel_names(at::kFloat); }, options);
+      [&](LlamaModel& model) {
+        kernels = model.fused_kernel_names(at::kFloat);
+        fused_wgrads = engine_seen->fused_wgrads();
+      },
+      options);
   testing::expect_trained_alike(got, ref);
   EXPECT_NE(std::find(kernels.begin(), kernels.end(), "linear_cross_entropy"), kernels.end());
+  // With the fusion every linear's weight gradient, the chunked output layer's included, went
+  // into the main-grad buffer: 4 per layer + 1, per micro-batch (2) and step (3). FSDP2 has no
+  // buffer and counts none.
+  const bool buffers = c.wgrad_fusion && std::string(c.wrapper) != "torch_fsdp2";
+  const int64_t linears = 4 * testing::three_layer_dims().num_layers + 1;
+  EXPECT_EQ(fused_wgrads, buffers ? linears * 2 * 3 : 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
