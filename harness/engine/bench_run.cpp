@@ -489,7 +489,8 @@ LrSchedule lr_schedule_from(const ConfigContainer& config) {
 // the phase timer (CUDA events on a GPU) and the count of the loop's own host syncs.
 class StepProbes {
  public:
-  StepProbes(const ConfigContainer& config, const RunRecord& rec, const WorkerContext& ctx)
+  StepProbes(const ConfigContainer& config, const RunRecord& rec, const WorkerContext& ctx,
+             DataParallelEngine& engine)
       : config_(config),
         rank_(ctx.rank),
         // Each run (the FSDP run and its DDP baseline) opens its own window: nsys's
@@ -500,7 +501,9 @@ class StepProbes {
                         config.profiling.profile_step_start, config.profiling.profile_step_end,
                         ctx.device.is_cuda(), config.profiling.record_shapes,
                         config.profiling.record_memory_history,
-                        torch_profiler_files_for(config, rec, ctx.rank)),
+                        torch_profiler_files_for(config, rec, ctx.rank),
+                        // The collectives the step left running end their profiler events first.
+                        [&engine] { engine.wait_in_flight(); }),
         phases_(make_phase_timer(ctx.device)),
         syncs_(ctx) {
     if (ctx.rank == 0 && config.profiling.use_nsys_profiler && !ctx.device.is_cuda()) {
@@ -714,7 +717,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   record_engine(rec, model, engine, config, options, dims, ctx);
 
   const LrSchedule lr = lr_schedule_from(config);
-  StepProbes probes(config, rec, ctx);
+  StepProbes probes(config, rec, ctx, engine);
   // Groups the steps of one run: the FSDP run and its DDP baseline share one process.
   nvtx::Range run_range("benchmark/" + rec.label, nvtx::Color::kStep);
 

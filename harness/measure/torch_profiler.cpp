@@ -31,14 +31,15 @@ TorchProfilerFiles torch_profiler_files(const std::filesystem::path& dir, const 
 
 TorchProfilerWindow::TorchProfilerWindow(bool active, int64_t first_step, int64_t last_step,
                                          bool cuda, bool record_shapes, bool record_memory_history,
-                                         TorchProfilerFiles files)
+                                         TorchProfilerFiles files, std::function<void()> quiesce)
     : active_(active),
       first_step_(first_step),
       last_step_(last_step),
       cuda_(cuda),
       record_shapes_(record_shapes),
       record_memory_(record_memory_history && cuda),
-      files_(std::move(files)) {}
+      files_(std::move(files)),
+      quiesce_(std::move(quiesce)) {}
 
 TorchProfilerWindow::~TorchProfilerWindow() {
   if (!capturing_) return;
@@ -89,6 +90,7 @@ void TorchProfilerWindow::after_step(int64_t step) {
 
 void TorchProfilerWindow::stop() {
   capturing_ = false;
+  if (quiesce_) quiesce_();
   std::unique_ptr<ak::ProfilerResult> result = ak::disableProfiler();
   std::ostringstream out;
   out << "torch profiler, steps " << first_step_ << "-" << (first_step_ + steps_captured_ - 1)

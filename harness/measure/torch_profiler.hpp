@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 namespace shardbench {
@@ -26,8 +27,14 @@ TorchProfilerFiles torch_profiler_files(const std::filesystem::path& dir, const 
 class TorchProfilerWindow {
  public:
   // Inactive windows do nothing. Steps count from 1; [first_step, last_step] is inclusive.
+  // `quiesce`, when set, runs before the profiler is disabled: it must wait for every
+  // asynchronous collective in flight. c10d's gloo work ends its profiler event on the worker
+  // thread when the collective completes, through the profiler state captured when it started;
+  // a window closed under it leaves that thread writing into a torn-down profiler (seen as a
+  // SIGSEGV of the profiling rank, docs/testing.md).
   TorchProfilerWindow(bool active, int64_t first_step, int64_t last_step, bool cuda,
-                      bool record_shapes, bool record_memory_history, TorchProfilerFiles files);
+                      bool record_shapes, bool record_memory_history, TorchProfilerFiles files,
+                      std::function<void()> quiesce = {});
   // Closes a window the run ended inside (train_iters < profile_step_end) and writes its files.
   ~TorchProfilerWindow();
   TorchProfilerWindow(const TorchProfilerWindow&) = delete;
@@ -46,6 +53,7 @@ class TorchProfilerWindow {
   int64_t first_step_, last_step_;
   bool cuda_, record_shapes_, record_memory_;
   TorchProfilerFiles files_;
+  std::function<void()> quiesce_;
   bool capturing_ = false;
   int64_t steps_captured_ = 0;
   std::string summary_;

@@ -114,6 +114,12 @@ class DataParallelEngine final : public ModuleHooks {
   void begin_microbatch(int index, int count);
   // After the last micro-batch's backward: every gradient reduction has completed.
   void finish_backward();
+  // Waits for every collective this engine started and has not waited for: gradient reductions
+  // and the distributed optimizer's post-step all-gather (which the next forward would wait
+  // for). A c10d work records its profiler event on the collective's own thread and ends it when
+  // the work completes, so the PyTorch profiler window calls this before it closes
+  // (torch_profiler.hpp); checkpointing calls it before it reads the buffers.
+  void wait_in_flight();
   // Clips, runs AdamW on this rank's main weights, refreshes the compute weights and zeroes the
   // gradients. Returns the global gradient norm before clipping (a device scalar).
   at::Tensor optimizer_step(double lr);

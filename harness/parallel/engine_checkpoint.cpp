@@ -9,8 +9,7 @@ namespace shardbench {
 
 std::vector<DataParallelEngine::StateBuffer> DataParallelEngine::checkpoint_state() {
   // The distributed optimizer's post-step all-gather may still be writing the compute weights.
-  drain_reductions(0);
-  for (auto& g : groups_) wait_param_sync(*g);
+  wait_in_flight();
   std::vector<StateBuffer> out;
   for (auto& gp : groups_) {
     EngineGroup& g = *gp;

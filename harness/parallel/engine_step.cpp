@@ -112,6 +112,11 @@ void DataParallelEngine::wait_param_sync(EngineGroup& g) {
   g.param_sync_input = at::Tensor();
 }
 
+void DataParallelEngine::wait_in_flight() {
+  drain_reductions(0);
+  for (auto& g : groups_) wait_param_sync(*g);
+}
+
 void DataParallelEngine::pre_forward(int module) {
   for (int gi : module_groups_[static_cast<size_t>(module)]) {
     auto& g = *groups_[static_cast<size_t>(gi)];
