@@ -162,6 +162,24 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels, boo
   return CrossEntropyFn::apply(logits, labels, grad_in_place);
 }
 
+at::Tensor cross_entropy_rows_grad_in_place(at::Tensor& logits, const at::Tensor& labels,
+                                            const at::Tensor& scale) {
+  require(logits.dim() == 2 && logits.is_contiguous() && labels.is_contiguous() &&
+              labels.numel() == logits.size(0) && scale.scalar_type() == at::kFloat,
+          "cross_entropy_rows_grad_in_place needs contiguous [N, V] logits, [N] labels, fp32 scale");
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  at::Tensor lse = at::empty({rows}, logits.options().dtype(at::kFloat));
+  at::Tensor loss_rows = at::empty_like(lse);
+  kernels::cross_entropy_forward(logits.data_ptr(), kdtype(logits), rows, vocab, vocab,
+                                 labels.data_ptr<int64_t>(), kIgnoreIndex, lse.data_ptr<float>(),
+                                 loss_rows.data_ptr<float>(), stream_of(logits));
+  kernels::cross_entropy_backward(logits.data_ptr(), logits.data_ptr(), kdtype(logits), rows, vocab,
+                                  vocab, labels.data_ptr<int64_t>(), kIgnoreIndex,
+                                  lse.data_ptr<float>(), scale.data_ptr<float>(),
+                                  stream_of(logits));
+  return loss_rows;
+}
+
 at::Tensor swiglu(const at::Tensor& gate_up, int64_t ffn) { return SwigluFn::apply(gate_up, ffn); }
 
 std::array<at::Tensor, 3> rope_qkv(const at::Tensor& qkv, const at::Tensor& cos,
@@ -180,6 +198,9 @@ namespace {
 }  // namespace
 
 at::Tensor cross_entropy(const at::Tensor&, const at::Tensor&, bool) { not_built(); }
+at::Tensor cross_entropy_rows_grad_in_place(at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  not_built();
+}
 at::Tensor swiglu(const at::Tensor&, int64_t) { not_built(); }
 std::array<at::Tensor, 3> rope_qkv(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
                                    int64_t, int64_t) {

@@ -20,6 +20,13 @@ bool supports(const at::Tensor& t);
 // gradient overwrites the logits in backward: the caller promises nothing else reads them.
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels, bool grad_in_place);
 
+// Both cross-entropy kernels at once, outside autograd (the fused linear cross-entropy's chunks):
+// returns the fp32 loss rows of contiguous [N, V] logits (0 on ignored rows) and writes the
+// logits' gradient over them, (softmax - one_hot(label)) * scale[0] on rows that count. `labels`:
+// contiguous [N] int64; `scale`: a device fp32 [1] tensor.
+at::Tensor cross_entropy_rows_grad_in_place(at::Tensor& logits, const at::Tensor& labels,
+                                            const at::Tensor& scale);
+
 // silu(gate) * up for gate_up = [..., 2 * ffn] laid out [gate | up].
 at::Tensor swiglu(const at::Tensor& gate_up, int64_t ffn);
 

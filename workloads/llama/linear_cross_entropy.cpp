@@ -6,11 +6,6 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
-#ifdef SHARDBENCH_CUDA_KERNELS
-#include <ATen/cuda/CUDAContext.h>
-
-#include "kernels/kernels.hpp"
-#endif
 #include "workloads/llama/fused_ops.hpp"
 #include "workloads/llama/llama_model.hpp"
 #include "workloads/llama/wgrad_linear.hpp"
@@ -35,26 +30,9 @@ void require(bool ok, const std::string& what) {
 // the gradient formula is shard-local once the log-sum-exp is known.
 at::Tensor chunk_loss_and_grad(at::Tensor& logits, const at::Tensor& labels,
                                const at::Tensor& scale, bool kernel) {
-#ifdef SHARDBENCH_CUDA_KERNELS
   if (kernel && fused::supports(logits)) {
-    const int64_t rows = logits.size(0), vocab = logits.size(1);
-    const auto kdtype = logits.scalar_type() == at::kBFloat16 ? kernels::DType::kBFloat16
-                                                              : kernels::DType::kFloat32;
-    const auto stream = at::cuda::getCurrentCUDAStream(logits.device().index()).stream();
-    const auto f32 = logits.options().dtype(at::kFloat);
-    at::Tensor lse = at::empty({rows}, f32);
-    at::Tensor loss_rows = at::empty({rows}, f32);
-    kernels::cross_entropy_forward(logits.data_ptr(), kdtype, rows, vocab, vocab,
-                                   labels.data_ptr<int64_t>(), kIgnoreIndex, lse.data_ptr<float>(),
-                                   loss_rows.data_ptr<float>(), stream);
-    kernels::cross_entropy_backward(logits.data_ptr(), logits.data_ptr(), kdtype, rows, vocab,
-                                    vocab, labels.data_ptr<int64_t>(), kIgnoreIndex,
-                                    lse.data_ptr<float>(), scale.data_ptr<float>(), stream);
-    return loss_rows;
+    return fused::cross_entropy_rows_grad_in_place(logits, labels, scale);
   }
-#else
-  (void)kernel;
-#endif
   // ATen: fp32 math on the logits, as at::cross_entropy_loss on fp32 logits.
   const at::Tensor valid = labels.ne(kIgnoreIndex);
   const at::Tensor safe = at::where(valid, labels, at::zeros_like(labels)).unsqueeze(1);
@@ -75,7 +53,7 @@ struct LinearCrossEntropyFn : torch::autograd::Function<LinearCrossEntropyFn> {
                             const at::Tensor& labels, int64_t chunk_tokens, double grad_scale,
                             int64_t main_grads, bool kernel) {
     at::NoGradGuard no_grad;
-    const int64_t tokens = h.size(0), vocab = w.size(0);
+    const int64_t tokens = h.size(0);
     const at::Tensor lab = labels.contiguous();
     auto* hooks = reinterpret_cast<ModuleHooks*>(main_grads);
     const at::Tensor target = hooks ? hooks->main_grad(w) : at::Tensor();
@@ -111,12 +89,10 @@ struct LinearCrossEntropyFn : torch::autograd::Function<LinearCrossEntropyFn> {
     auto* hooks = reinterpret_cast<ModuleHooks*>(ctx->saved_data["main_grads"].toInt());
     const at::Tensor w = ctx->saved_data["w"].toTensor();
     const at::Tensor g = grads[0].to(at::kFloat);
-    // dh and dW were computed for a backward gradient of grad_scale; the ratio is exactly 1 then.
-    const at::Tensor ratio = g / static_cast<float>(grad_scale);
     at::Tensor dh = saved[0];
-    dh.mul_(ratio.to(dh.scalar_type()));
     if (hooks) {
-      // The weight gradient is already in the main-grad buffer, scaled by grad_scale.
+      // The weight gradient is already in the main-grad buffer, scaled by grad_scale: backward
+      // must bring exactly that scale, and then dh needs no rescale either.
       const at::Tensor same = g.eq(static_cast<float>(grad_scale));
       if (g.is_cuda()) {
         at::_assert_async(same, "linear_cross_entropy: backward gradient differs from grad_scale");
@@ -128,6 +104,9 @@ struct LinearCrossEntropyFn : torch::autograd::Function<LinearCrossEntropyFn> {
       hooks->main_grad_accumulated(w);
       return {dh, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
+    // dh and dW were computed for a backward gradient of grad_scale; the ratio is 1 in training.
+    const at::Tensor ratio = g / static_cast<float>(grad_scale);
+    dh.mul_(ratio.to(dh.scalar_type()));
     at::Tensor dw = (saved[1] * ratio).to(w.scalar_type());
     return {dh, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
