@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "tests/engine/three_layer_training.hpp"
+#include "tests/main_grad_hooks.hpp"
 #include "workloads/llama/linear_cross_entropy.hpp"
 
 namespace shardbench {
@@ -29,17 +30,23 @@ struct Problem {
 };
 
 // The model's unfused head: logits in the compute dtype, then the loss in fp32.
+// Fresh leaves with the problem's values.
+struct Leaves {
+  at::Tensor h, w;
+  explicit Leaves(const Problem& p)
+      : h(p.h.detach().clone().requires_grad_(true)),
+        w(p.w.detach().clone().requires_grad_(true)) {}
+};
+
 Grads unfused(const Problem& p, double scale = 1.0) {
-  at::Tensor h = p.h.detach().clone().requires_grad_(true);
-  at::Tensor w = p.w.detach().clone().requires_grad_(true);
+  auto [h, w] = Leaves(p);
   at::Tensor loss = at::cross_entropy_loss(at::linear(h, w).to(at::kFloat), p.labels);
   (loss * scale).backward();
   return {loss.detach(), h.grad(), w.grad()};
 }
 
 Grads fused(const Problem& p, lce::Options o, double scale = 1.0) {
-  at::Tensor h = p.h.detach().clone().requires_grad_(true);
-  at::Tensor w = p.w.detach().clone().requires_grad_(true);
+  auto [h, w] = Leaves(p);
   at::Tensor loss = lce::linear_cross_entropy(h, w, p.labels, o);
   (loss * scale).backward();
   return {loss.detach(), h.grad(), w.grad()};
@@ -121,32 +128,24 @@ TEST(LinearCrossEntropy, RefusesBadShapesAndChunks) {
                std::invalid_argument);
 }
 
-// A main-grad buffer as an engine gives one under gradient-accumulation fusion.
-class BufferHooks : public ModuleHooks {
- public:
-  explicit BufferHooks(at::Tensor buffer) : buffer_(std::move(buffer)) {}
-  void pre_forward(int) override {}
-  at::Tensor post_forward(int, at::Tensor out) override { return out; }
-  at::Tensor main_grad(const at::Tensor&) override { return buffer_; }
-  void main_grad_accumulated(const at::Tensor&) override { ++accumulated; }
-  int accumulated = 0;
+using testing_util::BufferHooks;
 
- private:
-  at::Tensor buffer_;
-};
+// Chunks of `chunk` rows, dW into `hooks`' buffer, for a backward scale of 0.5.
+lce::Options main_grad_options(BufferHooks& hooks, int64_t chunk) {
+  lce::Options o;
+  o.chunk_tokens = chunk;
+  o.grad_scale = 0.5;
+  o.main_grads = &hooks;
+  return o;
+}
 
 TEST(LinearCrossEntropy, AccumulatesIntoTheMainGradBuffer) {
   const Problem p(11, 6, 19, at::kFloat, 6);
   const Grads ref = unfused(p, 0.5);
   const at::Tensor start = at::randn({19, 6});
   BufferHooks hooks(start.clone());
-  lce::Options o;
-  o.chunk_tokens = 4;
-  o.grad_scale = 0.5;
-  o.main_grads = &hooks;
-  at::Tensor h = p.h.detach().clone().requires_grad_(true);
-  at::Tensor w = p.w.detach().clone().requires_grad_(true);
-  at::Tensor loss = lce::linear_cross_entropy(h, w, p.labels, o);
+  auto [h, w] = Leaves(p);
+  at::Tensor loss = lce::linear_cross_entropy(h, w, p.labels, main_grad_options(hooks, 4));
   EXPECT_EQ(hooks.accumulated, 0) << "counted before backward";
   (loss * 0.5).backward();
   EXPECT_EQ(hooks.accumulated, 1);
@@ -158,13 +157,8 @@ TEST(LinearCrossEntropy, AccumulatesIntoTheMainGradBuffer) {
 TEST(LinearCrossEntropy, MainGradPathRefusesAnotherBackwardScale) {
   const Problem p(5, 4, 7, at::kFloat, 7);
   BufferHooks hooks(at::zeros({7, 4}));
-  lce::Options o;
-  o.chunk_tokens = 2;
-  o.grad_scale = 0.5;
-  o.main_grads = &hooks;
-  at::Tensor h = p.h.detach().clone().requires_grad_(true);
-  at::Tensor w = p.w.detach().clone().requires_grad_(true);
-  at::Tensor loss = lce::linear_cross_entropy(h, w, p.labels, o);
+  auto [h, w] = Leaves(p);
+  at::Tensor loss = lce::linear_cross_entropy(h, w, p.labels, main_grad_options(hooks, 2));
   EXPECT_THROW((loss * 0.25).backward(), std::exception);
 }
 

@@ -7,6 +7,7 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 
+#include "tests/main_grad_hooks.hpp"
 #include "workloads/llama/fused_ops.hpp"
 #include "workloads/llama/linear_cross_entropy.hpp"
 #include "workloads/llama/llama_model.hpp"
@@ -25,18 +26,7 @@ double rel_err(const at::Tensor& a, const at::Tensor& b) {
   return (a64 - b64).norm().item<double>() / std::max(1e-30, b64.norm().item<double>());
 }
 
-class BufferHooks : public ModuleHooks {
- public:
-  explicit BufferHooks(at::Tensor buffer) : buffer_(std::move(buffer)) {}
-  void pre_forward(int) override {}
-  at::Tensor post_forward(int, at::Tensor out) override { return out; }
-  at::Tensor main_grad(const at::Tensor&) override { return buffer_; }
-  void main_grad_accumulated(const at::Tensor&) override { ++accumulated; }
-  int accumulated = 0;
-
- private:
-  at::Tensor buffer_;
-};
+using testing_util::BufferHooks;
 
 class LinearCrossEntropyGpu : public ::testing::TestWithParam<at::ScalarType> {
  protected:
