@@ -675,6 +675,29 @@ void record_activation_offload(RunRecord& rec, const LlamaModel& model, int64_t 
   }
 }
 
+// What autograd kept for backward in the step's first micro-batch (rank 0), by module and op.
+void record_saved_activations(RunRecord& rec, const LlamaModel& model, int64_t iteration) {
+  std::optional<SavedActivations> census = model.take_activation_census();
+  if (!census) return;
+  census->measured = "rank 0, iteration " + std::to_string(iteration) + ", micro-batch 1";
+  int64_t layer_bytes = 0, layers = 0;
+  for (const ModuleSavedActivations& m : census->modules) {
+    if (m.name.rfind("layer ", 0) == 0) {
+      layer_bytes = std::max(layer_bytes, m.bytes);
+      ++layers;
+    }
+  }
+  constexpr double kMiB = 1024.0 * 1024.0;
+  std::printf(
+      "perf-launch: saved activations per micro-batch: %.1f MiB (largest of %lld layers %.2f MiB, "
+      "offloaded %.1f MiB; measured on %s)\n",
+      static_cast<double>(census->total_bytes) / kMiB, static_cast<long long>(layers),
+      static_cast<double>(layer_bytes) / kMiB,
+      static_cast<double>(census->offloaded_bytes) / kMiB, census->measured.c_str());
+  std::fflush(stdout);
+  rec.saved_activations = std::move(census);
+}
+
 // The engine's measured static buffers and, for Megatron FSDP, the model's prediction of them.
 void record_memory(RunRecord& rec, const DataParallelEngine& engine,
                    const EngineOptions& options, const LlamaDims& dims,
@@ -735,7 +758,12 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
         config.train.micro_batch_size, lr.at(it), config.train.empty_unused_memory_level,
         test_fault_loss_scale(config.shardbench, options.wrapper, ctx.rank)};
     probes.before_step(iteration);
+    // The run's first step (never in the statistics, WarmupRule): rank 0 records what autograd
+    // saves in its first micro-batch's forward.
+    const bool census = it == first_it && ctx.rank == 0;
+    if (census) model.arm_activation_census();
     const TimedStep timed = timed_step(model, engine, in, iteration, config, probes, ctx);
+    if (census) record_saved_activations(rec, model, iteration);
     my_step_ms.push_back(timed.mine_ms);
     rec.steps.push_back(record_step(timed, in, iteration, probes.syncs(), ctx));
     probes.after_step(iteration);

@@ -249,6 +249,62 @@ json snapshot_json(const AllocatorSnapshot& a) {
           {"num_ooms", a.num_ooms}};
 }
 
+json saved_activations_json(const SavedActivations& s) {
+  json modules = json::array();
+  for (const ModuleSavedActivations& m : s.modules) {
+    json groups = json::array();
+    for (const SavedTensorGroup& g : m.groups) {
+      groups.push_back({{"region", g.region},
+                        {"op", g.op},
+                        {"dtype", g.dtype},
+                        {"shape", g.shape},
+                        {"count", g.count},
+                        {"new_bytes", g.new_bytes},
+                        {"view_bytes", g.view_bytes}});
+    }
+    modules.push_back({{"module", m.module},
+                       {"name", m.name},
+                       {"bytes", m.bytes},
+                       {"offloaded_bytes", m.offloaded_bytes},
+                       {"saved_tensors", m.saved_tensors},
+                       {"saved_again", m.saved_again},
+                       {"shared_storage", m.shared_storage},
+                       {"weights", m.weights},
+                       {"groups", groups}});
+  }
+  return {{"measured", s.measured},
+          {"total_bytes", s.total_bytes},
+          {"offloaded_bytes", s.offloaded_bytes},
+          {"modules", modules}};
+}
+
+// The allocator's peak as a sum of named parts: the engine's static buffers, the activations
+// autograd kept on the device (the census, less what offload moved to the host) and the engine's
+// largest transient set (gathers). `other_bytes` is what the names do not cover (backward's
+// gradients of activations, workspaces, the loss); reserved - allocated is the caching
+// allocator's slack.
+json peak_breakdown_json(const RunRecord& run, int64_t static_bytes) {
+  if (run.allocator.empty() || !run.saved_activations) return nullptr;
+  int64_t max_allocated = 0, max_reserved = 0;
+  for (const AllocatorSnapshot& a : run.allocator) {
+    max_allocated = std::max(max_allocated, a.max_allocated_bytes);
+    max_reserved = std::max(max_reserved, a.max_reserved_bytes);
+  }
+  if (max_allocated <= 0) return nullptr;
+  const int64_t saved = run.saved_activations->total_bytes - run.saved_activations->offloaded_bytes;
+  const int64_t transient = run.memory.temporary_peak_bytes;
+  const int64_t named = static_bytes + saved + transient;
+  return {{"max_allocated_bytes", max_allocated},
+          {"static_bytes", static_bytes},
+          {"saved_activation_bytes", saved},
+          {"transient_buffer_bytes", transient},
+          {"named_bytes", named},
+          {"other_bytes", max_allocated - named},
+          {"other_relative", static_cast<double>(max_allocated - named) /
+                                 static_cast<double>(max_allocated)},
+          {"reserved_minus_allocated_bytes", max_reserved - max_allocated}};
+}
+
 json memory_json(const RunRecord& run) {
   json engine = engine_memory_json(run.memory);
   json predicted = predicted_json(run);
@@ -289,7 +345,10 @@ json memory_json(const RunRecord& run) {
           {"engine_vs_predicted_static_relative", engine_vs_predicted},
           {"per_rank", per_rank},
           {"allocator", allocator},
-          {"allocator_peak", peak}};
+          {"allocator_peak", peak},
+          {"saved_activations",
+           run.saved_activations ? saved_activations_json(*run.saved_activations) : json(nullptr)},
+          {"peak_breakdown", peak_breakdown_json(run, engine["static_total_bytes"].get<int64_t>())}};
 }
 
 json checkpoint_event_json(const CheckpointEvent& e) {

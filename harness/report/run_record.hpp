@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/config/wrapper.hpp"
+#include "harness/measure/saved_activations.hpp"
 #include "harness/measure/zero_model.hpp"
 
 namespace shardbench {
@@ -116,6 +117,9 @@ struct RunRecord {
   std::optional<StaticMemoryBytes> predicted_memory;
   std::optional<DtypePolicy> dtype_policy;  // the policy the engine ran; else from compute_dtype
   std::optional<ActivationOffloadRecord> activation_offload;  // absent: no offload
+  // What autograd saved in the first micro-batch's forward of the run's first step (rank 0);
+  // absent when no census ran (a run that failed before its first step).
+  std::optional<SavedActivations> saved_activations;
   CheckpointRecord checkpoint;
   // FP8 compute: "hybrid/tensorwise" (format/recipe) or empty for none; the weights' transposed
   // FP8 copies "kept" from forward to backward or "rebuilt" in backward. The all-gather moves

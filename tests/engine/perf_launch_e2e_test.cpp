@@ -204,6 +204,18 @@ TEST(PerfLaunchOffload, ActivationOffloadIsReported) {
   EXPECT_GT(run0["activation_offload"]["offloaded_bytes_per_step"].get<int64_t>(), 0);
   EXPECT_EQ(run0["activation_offload"]["reloaded_bytes_per_step"],
             run0["activation_offload"]["offloaded_bytes_per_step"]);
+  // The census sees the offloaded layer's activations and marks them; the other layer's stay.
+  const auto& saved = run0["memory"]["saved_activations"];
+  ASSERT_TRUE(saved.is_object()) << run0["memory"].dump();
+  EXPECT_EQ(saved["measured"], "rank 0, iteration 1, micro-batch 1");
+  const auto& modules = saved["modules"];
+  ASSERT_GE(modules.size(), 4u);
+  EXPECT_EQ(modules[1]["name"], "layer 0");
+  EXPECT_GT(modules[1]["offloaded_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(modules[1]["offloaded_bytes"], modules[1]["bytes"]);
+  EXPECT_EQ(modules[2]["offloaded_bytes"], 0);
+  EXPECT_EQ(saved["offloaded_bytes"], modules[1]["bytes"]);
+  EXPECT_TRUE(run0["memory"]["peak_breakdown"].is_null());  // CPU: no allocator peak
 }
 
 // shardbench.linear_cross_entropy_chunk through perf-launch: the FSDP run and its DDP baseline
@@ -235,6 +247,13 @@ TEST(PerfLaunchLinearCrossEntropy, ChunkedHeadTrainsLikeTheWholeLogits) {
         << on["label"];
     const auto plain = off["identity"]["fused_kernel_set"].get<std::vector<std::string>>();
     EXPECT_EQ(std::find(plain.begin(), plain.end(), "linear_cross_entropy"), plain.end());
+    // The chunked head keeps no logits for backward: its saved bytes drop by at least the
+    // [tokens, vocab] fp32 log-softmax the whole-logits loss keeps.
+    const auto head_bytes = [](const nlohmann::json& run) {
+      return run["memory"]["saved_activations"]["modules"].back()["bytes"].get<int64_t>();
+    };
+    const int64_t tokens = 2 * 32, vocab = on["config"]["model"]["vocab_size"].get<int64_t>();
+    EXPECT_LE(head_bytes(on) + tokens * vocab * 4, head_bytes(off)) << on["label"];
     ASSERT_EQ(on["steps"].size(), 3u);
     for (size_t k = 0; k < 3; ++k) {
       const double a = on["steps"][k]["loss"].get<double>();

@@ -19,6 +19,7 @@
 #include <torch/csrc/autograd/saved_variable_hooks.h>
 
 #include "harness/parallel/tensor_bytes.hpp"
+#include "workloads/llama/activation_census.hpp"
 
 namespace shardbench {
 namespace {
@@ -146,8 +147,10 @@ size_t OffloadGroup::pack(const at::Tensor& saved) {
   at::Tensor t = saved.detach();
   const c10::StorageImpl* storage = t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
   // No size threshold: a layer saves few tensors, and Megatron offloads every activation.
-  if (closed || storage == nullptr || keep.count(storage) != 0 || t.layout() != at::kStrided ||
-      t.device().type() != impl->device.type()) {
+  const bool kept = closed || storage == nullptr || keep.count(storage) != 0 ||
+                    t.layout() != at::kStrided || t.device().type() != impl->device.type();
+  census::record(saved, /*offloaded=*/!kept);
+  if (kept) {
     ++c.kept_tensors;
     if (impl->observer) impl->observer(t, false);
     OffloadEntry& e = entries.emplace_back();
@@ -296,12 +299,15 @@ class OffloadHooks final : public torch::autograd::SavedVariableHooks {
 // SavedVariable's constructor asks the default engine for hooks when saved-tensor hooks are
 // enabled (at::SavedTensorDefaultHooks::is_enabled()); the base engine answers none, Python's
 // engine answers torch.autograd.graph.saved_tensors_hooks. This one answers offload hooks while
-// a layer scope is open on the calling thread. Everything else is the base engine's.
+// a layer scope is open on the calling thread, and census hooks while a census module scope is
+// (workloads/llama/activation_census.hpp). Everything else is the base engine's.
 class ShardbenchAutogradEngine final : public torch::autograd::Engine {
  public:
   std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks() override {
-    if (!t_open_group) return nullptr;
-    return std::make_unique<OffloadHooks>(t_open_group);
+    // Offload first: its pack hook also tells an open census what it saw.
+    if (t_open_group) return std::make_unique<OffloadHooks>(t_open_group);
+    if (census::open_on_this_thread()) return census::make_hooks();
+    return nullptr;
   }
 };
 

@@ -1,6 +1,7 @@
 #include "workloads/llama/llama_model.hpp"
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #ifdef SHARDBENCH_WITH_NCCL
@@ -11,6 +12,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "harness/measure/nvtx.hpp"
+#include "workloads/llama/activation_census.hpp"
 #include "workloads/llama/activation_offload.hpp"
 #include "workloads/llama/fp8_linear.hpp"
 #include "workloads/llama/fused_ops.hpp"
@@ -121,8 +123,14 @@ struct RecomputeLayerFn : torch::autograd::Function<RecomputeLayerFn> {
     ctx->save_for_backward({x});
     ctx->saved_data["model"] = model;
     ctx->saved_data["layer"] = layer;
-    at::NoGradGuard no_grad;
-    return m->layer_forward(*w, x);
+    at::Tensor out;
+    {
+      at::NoGradGuard no_grad;
+      out = m->layer_forward(*w, x);
+    }
+    // Autograd saves `x` after this returns: the census names it for what it is.
+    census::region("recompute_input");
+    return out;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -224,6 +232,18 @@ void LlamaModel::set_offload_layers(int64_t n) {
   if (!offload_) offload_ = std::make_shared<ActivationOffload>(device_);
 }
 
+void LlamaModel::arm_activation_census() const {
+  install_offload_autograd_engine();
+  census_armed_ = std::make_shared<ActivationCensus>();
+  census_result_.reset();
+}
+
+std::optional<SavedActivations> LlamaModel::take_activation_census() const {
+  std::optional<SavedActivations> out = std::move(census_result_);
+  census_result_.reset();
+  return out;
+}
+
 void LlamaModel::set_offload_prefetch_layers(int64_t k) {
   if (k < 1) {
     throw std::invalid_argument("offload prefetch layers " + std::to_string(k) +
@@ -280,9 +300,12 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x)
   const int64_t b = x.size(0), s = x.size(1);
   const bool fusable = fused::supports(x);
   // Attention block.
+  census::region("input_norm");
   auto h = at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps);
+  census::region("qkv");
   auto qkv = linear(h, w.qkv);
   at::Tensor q, k, v;
+  census::region("rope");
   if (fusable && fused_.rope_qkv) {
     auto qkv_split = fused::rope_qkv(qkv, rope_cos_, rope_sin_, d.heads, d.kv_heads, d.head_dim);
     q = qkv_split[0].transpose(1, 2);
@@ -296,16 +319,22 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x)
     k = apply_rope(k).transpose(1, 2);
     v = v.transpose(1, 2);
   }
+  census::region("attention");
   auto attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
                                                /*enable_gqa=*/d.kv_heads != d.heads);
   attn = attn.transpose(1, 2).reshape({b, s, d.q_dim()});
+  census::region("proj");
   auto x1 = x + linear(attn, w.proj);
   // SwiGLU MLP: fc1 holds [gate; up] as Megatron's fused linear_fc1.
+  census::region("post_norm");
   auto h2 = at::rms_norm(x1, {d.hidden}, w.post_norm, d.norm_eps);
+  census::region("fc1");
   auto gate_up = linear(h2, w.fc1);
+  census::region("swiglu");
   auto act = fusable && fused_.swiglu
                  ? fused::swiglu(gate_up, d.ffn)
                  : at::silu(gate_up.narrow(-1, 0, d.ffn)) * gate_up.narrow(-1, d.ffn, d.ffn);
+  census::region("fc2");
   return x1 + linear(act, w.fc2);
 }
 
@@ -315,12 +344,27 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
   static const nvtx::Label kEmbeddingLabel{"forward/embedding", nvtx::Color::kForward};
   static const nvtx::Label kHeadLabel{"forward/head", nvtx::Color::kForward};
   const auto& d = dims_;
+  // The saved-activation census, when armed: one module scope at a time, finished when this
+  // forward returns (before its backward frees anything).
+  std::shared_ptr<ActivationCensus> census;
+  if (census_armed_ && at::GradMode::is_enabled()) census = std::move(census_armed_);
+  struct CensusFinish {
+    const LlamaModel& model;
+    std::shared_ptr<ActivationCensus> census;
+    ~CensusFinish() {
+      if (census) model.census_result_ = census->finish("");
+    }
+  } census_finish{*this, census};
+  std::optional<ActivationCensus::ModuleScope> census_scope;
   at::Tensor x;
   {
     nvtx::Range range(kEmbeddingLabel);
     if (hooks) hooks->pre_forward(0);
+    if (census) census_scope.emplace(*census, 0, "embedding", std::vector<at::Tensor>{w.embedding});
+    census::region("embedding");
     x = at::embedding(w.embedding, tokens);
     if (hooks) x = hooks->post_forward(0, x);
+    census_scope.reset();
   }
   if (offload_layers_ > 0 && recompute_layers_ > 0) {
     throw std::logic_error("LlamaModel: activation offload and recompute exclude each other");
@@ -333,6 +377,12 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     nvtx::Range range(kLayerForwardLabels[l]);
     const int m = static_cast<int>(l) + 1;
     if (hooks) hooks->pre_forward(m);
+    if (census) {
+      const LayerWeights& lw = w.layers[l];
+      census_scope.emplace(*census, m, "layer " + std::to_string(l),
+                           std::vector<at::Tensor>{lw.input_norm, lw.qkv, lw.proj, lw.post_norm,
+                                                   lw.fc1, lw.fc2, rope_cos_, rope_sin_});
+    }
     const bool mark = mark_backward(x);
     if (mark) x = BackwardRangeClose::apply(x)[0];
     if (l < recompute_layers_ && x.requires_grad() && at::GradMode::is_enabled()) {
@@ -357,10 +407,15 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     if (hooks) x = hooks->post_forward(m, x);
     // After post_forward: the engine's pre-backward gather runs inside the layer's range.
     if (mark) x = BackwardRangeOpen::apply(x, l)[0];
+    census_scope.reset();
   }
   nvtx::Range head_range(kHeadLabel);
   const int head = head_module(d);
   if (hooks) hooks->pre_forward(head);
+  if (census) {
+    census_scope.emplace(*census, head, "head", std::vector<at::Tensor>{w.final_norm, w.output});
+  }
+  census::region("final_norm");
   auto h = at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps);
   if (lce_chunk_ > 0 && at::GradMode::is_enabled() &&
       (h.requires_grad() || w.output.requires_grad())) {
@@ -370,16 +425,19 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     o.grad_scale = backward_scale;
     o.main_grads = main_grads_ && w.output.requires_grad() ? main_grads_ : nullptr;
     o.cross_entropy_kernel = fused_.cross_entropy;
+    census::region("linear_cross_entropy");
     auto loss = lce::linear_cross_entropy(h.reshape({-1, d.hidden}), w.output,
                                           labels.reshape({-1}), o);
     if (hooks) loss = hooks->post_forward(head, loss);
     return loss;
   }
   // The output layer is a ColumnParallelLinear in Megatron: fused like the others, never FP8.
+  census::region("output");
   auto logits = main_grads_ && w.output.requires_grad() ? wgrad::linear(h, w.output, main_grads_)
                                                         : at::linear(h, w.output);
   // Cross-entropy with fp32 math, as Megatron's vocab-parallel loss. The fused kernel reads the
   // logits in their own dtype and writes their gradient over them (nothing else reads them).
+  census::region("loss");
   auto loss =
       fused_.cross_entropy && fused::supports(logits)
           ? fused::cross_entropy(logits.view({-1, d.vocab}), labels.reshape({-1}), true)

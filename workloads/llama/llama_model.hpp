@@ -9,10 +9,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
+
+#include "harness/measure/saved_activations.hpp"
 
 namespace shardbench {
 
@@ -86,6 +89,7 @@ class ModuleHooks {
 };
 
 class ActivationOffload;  // workloads/llama/activation_offload.hpp
+class ActivationCensus;   // workloads/llama/activation_census.hpp
 namespace fp8 {
 class WeightCache;  // workloads/llama/fp8_linear.hpp
 }
@@ -153,6 +157,13 @@ class LlamaModel {
   // The offload's counters (bytes and copies); null while offload was never turned on.
   ActivationOffload* activation_offload() const { return offload_.get(); }
 
+  // The saved-activation census (workloads/llama/activation_census.hpp): the next forward_loss
+  // that builds a graph records what autograd keeps for backward, per module and producing op;
+  // take_activation_census() returns it once, after that forward. The pass holds the same memory
+  // as any other; its host cost is a hook object per saved tensor.
+  void arm_activation_census() const;
+  std::optional<SavedActivations> take_activation_census() const;
+
   // The output layer and the loss fused token chunk by token chunk
   // (shardbench.linear_cross_entropy_chunk, workloads/llama/linear_cross_entropy.hpp): the
   // [tokens, vocab] logits never exist at once. `chunk_tokens` rows per chunk; 0: off (the whole
@@ -189,6 +200,9 @@ class LlamaModel {
   int64_t offload_prefetch_ = 1;
   std::shared_ptr<ActivationOffload> offload_;
   int64_t lce_chunk_ = 0;
+  // Per pass, not configuration: armed by arm_activation_census(), filled by the forward.
+  mutable std::shared_ptr<ActivationCensus> census_armed_;
+  mutable std::optional<SavedActivations> census_result_;
 
   friend struct RecomputeLayerFn;
 };
