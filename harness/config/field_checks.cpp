@@ -140,6 +140,40 @@ void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckCo
                "per step",
            "global_batch_size * seq_length <= 4294967296");
   }
+  // Selective recompute: the modules the engine implements; the list means nothing without
+  // selective granularity, so a set list is refused there rather than ignored.
+  const bool selective = m.recompute_granularity.value_or("") == "selective";
+  if (selective) {
+    for (const std::string& module : m.recompute_modules) {
+      if (module != "layernorm") {
+        refuse("model.recompute_modules", json(m.recompute_modules), p,
+               "module '" + module + "' is not implemented",
+               "[\"layernorm\"] (the input and pre-MLP RMSNorm outputs)");
+      }
+    }
+    // MCore's TransformerConfig: selective recompute takes no layer count.
+    if (m.recompute_num_layers) {
+      refuse("model.recompute_num_layers", *m.recompute_num_layers, p,
+             "set with model.recompute_granularity=selective",
+             "null (selective recompute applies to every layer)");
+    }
+    if (m.recompute_modules.empty()) {
+      refuse("model.recompute_modules", json(m.recompute_modules), p,
+             "selective recompute of no module", "[\"layernorm\"]");
+    }
+  } else if (m.recompute_modules != ModelConfig{}.recompute_modules) {
+    refuse("model.recompute_modules", json(m.recompute_modules), p,
+           "read only with model.recompute_granularity=selective (it is " +
+               m.recompute_granularity.value_or("null") + ")",
+           "model.recompute_granularity=selective, or the default [\"core_attn\"]");
+  }
+  const bool output_recompute = selective || c.shardbench.recompute_swiglu;
+  if (output_recompute && c.mixed_precision.fp8) {
+    refuse(selective ? "model.recompute_modules" : "shardbench.recompute_swiglu",
+           selective ? json(m.recompute_modules) : json(true), p,
+           "output recompute in front of the FP8 linears is not implemented",
+           selective ? "full recompute (-rl N) with FP8" : "false with FP8 compute");
+  }
   // shardbench.fused_kernels=false is the A/B switch that turns every fusion off.
   if (c.shardbench.linear_cross_entropy_chunk > 0 && !c.shardbench.fused_kernels) {
     refuse("shardbench.linear_cross_entropy_chunk", c.shardbench.linear_cross_entropy_chunk, p,

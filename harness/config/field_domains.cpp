@@ -78,12 +78,13 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.expert_tensor_parallel_size", not_impl(kNoMoe).only_values({nullptr, 1})},
       {"model.num_moe_experts", not_impl(kNoMoe)},
       {"model.sequence_parallel", not_impl(kDataParallelOnly + " (no tensor parallelism)")},
-      {"model.recompute_granularity",
-       honoured("selective recompute is not implemented").only_values({nullptr, "full"})},
+      {"model.recompute_granularity", honoured().only_values({nullptr, "full", "selective"})},
       {"model.recompute_method",
        honoured("uniform recompute is not implemented").only_values({nullptr, "block"})},
       {"model.recompute_num_layers", honoured().at_least(0).at_most(kMaxCount)},
-      {"model.recompute_modules", not_impl("selective recompute is not implemented")},
+      {"model.recompute_modules",
+       honoured("with model.recompute_granularity=selective: layernorm (the two RMSNorm outputs, "
+                "docs/activation-memory.md); other modules are not implemented")},
       {"model.cpu_offloading", honoured()},
       {"model.cpu_offloading_weights",
        not_impl("weights stay with the data-parallel engine; -ol offloads activations")},
@@ -272,6 +273,8 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
                 "(docs/linear-cross-entropy.md); within shardbench.fused_kernels")
            .at_least(0)
            .at_most(kMaxCount)},
+      {"shardbench.recompute_swiglu",
+       honoured("output-discarding recompute of SwiGLU before fc2 (docs/activation-memory.md)")},
       {"shardbench.offload_prefetch_layers", honoured().at_least(1).at_most(kMaxCount)},
       {"shardbench.log_per_step", honoured()},
       {"shardbench.ranks_per_gpu", honoured("docs/shared-gpu-ranks.md").at_least(1).at_most(64)},

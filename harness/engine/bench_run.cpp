@@ -181,9 +181,9 @@ LlamaDims llama_dims_from(const ConfigContainer& c) {
 
 int64_t recompute_layers_from(const ConfigContainer& c, const LlamaDims& dims) {
   const auto& m = c.model;
-  if (!m.recompute_granularity) return 0;
+  if (!m.recompute_granularity || *m.recompute_granularity == "selective") return 0;
   reject(*m.recompute_granularity != "full", "model.recompute_granularity",
-         *m.recompute_granularity, "null or full (selective recompute is not implemented)");
+         *m.recompute_granularity, "null, full or selective");
   reject(m.recompute_method.value_or("block") != "block", "model.recompute_method",
          m.recompute_method.value_or(""), "block (-rl N sets it; uniform is not implemented)");
   const int64_t n = m.recompute_num_layers.value_or(dims.num_layers);
@@ -411,6 +411,9 @@ void configure_model(LlamaModel& model, const ConfigContainer& config,
   model.set_fused_kernels(fused_kernels_from(config));
   model.set_linear_cross_entropy(config.shardbench.linear_cross_entropy_chunk);
   model.set_recompute_layers(recompute_layers_from(config, dims));
+  // Selective recompute (field_checks.cpp admits layernorm only) and SwiGLU's output.
+  model.set_output_recompute(config.model.recompute_granularity.value_or("") == "selective",
+                             config.shardbench.recompute_swiglu);
   const Fp8Choice fp8_choice = fp8_from(config, options, dims, mbs);
   // Weights that stay put for the step are cast to FP8 once per step when the step has several
   // micro-batches (keeping the copies costs memory and buys nothing with one); gathered weights

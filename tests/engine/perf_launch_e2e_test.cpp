@@ -274,6 +274,36 @@ TEST(PerfLaunchLinearCrossEntropy, ChunkedHeadTrainsLikeTheWholeLogits) {
       << refused.output;
 }
 
+// --recompute_modules layernorm and shardbench.recompute_swiglu through perf-launch: the layers
+// keep less for backward (the census says how much) and train as before (fp32 recipe).
+TEST(PerfLaunchOutputRecompute, LayersKeepLessAndTrainAlike) {
+  auto launch = [](const std::string& name, const std::string& extra) {
+    const auto report = temp_report(name);
+    const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu --compare_ddp false -ms 3 " +
+                         extra + " shardbench.report_path=" + report.string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(report);
+    return in.good() ? nlohmann::json::parse(in) : nlohmann::json();
+  };
+  const auto kept = launch("recompute_off.json", "");
+  const auto recomputed =
+      launch("recompute_on.json", "--recompute_modules layernorm shardbench.recompute_swiglu=true");
+  ASSERT_EQ(kept["runs"].size(), 1u);
+  ASSERT_EQ(recomputed["runs"].size(), 1u);
+  const auto& on = recomputed["runs"][0];
+  const auto& off = kept["runs"][0];
+  EXPECT_EQ(on["config"]["model"]["recompute_granularity"], "selective");
+  const auto layer0 = [](const nlohmann::json& run) {
+    return run["memory"]["saved_activations"]["modules"][1]["bytes"].get<int64_t>();
+  };
+  EXPECT_LT(layer0(on), layer0(off));
+  for (size_t k = 0; k < 3; ++k) {
+    const double a = on["steps"][k]["loss"].get<double>();
+    const double b = off["steps"][k]["loss"].get<double>();
+    EXPECT_NEAR(a, b, 1e-5 * std::abs(b)) << "step " << k;
+  }
+}
+
 TEST(PerfLaunchFailFast, KilledWorkerFailsTheRunNamingItsRank) {
   const auto report = temp_report("killed.json");
   const Result r =

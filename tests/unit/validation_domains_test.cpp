@@ -90,9 +90,29 @@ TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
       {{"-rl", "100"},
        "model.recompute_num_layers=100 (from override set recompute_offload): more than the "
        "model's model.num_layers=2; accepted: 0..2"},
+      // Selective recompute: layernorm only, and the list only with selective granularity.
       {{"--recompute_modules", "foo"},
-       "--recompute_modules is not supported by shardbench yet: selective recompute is not "
-       "implemented; -rl N recomputes whole layers"},
+       "model.recompute_modules=[foo] (from override set recompute_offload): module 'foo' is not "
+       "implemented; accepted: [\"layernorm\"] (the input and pre-MLP RMSNorm outputs)"},
+      {{"--recompute_modules", "layernorm,core_attn"},
+       "model.recompute_modules=[layernorm,core_attn] (from override set recompute_offload): "
+       "module 'core_attn' is not implemented; accepted: [\"layernorm\"] (the input and "
+       "pre-MLP RMSNorm outputs)"},
+      {{"model.recompute_granularity=selective"},
+       "model.recompute_modules=[core_attn]: module 'core_attn' is not implemented; accepted: "
+       "[\"layernorm\"] (the input and pre-MLP RMSNorm outputs)"},
+      {{"model.recompute_modules=[layernorm]"},
+       "model.recompute_modules=[layernorm] (from override model.recompute_modules=[layernorm]): "
+       "read only with model.recompute_granularity=selective (it is null); accepted: "
+       "model.recompute_granularity=selective, or the default [\"core_attn\"]"},
+      {{"--recompute_modules", "layernorm", "-rl", "1"},
+       "model.recompute_num_layers=1 (from override set recompute_offload): set with "
+       "model.recompute_granularity=selective; accepted: null (selective recompute applies to "
+       "every layer)"},
+      {{"-c", "fp8_cs", "shardbench.recompute_swiglu=true"},
+       "shardbench.recompute_swiglu=true (from override shardbench.recompute_swiglu=true): output "
+       "recompute in front of the FP8 linears is not implemented; accepted: false with FP8 "
+       "compute"},
       {{"--device", "cuda"},
        "shardbench.device=cuda (from CLI flag --device): no CUDA device is visible on this "
        "machine; accepted: cpu or auto"},

@@ -17,6 +17,7 @@
 #include "workloads/llama/fp8_linear.hpp"
 #include "workloads/llama/fused_ops.hpp"
 #include "workloads/llama/linear_cross_entropy.hpp"
+#include "workloads/llama/output_recompute.hpp"
 #include "workloads/llama/wgrad_linear.hpp"
 
 namespace shardbench {
@@ -295,15 +296,27 @@ at::Tensor LlamaModel::linear(const at::Tensor& x, const at::Tensor& w) const {
   return at::linear(x, w);
 }
 
+ModuleHooks* LlamaModel::wgrad_hooks(const at::Tensor& w) const {
+  return main_grads_ && w.requires_grad() ? main_grads_ : nullptr;
+}
+
 at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x) const {
   const auto& d = dims_;
   const int64_t b = x.size(0), s = x.size(1);
   const bool fusable = fused::supports(x);
   // Attention block.
+  if ((recompute_norms_ || recompute_swiglu_) && fp8_ && x.scalar_type() == at::kBFloat16) {
+    throw std::logic_error("LlamaModel: output recompute with FP8 linears is not implemented");
+  }
   census::region("input_norm");
-  auto h = at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps);
-  census::region("qkv");
-  auto qkv = linear(h, w.qkv);
+  at::Tensor qkv;
+  if (recompute_norms_) {
+    qkv = recompute::norm_linear(x, w.input_norm, d.norm_eps, w.qkv, wgrad_hooks(w.qkv));
+  } else {
+    auto h = at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps);
+    census::region("qkv");
+    qkv = linear(h, w.qkv);
+  }
   at::Tensor q, k, v;
   census::region("rope");
   if (fusable && fused_.rope_qkv) {
@@ -327,11 +340,20 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x)
   auto x1 = x + linear(attn, w.proj);
   // SwiGLU MLP: fc1 holds [gate; up] as Megatron's fused linear_fc1.
   census::region("post_norm");
-  auto h2 = at::rms_norm(x1, {d.hidden}, w.post_norm, d.norm_eps);
-  census::region("fc1");
-  auto gate_up = linear(h2, w.fc1);
+  at::Tensor gate_up;
+  if (recompute_norms_) {
+    gate_up = recompute::norm_linear(x1, w.post_norm, d.norm_eps, w.fc1, wgrad_hooks(w.fc1));
+  } else {
+    auto h2 = at::rms_norm(x1, {d.hidden}, w.post_norm, d.norm_eps);
+    census::region("fc1");
+    gate_up = linear(h2, w.fc1);
+  }
   census::region("swiglu");
-  auto act = fusable && fused_.swiglu
+  const bool fused_swiglu = fusable && fused_.swiglu;
+  if (recompute_swiglu_) {
+    return x1 + recompute::swiglu_linear(gate_up, d.ffn, fused_swiglu, w.fc2, wgrad_hooks(w.fc2));
+  }
+  auto act = fused_swiglu
                  ? fused::swiglu(gate_up, d.ffn)
                  : at::silu(gate_up.narrow(-1, 0, d.ffn)) * gate_up.narrow(-1, d.ffn, d.ffn);
   census::region("fc2");

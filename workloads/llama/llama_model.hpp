@@ -142,6 +142,18 @@ class LlamaModel {
   bool gradient_accumulation_fusion() const { return main_grads_ != nullptr; }
   int64_t recompute_layers() const { return recompute_layers_; }
 
+  // Output-discarding recompute (workloads/llama/output_recompute.hpp): `norms` keeps neither
+  // RMSNorm's output for backward (Megatron's recompute_modules=["layernorm"]): the qkv and fc1
+  // linears get it again in backward from the norm's input; `swiglu` keeps only fc1's output,
+  // and fc2 gets SwiGLU's output again in backward. Layers under full recompute (-rl) keep only
+  // their input either way. Not with FP8 linears.
+  void set_output_recompute(bool norms, bool swiglu) {
+    recompute_norms_ = norms;
+    recompute_swiglu_ = swiglu;
+  }
+  bool recompute_norms() const { return recompute_norms_; }
+  bool recompute_swiglu() const { return recompute_swiglu_; }
+
   // CPU activation offload of the first `n` layers (Megatron's -ol N: cpu_offloading_num_layers,
   // activations only): what those layers save for backward goes to host memory after their
   // forward and comes back one layer ahead of their backward; weights stay where the engine put
@@ -185,6 +197,8 @@ class LlamaModel {
 
   at::Tensor apply_rope(const at::Tensor& x) const;  // x: [B, S, H, D]
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w) const;
+  // The engine when w's weight gradient goes to its main-grad buffer, else null.
+  ModuleHooks* wgrad_hooks(const at::Tensor& w) const;
 
   LlamaDims dims_;
   at::Device device_;
@@ -196,6 +210,8 @@ class LlamaModel {
   bool fp8_keep_transpose_ = false;
   std::shared_ptr<fp8::WeightCache> fp8_cache_;  // mutable through the pointer: per-step state
   int64_t recompute_layers_ = 0;
+  bool recompute_norms_ = false;
+  bool recompute_swiglu_ = false;
   int64_t offload_layers_ = 0;
   int64_t offload_prefetch_ = 1;
   std::shared_ptr<ActivationOffload> offload_;

@@ -1,0 +1,133 @@
+// Output-discarding recompute (workloads/llama/output_recompute.hpp): the RMSNorm outputs and the
+// SwiGLU output are computed again in backward instead of kept. Same loss and gradients as
+// keeping them; the census shows exactly the bytes that are no longer kept; the engines train
+// alike with and without gradient-accumulation fusion.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include "harness/engine/mock_data.hpp"
+#include "tests/engine/three_layer_training.hpp"
+#include "workloads/llama/llama_model.hpp"
+
+namespace shardbench {
+namespace {
+
+using testing::max_rel;
+
+struct Fixture {
+  LlamaDims d = testing::three_layer_dims();
+  std::vector<ParamSpec> specs = llama_param_specs(d);
+  std::vector<at::Tensor> params;
+  LlamaWeights w;
+  at::Tensor tokens, labels;
+  LlamaModel model{d, at::kCPU};
+  static constexpr int64_t kBatch = 2;
+
+  Fixture() {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      at::Tensor t = at::empty(specs[i].shape, at::kFloat);
+      init_param(specs[i], static_cast<int64_t>(i), 17, t);
+      params.push_back(t.requires_grad_(true));
+    }
+    w = bind_weights(d, params);
+    const at::Tensor batch = mock_global_batch(17, 0, kBatch, d.seq_length, d.vocab);
+    tokens = batch.narrow(1, 0, d.seq_length);
+    labels = batch.narrow(1, 1, d.seq_length);
+  }
+  // Loss, gradients and the census of one forward and backward.
+  struct Result {
+    at::Tensor loss;
+    std::vector<at::Tensor> grads;
+    SavedActivations census;
+  };
+  Result run() {
+    for (auto& p : params) p.mutable_grad() = at::Tensor();
+    model.arm_activation_census();
+    Result r;
+    r.loss = model.forward_loss(w, tokens, labels, nullptr);
+    r.census = model.take_activation_census().value();
+    torch::autograd::backward({r.loss});
+    for (auto& p : params) r.grads.push_back(p.grad().clone());
+    r.loss = r.loss.detach();
+    return r;
+  }
+};
+
+int64_t layer_bytes(const SavedActivations& s, int64_t layer) {
+  for (const auto& m : s.modules) {
+    if (m.name == "layer " + std::to_string(layer)) return m.bytes;
+  }
+  return -1;
+}
+
+TEST(OutputRecompute, SameGradientsAndExactlyTheOutputsNoLongerKept) {
+  Fixture f;
+  const auto ref = f.run();
+  const LlamaDims& d = f.d;
+  const int64_t t = Fixture::kBatch * d.seq_length, fp32 = 4;
+  // What the ATen RMSNorm and the linear after it keep beyond the norm's input: rstd, x * rstd
+  // (for the norm weight's gradient) and the norm's output (the linear's input).
+  const int64_t per_norm = t * fp32 + 2 * t * d.hidden * fp32;
+  // SwiGLU's silu(gate) (ATen) and its output (fc2's input).
+  const int64_t swiglu = 2 * t * d.ffn * fp32;
+  struct Case {
+    bool norms, swiglu;
+    int64_t saved_less;
+  };
+  for (const Case c : {Case{true, false, 2 * per_norm}, Case{false, true, swiglu},
+                       Case{true, true, 2 * per_norm + swiglu}}) {
+    SCOPED_TRACE(std::string("norms ") + (c.norms ? "on" : "off") + ", swiglu " +
+                 (c.swiglu ? "on" : "off"));
+    f.model.set_output_recompute(c.norms, c.swiglu);
+    const auto got = f.run();
+    EXPECT_LE(max_rel(got.loss, ref.loss), 1e-7);
+    for (size_t i = 0; i < ref.grads.size(); ++i) {
+      ASSERT_TRUE(got.grads[i].defined()) << f.specs[i].name;
+      EXPECT_LE(max_rel(got.grads[i], ref.grads[i]), 1e-6) << f.specs[i].name;
+    }
+    for (int64_t l = 0; l < d.num_layers; ++l) {
+      EXPECT_EQ(layer_bytes(got.census, l), layer_bytes(ref.census, l) - c.saved_less)
+          << "layer " << l;
+    }
+  }
+  f.model.set_output_recompute(false, false);
+}
+
+// Through the engines, with and without gradient-accumulation fusion (the weight gradient then
+// goes to the main-grad buffer from the recompute's backward).
+struct EngineCase {
+  const char* wrapper;
+  const char* strategy;
+  bool wgrad_fusion;
+};
+class OutputRecomputeEngines : public ::testing::TestWithParam<EngineCase> {};
+
+TEST_P(OutputRecomputeEngines, TrainLikeKeepingTheOutputs) {
+  const EngineCase c = GetParam();
+  auto setup = [&](bool recompute) {
+    return [&, recompute](DataParallelEngine& engine, LlamaModel& model) {
+      if (c.wgrad_fusion) model.set_gradient_accumulation_fusion(&engine);
+      model.set_output_recompute(recompute, recompute);
+    };
+  };
+  auto options = [&](EngineOptions& o) { o.gradient_accumulation_fusion = c.wgrad_fusion; };
+  const auto ref = testing::train_three_steps(c.wrapper, c.strategy, setup(false), {}, options);
+  const auto got = testing::train_three_steps(c.wrapper, c.strategy, setup(true), {}, options);
+  testing::expect_trained_alike(got, ref);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, OutputRecomputeEngines,
+                         ::testing::Values(EngineCase{"ddp", "no_shard", false},
+                                           EngineCase{"ddp", "no_shard", true},
+                                           EngineCase{"megatron_fsdp", "optim_grads_params", true},
+                                           EngineCase{"torch_fsdp2", "no_shard", false}),
+                         [](const auto& info) {
+                           return std::string(info.param.wrapper) + "_" + info.param.strategy +
+                                  (info.param.wgrad_fusion ? "_wgrad_fusion" : "");
+                         });
+
+}  // namespace
+}  // namespace shardbench
