@@ -177,10 +177,12 @@ void DataParallelEngine::build_groups() {
     g->transient_grads = g->spec.grads_sharded && !one_rank;
     if (per_param) {
       g->reshard_after_forward =
-          g->is_unit ? options_.reshard_after_forward : options_.root_reshard_after_forward;
+          g->transient_weights &&
+          (g->is_unit ? options_.reshard_after_forward : options_.root_reshard_after_forward);
     } else {
       g->reshard_after_forward = g->is_unit && g->transient_weights;
     }
+    gathers_units_ = gathers_units_ || (g->is_unit && g->transient_weights);
     for (const auto& slot : g->layout.slots) {
       const int module = specs_[static_cast<size_t>(slot.spec_index)].module;
       g->last_forward_module = std::max(g->last_forward_module, module);
@@ -226,10 +228,7 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     g.main = at::zeros({g.spec.main_weights_sharded ? shard : padded}, dev.dtype(at::kFloat));
   }
   g.grad = at::zeros({g.spec.grads_sharded ? shard : padded}, dev.dtype(grad_dtype));
-  if (g.transient_grads) {
-    g.grad_full = at::empty({padded}, dev.dtype(grad_dtype));
-    release_storage(g.grad_full);
-  }
+  if (g.transient_grads) g.grad_full = at::empty({padded}, dev.dtype(grad_dtype));
 
   // Initial values: every rank generates each full parameter from the seed, keeps what it owns.
   for (const auto& slot : g.layout.slots) {
@@ -264,6 +263,8 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
              : g.spec.main_weights_sharded ? g.model_full.narrow(0, lo, shard)
                                            : g.model_full;
   }
+  build_views(g);
+  if (g.transient_grads) release_storage(g.grad_full);
 
   // Optimizer segments in the coordinates of this rank's main buffer.
   std::vector<AdamSegment> segs;
@@ -276,6 +277,34 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
   }
   g.optimizer = std::make_unique<FlatAdamW>(g.main, std::move(segs), options_.fused_kernels,
                                             options_.exp_avg_dtype, options_.exp_avg_sq_dtype);
+}
+
+void DataParallelEngine::build_views(EngineGroup& g) {
+  const int64_t lo = g.shard_offset(rank_);
+  g.slot_grads.clear();
+  if (!(g.layout.per_param_dim0 && g.transient_grads)) {
+    const at::Tensor& target = g.transient_grads ? g.grad_full : g.grad;
+    for (const auto& slot : g.layout.slots) {
+      // Unsharded or one rank (FSDP2's too): the grad buffer holds the whole group, in shard
+      // coordinates.
+      const int64_t at = g.layout.per_param_dim0 ? slot.shard_offset : slot.offset;
+      g.slot_grads.push_back(target.narrow(0, at, slot.numel)
+                                 .view(specs_[static_cast<size_t>(slot.spec_index)].shape));
+    }
+  }
+  g.owned_grad = g.spec.main_weights_sharded && !g.spec.grads_sharded
+                     ? g.grad.narrow(0, lo, g.layout.shard_elems)
+                     : g.grad;
+  // FSDP2 keeps no compute-dtype copy: each all-gather casts the updated fp32 shard (copy-in).
+  if (g.main_aliases_model || g.layout.per_param_dim0) {
+    g.owned_model = at::Tensor();
+  } else if (g.spec.model_weights_sharded) {
+    g.owned_model = g.model_shard;
+  } else if (!g.spec.main_weights_sharded) {
+    g.owned_model = g.model_full;
+  } else {
+    g.owned_model = g.model_full.narrow(0, lo, g.layout.shard_elems);
+  }
 }
 
 void DataParallelEngine::bind_leaves(EngineGroup& g) {

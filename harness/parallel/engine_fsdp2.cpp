@@ -82,6 +82,7 @@ void DataParallelEngine::allocate_and_init_per_param(EngineGroup& g) {
     release_storage(g.grad_full);
     g.unsharded_grads.assign(layout.slots.size(), at::Tensor());
   }
+  build_views(g);
 
   // Weight-decay segments in shard coordinates: each parameter's chunk, merged per class.
   for (const auto& slot : layout.slots) {

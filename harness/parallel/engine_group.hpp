@@ -47,6 +47,13 @@ struct EngineGroup {
 
   at::Tensor grad;       // main grads: full or shard
   at::Tensor grad_full;  // grads sharded: this micro-batch's full grads (temporary)
+  // Built once, so that the per-parameter hooks and the optimizer step create no views: by slot,
+  // where its grad accumulates (grad_full when transient_grads, else grad), shaped as the
+  // parameter (none for FSDP2's transient grads); the grads this rank's optimizer reads (grad, or
+  // its shard of it); the compute weights this rank's optimizer writes (refresh_target).
+  std::vector<at::Tensor> slot_grads;
+  at::Tensor owned_grad;
+  at::Tensor owned_model;
   bool grad_full_live = false;
   int pending_grads = 0;  // parameters whose grad has not arrived in this micro-batch
   bool reduce_launched = false;

@@ -146,6 +146,7 @@ void DataParallelEngine::prefetch_units(int module, int direction) {
   // Megatron's AllGatherPipeline: keep adding the next units until the prefetched elements reach
   // the budget; with double buffering no more than two units may be alive. FSDP2's explicit
   // prefetch: the next prefetch_blocks blocks, whatever their size.
+  if (!gathers_units_) return;  // DDP, unsharded weights, one rank: nothing to prefetch
   const bool by_blocks = spec_->cut == ShardCut::kPerParamDim0;
   int live = live_gathered_units();
   int64_t ahead = 0;
@@ -215,7 +216,6 @@ void DataParallelEngine::begin_microbatch(int index, int count) {
 void DataParallelEngine::on_grad_ready(int group, int slot, const at::Tensor& leaf) {
   at::NoGradGuard no_grad;
   auto& g = *groups_[static_cast<size_t>(group)];
-  const auto& s = g.layout.slots[static_cast<size_t>(slot)];
   auto& grad = torch::autograd::impl::get_autograd_meta(leaf)->mutable_grad();
   // Gradient-accumulation fusion: the linear added this weight's gradient into the main grads
   // and counted it (main_grad_accumulated); autograd still runs the hook, with no gradient.
@@ -226,7 +226,7 @@ void DataParallelEngine::on_grad_ready(int group, int slot, const at::Tensor& le
     track_temp(tensor_bytes(grad));
     g.unsharded_grads[static_cast<size_t>(slot)] = std::move(grad);
   } else {
-    accumulate_grad(g, s, grad);
+    grad_target(g, slot).add_(grad);
   }
   grad = at::Tensor();
   slot_grad_done(g);
@@ -245,8 +245,7 @@ at::Tensor DataParallelEngine::main_grad(const at::Tensor& w) {
   // FSDP2 keeps each parameter's grad as autograd made it until its block is complete.
   if (g.layout.per_param_dim0) return {};
   at::NoGradGuard no_grad;
-  const auto& s = g.layout.slots[static_cast<size_t>(slot)];
-  return grad_target(g, s).view(w.sizes());
+  return grad_target(g, slot);
 }
 
 void DataParallelEngine::main_grad_accumulated(const at::Tensor& w) {
@@ -269,24 +268,14 @@ void DataParallelEngine::slot_grad_done(EngineGroup& g) {
   launch_grad_reduce(g);
 }
 
-at::Tensor DataParallelEngine::grad_target(EngineGroup& g, const FlatSlot& s) {
-  // Unsharded grads, or one rank (FSDP2's too): the grad buffer holds the whole group, in shard
-  // coordinates.
-  if (!g.transient_grads) {
-    return g.grad.narrow(0, g.layout.per_param_dim0 ? s.shard_offset : s.offset, s.numel);
-  }
-  if (!g.grad_full_live) {
+const at::Tensor& DataParallelEngine::grad_target(EngineGroup& g, int slot) {
+  if (g.transient_grads && !g.grad_full_live) {
     materialize_storage(g.grad_full, static_cast<size_t>(tensor_bytes(g.grad_full)));
     g.grad_full.zero_();  // padding must reduce to zero
     g.grad_full_live = true;
     track_temp(tensor_bytes(g.grad_full));
   }
-  return g.grad_full.narrow(0, s.offset, s.numel);
-}
-
-void DataParallelEngine::accumulate_grad(EngineGroup& g, const FlatSlot& s,
-                                         const at::Tensor& grad) {
-  grad_target(g, s).view(grad.sizes()).add_(grad);
+  return g.slot_grads[static_cast<size_t>(slot)];
 }
 
 void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
@@ -380,25 +369,17 @@ void DataParallelEngine::finish_backward() {
 
 at::Tensor DataParallelEngine::optimizer_step(double lr) {
   at::NoGradGuard no_grad;
-  // The gradient each rank owns after the reductions.
-  std::vector<at::Tensor> owned(groups_.size());
-  bool any_sharded = false;
-  for (size_t i = 0; i < groups_.size(); ++i) {
-    auto& g = *groups_[i];
-    if (g.spec.main_weights_sharded && !g.spec.grads_sharded) {
-      owned[i] = g.grad.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
-    } else {
-      owned[i] = g.grad;
-    }
-    any_sharded = any_sharded || g.spec.main_weights_sharded;
-  }
-  // Global grad norm: replicated groups count once (every rank holds the same values); sharded
-  // groups sum their squares across ranks.
+  // Global grad norm over the gradient each rank owns after the reductions (g.owned_grad):
+  // replicated groups count once (every rank holds the same values); sharded groups sum their
+  // squares across ranks.
   auto sq_local = at::zeros({2}, at::TensorOptions().device(options_.device).dtype(at::kFloat));
-  for (size_t i = 0; i < groups_.size(); ++i) {
+  at::Tensor sq_part[2] = {sq_local.select(0, 0), sq_local.select(0, 1)};
+  bool any_sharded = false;
+  for (const auto& g : groups_) {
     // One fp32-accumulating read of the grads (no upcast copy).
-    auto sq = at::linalg_vector_norm(owned[i], 2, std::nullopt, false, at::kFloat).square();
-    sq_local[groups_[i]->spec.main_weights_sharded ? 1 : 0].add_(sq);
+    auto sq = at::linalg_vector_norm(g->owned_grad, 2, std::nullopt, false, at::kFloat).square();
+    sq_part[g->spec.main_weights_sharded ? 1 : 0].add_(sq);
+    any_sharded = any_sharded || g->spec.main_weights_sharded;
   }
   if (any_sharded && dp_ > 1) {
     auto sharded_part = sq_local.narrow(0, 1, 1);
@@ -415,9 +396,9 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
   }
   AdamWHyper hyper = options_.adam;
   hyper.lr = lr;
-  for (size_t i = 0; i < groups_.size(); ++i) {
-    auto& g = *groups_[i];
-    const bool written = g.optimizer->step(owned[i], hyper, grad_scale, refresh_target(g));
+  for (auto& gp : groups_) {
+    auto& g = *gp;
+    const bool written = g.optimizer->step(g.owned_grad, hyper, grad_scale, g.owned_model);
     refresh_model_weights(g, written);
     g.grad.zero_();
   }
@@ -427,13 +408,7 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
   return norm;
 }
 
-at::Tensor DataParallelEngine::refresh_target(EngineGroup& g) {
-  // FSDP2 keeps no compute-dtype copy: each all-gather casts the updated fp32 shard (copy-in).
-  if (g.main_aliases_model || g.layout.per_param_dim0) return at::Tensor();
-  if (g.spec.model_weights_sharded) return g.model_shard;
-  if (!g.spec.main_weights_sharded) return g.model_full;
-  return g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
-}
+at::Tensor DataParallelEngine::refresh_target(EngineGroup& g) { return g.owned_model; }
 
 void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
   if (g.layout.per_param_dim0) return;
