@@ -161,18 +161,28 @@ void DataParallelEngine::build_groups() {
     // their main weights, grads and optimizer state follow the strategy. FSDP2 shards the root
     // like any block (fully_shard on the root module).
     if (g->is_root && !per_param) g->spec.model_weights_sharded = false;
-    if (per_param) {
-      g->reshard_after_forward =
-          g->is_unit ? options_.reshard_after_forward : options_.root_reshard_after_forward;
-    } else {
-      g->reshard_after_forward = g->is_unit && g->spec.model_weights_sharded;
-    }
     FlatLayoutOptions lo;
     lo.dp = dp_;
     lo.align_elems = options_.align_elems;
     lo.row_aligned_shards = fsdp;
     g->layout = per_param ? make_per_param_layout(specs_, members[gi], lo)
                           : make_flat_layout(specs_, members[gi], lo);
+    // With one rank the shard is the whole group (engine_group.hpp). FSDP2's parameters can
+    // then be its fp32 shard itself when they have its dtype and its element offsets.
+    const bool one_rank = dp_ == 1;
+    const bool fp32_shard_is_params =
+        options_.compute_dtype == at::kFloat && g->layout.unsharded_elems == g->layout.shard_elems;
+    g->transient_weights =
+        g->spec.model_weights_sharded && !(one_rank && (!per_param || fp32_shard_is_params));
+    g->transient_grads = g->spec.grads_sharded && !one_rank;
+    if (per_param) {
+      g->reshard_after_forward =
+          g->transient_weights &&
+          (g->is_unit ? options_.reshard_after_forward : options_.root_reshard_after_forward);
+    } else {
+      g->reshard_after_forward = g->is_unit && g->transient_weights;
+    }
+    gathers_units_ = gathers_units_ || (g->is_unit && g->transient_weights);
     for (const auto& slot : g->layout.slots) {
       const int module = specs_[static_cast<size_t>(slot.spec_index)].module;
       g->last_forward_module = std::max(g->last_forward_module, module);
@@ -184,8 +194,8 @@ void DataParallelEngine::build_groups() {
     for (size_t s = 0; s < g->layout.slots.size() && !per_param; ++s) {
       const auto& slot = g->layout.slots[s];
       const bool nowd = specs_[static_cast<size_t>(slot.spec_index)].no_weight_decay;
-      const int64_t end = s + 1 < g->layout.slots.size() ? g->layout.slots[s + 1].offset
-                                                         : g->layout.padded_elems;
+      const int64_t end =
+          s + 1 < g->layout.slots.size() ? g->layout.slots[s + 1].offset : g->layout.padded_elems;
       const int64_t begin = s == 0 ? 0 : slot.offset;
       if (!g->segments.empty() && g->segments.back().no_weight_decay == nowd) {
         g->segments.back().numel = end - g->segments.back().offset;
@@ -218,10 +228,7 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     g.main = at::zeros({g.spec.main_weights_sharded ? shard : padded}, dev.dtype(at::kFloat));
   }
   g.grad = at::zeros({g.spec.grads_sharded ? shard : padded}, dev.dtype(grad_dtype));
-  if (g.spec.grads_sharded) {
-    g.grad_full = at::empty({padded}, dev.dtype(grad_dtype));
-    release_storage(g.grad_full);
-  }
+  if (g.transient_grads) g.grad_full = at::empty({padded}, dev.dtype(grad_dtype));
 
   // Initial values: every rank generates each full parameter from the seed, keeps what it owns.
   for (const auto& slot : g.layout.slots) {
@@ -234,18 +241,21 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     if (!g.spec.main_weights_sharded) {
       g.main.narrow(0, slot.offset, slot.numel).copy_(flat);
     } else {
-      const int64_t a = std::max(slot.offset, lo), b = std::min(slot.offset + slot.numel, lo + shard);
+      const int64_t a = std::max(slot.offset, lo),
+                    b = std::min(slot.offset + slot.numel, lo + shard);
       if (a < b) g.main.narrow(0, a - lo, b - a).copy_(flat.narrow(0, a - slot.offset, b - a));
     }
   }
 
   bind_leaves(g);
 
-  if (g.spec.model_weights_sharded) {
+  if (g.transient_weights) {
     g.model_shard = g.model_full.narrow(0, lo, shard).clone();
     release_storage(g.model_full);
     g.gathered = false;
   } else {
+    // One rank: the shard is the unit (shard == padded), so the leaves compute on it.
+    if (g.spec.model_weights_sharded) g.model_shard = g.model_full;
     g.gathered = true;
   }
   if (g.main_aliases_model) {
@@ -253,6 +263,8 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
              : g.spec.main_weights_sharded ? g.model_full.narrow(0, lo, shard)
                                            : g.model_full;
   }
+  build_views(g);
+  if (g.transient_grads) release_storage(g.grad_full);
 
   // Optimizer segments in the coordinates of this rank's main buffer.
   std::vector<AdamSegment> segs;
@@ -265,6 +277,34 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
   }
   g.optimizer = std::make_unique<FlatAdamW>(g.main, std::move(segs), options_.fused_kernels,
                                             options_.exp_avg_dtype, options_.exp_avg_sq_dtype);
+}
+
+void DataParallelEngine::build_views(EngineGroup& g) {
+  const int64_t lo = g.shard_offset(rank_);
+  g.slot_grads.clear();
+  if (!(g.layout.per_param_dim0 && g.transient_grads)) {
+    const at::Tensor& target = g.transient_grads ? g.grad_full : g.grad;
+    for (const auto& slot : g.layout.slots) {
+      // Unsharded or one rank (FSDP2's too): the grad buffer holds the whole group, in shard
+      // coordinates.
+      const int64_t at = g.layout.per_param_dim0 ? slot.shard_offset : slot.offset;
+      g.slot_grads.push_back(target.narrow(0, at, slot.numel)
+                                 .view(specs_[static_cast<size_t>(slot.spec_index)].shape));
+    }
+  }
+  g.owned_grad = g.spec.main_weights_sharded && !g.spec.grads_sharded
+                     ? g.grad.narrow(0, lo, g.layout.shard_elems)
+                     : g.grad;
+  // FSDP2 keeps no compute-dtype copy: each all-gather casts the updated fp32 shard (copy-in).
+  if (g.main_aliases_model || g.layout.per_param_dim0) {
+    g.owned_model = at::Tensor();
+  } else if (g.spec.model_weights_sharded) {
+    g.owned_model = g.model_shard;
+  } else if (!g.spec.main_weights_sharded) {
+    g.owned_model = g.model_full;
+  } else {
+    g.owned_model = g.model_full.narrow(0, lo, g.layout.shard_elems);
+  }
 }
 
 void DataParallelEngine::bind_leaves(EngineGroup& g) {

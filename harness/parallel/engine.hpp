@@ -36,14 +36,14 @@ namespace shardbench {
 
 struct EngineOptions {
   Wrapper wrapper = Wrapper::kDdp;
-  std::string strategy = "no_shard";      // FSDP: ddp.data_parallel_sharding_strategy
-  bool use_distributed_optimizer = false; // DDP only (FSDP always shards the optimizer)
+  std::string strategy = "no_shard";       // FSDP: ddp.data_parallel_sharding_strategy
+  bool use_distributed_optimizer = false;  // DDP only (FSDP always shards the optimizer)
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = false;
-  bool average_in_collective = false;     // ReduceOp.AVG instead of pre-scaling by 1/DP
+  bool average_in_collective = false;  // ReduceOp.AVG instead of pre-scaling by 1/DP
   bool grad_reduce_in_fp32 = false;
-  int64_t bucket_size_elems = 0;          // DDP; 0 = Megatron's max(40M, 1M * DP)
-  int64_t align_elems = 1;                // parameter start alignment inside flat buffers
+  int64_t bucket_size_elems = 0;  // DDP; 0 = Megatron's max(40M, 1M * DP)
+  int64_t align_elems = 1;        // parameter start alignment inside flat buffers
   // FSDP communication unit, Megatron's ddp.suggested_communication_unit_size (0 = None). As in
   // Megatron-FSDP the unit is max(1e9, value or 2 x mean unit size); the all-gather pipeline
   // prefetches up to unit/2 elements ahead and the reduce-scatter queue holds up to unit elements
@@ -65,7 +65,7 @@ struct EngineOptions {
   at::ScalarType compute_dtype = at::kFloat;
   at::Device device = at::kCPU;
   uint64_t seed = 1234;
-  double clip_grad = 1.0;                 // 0 disables clipping
+  double clip_grad = 1.0;  // 0 disables clipping
   // shardbench.fused_kernels: the optimizer runs shardbench's flat AdamW kernel on CUDA.
   bool fused_kernels = false;
   AdamWHyper adam;
@@ -200,10 +200,13 @@ class DataParallelEngine final : public ModuleHooks {
   void prefetch_units(int module, int direction);
   void release_gathered(EngineGroup& g);
   void wait_param_sync(EngineGroup& g);
-  void accumulate_grad(EngineGroup& g, const FlatSlot& slot, const at::Tensor& grad);
-  // Where slot `s`'s gradient of this micro-batch accumulates: the grad buffer, or for sharded
-  // grads the full-size buffer the reduce-scatter reads (materialized on first use).
-  at::Tensor grad_target(EngineGroup& g, const FlatSlot& s);
+  // Where slot `slot`'s gradient of this micro-batch accumulates, shaped as the parameter: the
+  // grad buffer, or for transient grads the full-size buffer the reduce-scatter reads
+  // (materialized on first use).
+  const at::Tensor& grad_target(EngineGroup& g, int slot);
+  // Builds g.slot_grads, g.owned_grad and g.owned_model once the buffers exist (before a
+  // transient grad buffer's storage is released: a view needs its bytes).
+  void build_views(EngineGroup& g);
   // Every parameter of the group has its grad for this micro-batch: release gathered weights and
   // launch the reduction when due.
   void slot_grad_done(EngineGroup& g);
@@ -236,6 +239,7 @@ class DataParallelEngine final : public ModuleHooks {
   LlamaWeights weights_;
   int64_t num_parameters_ = 0;
   int64_t ag_prefetch_elems_ = 0;
+  bool gathers_units_ = false;  // some unit's weights are gathered around compute (prefetch)
   int64_t fused_wgrads_ = 0;
   int64_t rs_queue_capacity_elems_ = 0;
   int microbatch_ = 0;

@@ -64,16 +64,25 @@ void DataParallelEngine::allocate_and_init_per_param(EngineGroup& g) {
   if (g.main_aliases_model) g.model_shard = g.main;
 
   // Gathered parameters: one buffer, each parameter padded to dp chunks; exists only while
-  // gathered.
-  g.model_full = at::empty({layout.unsharded_elems}, dev.dtype(options_.compute_dtype));
-  bind_leaves(g);
-  release_storage(g.model_full);
-  g.gathered = false;
+  // gathered. One rank in fp32 without alignment padding: the shard itself, for good.
+  if (g.transient_weights) {
+    g.model_full = at::empty({layout.unsharded_elems}, dev.dtype(options_.compute_dtype));
+    bind_leaves(g);
+    release_storage(g.model_full);
+    g.gathered = false;
+  } else {
+    g.model_full = g.main;
+    bind_leaves(g);
+    g.gathered = true;
+  }
 
   g.grad = at::zeros({layout.shard_elems}, dev.dtype(grad_dtype));
-  g.grad_full = at::empty({layout.padded_elems}, dev.dtype(grad_dtype));  // reduce-scatter input
-  release_storage(g.grad_full);
-  g.unsharded_grads.assign(layout.slots.size(), at::Tensor());
+  if (g.transient_grads) {
+    g.grad_full = at::empty({layout.padded_elems}, dev.dtype(grad_dtype));  // reduce-scatter input
+    release_storage(g.grad_full);
+    g.unsharded_grads.assign(layout.slots.size(), at::Tensor());
+  }
+  build_views(g);
 
   // Weight-decay segments in shard coordinates: each parameter's chunk, merged per class.
   for (const auto& slot : layout.slots) {
@@ -90,6 +99,22 @@ void DataParallelEngine::allocate_and_init_per_param(EngineGroup& g) {
 
 void DataParallelEngine::launch_per_param_gather(EngineGroup& g) {
   at::NoGradGuard no_grad;
+  if (dp_ == 1) {
+    // One rank: the copy-in cast goes straight into the parameters (each chunk is the whole
+    // parameter); no all-gather input, output or copy-out.
+    materialize_storage(g.model_full, static_cast<size_t>(tensor_bytes(g.model_full)));
+    track_temp(tensor_bytes(g.model_full));
+    if (g.layout.unsharded_elems == g.layout.shard_elems) {
+      g.model_full.copy_(g.main);
+    } else {
+      for (const auto& slot : g.layout.slots) {
+        g.model_full.narrow(0, slot.offset, slot.numel)
+            .copy_(g.main.narrow(0, slot.shard_offset, slot.numel));
+      }
+    }
+    g.gathered = true;
+    return;
+  }
   // Copy-in: the mixed-precision policy's param dtype is the compute dtype.
   g.gather_input = g.main_aliases_model ? g.main : g.main.to(options_.compute_dtype);
   g.gather_output = at::empty({g.layout.padded_elems}, g.gather_input.options());

@@ -6,8 +6,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "harness/parallel/flat_adamw.hpp"
 #include "harness/parallel/engine.hpp"
+#include "harness/parallel/flat_adamw.hpp"
 #include "harness/parallel/flat_layout.hpp"
 #include "harness/parallel/sharding.hpp"
 
@@ -15,11 +15,21 @@ namespace shardbench {
 
 struct EngineGroup {
   int index = 0;
-  bool is_unit = false;          // FSDP unit (transformer layer)
-  bool is_root = false;          // FSDP root group: compute weights never resharded
-  ShardingSpec spec{};           // the strategy row, adjusted for the root group
+  bool is_unit = false;  // FSDP unit (transformer layer)
+  bool is_root = false;  // FSDP root group: compute weights never resharded
+  ShardingSpec spec{};   // the strategy row, adjusted for the root group
   FlatLayout layout;
   std::vector<AdamSegment> segments;  // weight-decay classes over the whole flat buffer
+
+  // Whether the compute weights exist in full only while gathered (model_full's storage is
+  // materialized for compute and released after it), and whether each micro-batch's grads first
+  // fill an unsharded buffer (grad_full, FSDP2's per-parameter grads) that a reduce-scatter
+  // reduces into the grad shard. Both follow the strategy's sharding except with one rank, where
+  // a shard is the whole group (docs/megatron-fsdp.md 5): the compute weights are then the
+  // shard's own storage and the grads accumulate straight into the grad shard. FSDP2 in bf16
+  // still casts its fp32 shard into transient compute weights.
+  bool transient_weights = false;
+  bool transient_grads = false;
 
   // Compute-dtype weights. model_full views every parameter (the leaves point into it); when
   // weights are sharded its storage exists only while gathered.
@@ -29,13 +39,21 @@ struct EngineGroup {
   c10::intrusive_ptr<c10d::Work> gather_work;      // in-flight all-gather into model_full
   c10::intrusive_ptr<c10d::Work> param_sync_work;  // post-step all-gather (distributed optimizer)
   at::Tensor param_sync_input;                     // kept alive until param_sync_work completes
+  int64_t param_sync_temp_bytes = 0;               // what param_sync_input allocated (gloo)
 
-  at::Tensor main;  // fp32 main weights: full or this rank's shard
+  at::Tensor main;                  // fp32 main weights: full or this rank's shard
   bool main_aliases_model = false;  // fp32 compute: main is (a view of) the compute weights
   std::unique_ptr<FlatAdamW> optimizer;
 
   at::Tensor grad;       // main grads: full or shard
   at::Tensor grad_full;  // grads sharded: this micro-batch's full grads (temporary)
+  // Built once, so that the per-parameter hooks and the optimizer step create no views: by slot,
+  // where its grad accumulates (grad_full when transient_grads, else grad), shaped as the
+  // parameter (none for FSDP2's transient grads); the grads this rank's optimizer reads (grad, or
+  // its shard of it); the compute weights this rank's optimizer writes (refresh_target).
+  std::vector<at::Tensor> slot_grads;
+  at::Tensor owned_grad;
+  at::Tensor owned_model;
   bool grad_full_live = false;
   int pending_grads = 0;  // parameters whose grad has not arrived in this micro-batch
   bool reduce_launched = false;
@@ -61,6 +79,5 @@ struct DataParallelEngine::PendingReduce {
   at::Tensor accumulate_from;  // reduce-scatter output to add into the grad shard, if any
   int64_t elems;
 };
-
 
 }  // namespace shardbench

@@ -1,6 +1,7 @@
 // The engine's per-step behaviour: gathers around forward and backward, gradient reductions as
 // grads arrive, and the optimizer step.
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include <torch/csrc/autograd/custom_function.h>
@@ -76,7 +77,10 @@ void DataParallelEngine::track_temp(int64_t delta_bytes) {
 void DataParallelEngine::launch_gather(EngineGroup& g) {
   if (g.gathered || g.gather_work) return;
   if (g.layout.per_param_dim0) {
-    nvtx::Range range(kGatherLabels.launch(g), g.layout.padded_elems * elem_bytes(g.model_full));
+    std::optional<nvtx::Range> range;
+    if (dp_ > 1) {
+      range.emplace(kGatherLabels.launch(g), g.layout.padded_elems * elem_bytes(g.model_full));
+    }
     launch_per_param_gather(g);
     return;
   }
@@ -90,6 +94,7 @@ void DataParallelEngine::launch_gather(EngineGroup& g) {
 void DataParallelEngine::ensure_gathered(EngineGroup& g) {
   if (g.gathered) return;
   launch_gather(g);
+  if (g.gathered) return;  // FSDP2 with one rank: cast into the parameters, nothing gathered
   nvtx::Range range(kGatherLabels.wait(g));
   wait_comm(g.gather_work, "all-gather of FSDP unit weights");
   g.gather_work.reset();
@@ -98,7 +103,7 @@ void DataParallelEngine::ensure_gathered(EngineGroup& g) {
 }
 
 void DataParallelEngine::release_gathered(EngineGroup& g) {
-  if (!g.spec.model_weights_sharded || !g.gathered) return;
+  if (!g.transient_weights || !g.gathered) return;
   release_storage(g.model_full);
   track_temp(-g.model_full.numel() * elem_bytes(g.model_full));
   g.gathered = false;
@@ -110,6 +115,8 @@ void DataParallelEngine::wait_param_sync(EngineGroup& g) {
   wait_comm(g.param_sync_work, "all-gather of updated parameters");
   g.param_sync_work.reset();
   g.param_sync_input = at::Tensor();
+  track_temp(-g.param_sync_temp_bytes);
+  g.param_sync_temp_bytes = 0;
 }
 
 void DataParallelEngine::wait_in_flight() {
@@ -130,7 +137,7 @@ void DataParallelEngine::pre_forward(int module) {
 int DataParallelEngine::live_gathered_units() const {
   int live = 0;
   for (const auto& g : groups_) {
-    if (g->is_unit && g->spec.model_weights_sharded && (g->gathered || g->gather_work)) ++live;
+    if (g->is_unit && g->transient_weights && (g->gathered || g->gather_work)) ++live;
   }
   return live;
 }
@@ -139,6 +146,7 @@ void DataParallelEngine::prefetch_units(int module, int direction) {
   // Megatron's AllGatherPipeline: keep adding the next units until the prefetched elements reach
   // the budget; with double buffering no more than two units may be alive. FSDP2's explicit
   // prefetch: the next prefetch_blocks blocks, whatever their size.
+  if (!gathers_units_) return;  // DDP, unsharded weights, one rank: nothing to prefetch
   const bool by_blocks = spec_->cut == ShardCut::kPerParamDim0;
   int live = live_gathered_units();
   int64_t ahead = 0;
@@ -147,7 +155,7 @@ void DataParallelEngine::prefetch_units(int module, int direction) {
   for (int m = module + direction; m >= 0 && m < modules; m += direction) {
     for (int gi : module_groups_[static_cast<size_t>(m)]) {
       auto& g = *groups_[static_cast<size_t>(gi)];
-      if (!g.is_unit || !g.spec.model_weights_sharded) continue;
+      if (!g.is_unit || !g.transient_weights) continue;
       if (by_blocks ? blocks_ahead >= options_.prefetch_blocks : ahead >= ag_prefetch_elems_) {
         return;
       }
@@ -174,7 +182,7 @@ at::Tensor DataParallelEngine::post_forward(int module, at::Tensor output) {
       release_gathered(g);
       hook = true;
     }
-    hook = hook || g.layout.per_param_dim0;
+    hook = hook || (g.layout.per_param_dim0 && g.transient_weights);
   }
   if (hook && output.requires_grad()) {
     return PreBackwardFn::apply(output, reinterpret_cast<int64_t>(this),
@@ -208,18 +216,17 @@ void DataParallelEngine::begin_microbatch(int index, int count) {
 void DataParallelEngine::on_grad_ready(int group, int slot, const at::Tensor& leaf) {
   at::NoGradGuard no_grad;
   auto& g = *groups_[static_cast<size_t>(group)];
-  const auto& s = g.layout.slots[static_cast<size_t>(slot)];
   auto& grad = torch::autograd::impl::get_autograd_meta(leaf)->mutable_grad();
   // Gradient-accumulation fusion: the linear added this weight's gradient into the main grads
   // and counted it (main_grad_accumulated); autograd still runs the hook, with no gradient.
   if (!grad.defined()) return;
-  if (g.layout.per_param_dim0) {
+  if (g.layout.per_param_dim0 && g.transient_grads) {
     // FSDP2 keeps each grad as autograd made it until the block is complete, then copies all of
     // them into the reduce-scatter input at once (reduce_scatter_copy_in).
     track_temp(tensor_bytes(grad));
     g.unsharded_grads[static_cast<size_t>(slot)] = std::move(grad);
   } else {
-    accumulate_grad(g, s, grad);
+    grad_target(g, slot).add_(grad);
   }
   grad = at::Tensor();
   slot_grad_done(g);
@@ -238,8 +245,7 @@ at::Tensor DataParallelEngine::main_grad(const at::Tensor& w) {
   // FSDP2 keeps each parameter's grad as autograd made it until its block is complete.
   if (g.layout.per_param_dim0) return {};
   at::NoGradGuard no_grad;
-  const auto& s = g.layout.slots[static_cast<size_t>(slot)];
-  return grad_target(g, s).view(w.sizes());
+  return grad_target(g, slot);
 }
 
 void DataParallelEngine::main_grad_accumulated(const at::Tensor& w) {
@@ -255,40 +261,33 @@ void DataParallelEngine::main_grad_accumulated(const at::Tensor& w) {
 void DataParallelEngine::slot_grad_done(EngineGroup& g) {
   if (--g.pending_grads > 0) return;
   // Every parameter of the group has its grad for this micro-batch.
-  if (g.spec.model_weights_sharded) release_gathered(g);
+  release_gathered(g);
   const bool last = microbatch_ == microbatch_count_ - 1;
   if (!(last || g.spec.reduce_every_microbatch)) return;
   if (options_.wrapper == Wrapper::kDdp && !options_.overlap_grad_reduce) return;  // after backward
   launch_grad_reduce(g);
 }
 
-at::Tensor DataParallelEngine::grad_target(EngineGroup& g, const FlatSlot& s) {
-  at::Tensor target = g.grad;
-  if (g.spec.grads_sharded) {
-    if (!g.grad_full_live) {
-      materialize_storage(g.grad_full, static_cast<size_t>(g.grad_full.numel()) *
-                                           static_cast<size_t>(elem_bytes(g.grad_full)));
-      g.grad_full.zero_();  // padding must reduce to zero
-      g.grad_full_live = true;
-      track_temp(g.grad_full.numel() * elem_bytes(g.grad_full));
-    }
-    target = g.grad_full;
+const at::Tensor& DataParallelEngine::grad_target(EngineGroup& g, int slot) {
+  if (g.transient_grads && !g.grad_full_live) {
+    materialize_storage(g.grad_full, static_cast<size_t>(tensor_bytes(g.grad_full)));
+    g.grad_full.zero_();  // padding must reduce to zero
+    g.grad_full_live = true;
+    track_temp(tensor_bytes(g.grad_full));
   }
-  return target.narrow(0, s.offset, s.numel);
-}
-
-void DataParallelEngine::accumulate_grad(EngineGroup& g, const FlatSlot& s,
-                                         const at::Tensor& grad) {
-  grad_target(g, s).view(grad.sizes()).add_(grad);
+  return g.slot_grads[static_cast<size_t>(slot)];
 }
 
 void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
   at::NoGradGuard no_grad;
   g.reduce_launched = true;
-  if (g.layout.per_param_dim0) reduce_scatter_copy_in(g);
-  at::Tensor src = g.spec.grads_sharded ? g.grad_full : g.grad;
+  if (g.layout.per_param_dim0 && g.transient_grads) reduce_scatter_copy_in(g);
+  at::Tensor src = g.transient_grads ? g.grad_full : g.grad;
   // Megatron checks the bucket's local grads before the collective (and before the 1/DP scale).
   grad_checker_.check(src, g.index, optimizer_steps() + 1, rank_);
+  // One rank: a reduce-scatter would copy the grads onto themselves (its shard is the whole
+  // buffer). An all-reduce runs in place and is still launched, as DDP does.
+  if (dp_ == 1 && g.spec.grad_collective == GradCollective::kReduceScatter) return;
   {
     nvtx::Range range(grad_reduce_labels(g).launch(g), tensor_bytes(src));
     // Megatron: average_in_collective uses ReduceOp.AVG, otherwise grads are pre-scaled by 1/DP
@@ -329,7 +328,8 @@ void DataParallelEngine::drain_reductions(int64_t keep_in_flight_elems) {
   for (const auto& p : pending_) in_flight += p.elems;
   size_t done = 0;
   // Keep the newest reduction in flight when it fits; complete the oldest ones first.
-  while (done < pending_.size() && (in_flight > keep_in_flight_elems || keep_in_flight_elems == 0)) {
+  while (done < pending_.size() &&
+         (in_flight > keep_in_flight_elems || keep_in_flight_elems == 0)) {
     auto& p = pending_[done];
     auto& g = *groups_[static_cast<size_t>(p.group)];
     {
@@ -340,7 +340,7 @@ void DataParallelEngine::drain_reductions(int64_t keep_in_flight_elems) {
       g.grad.add_(p.accumulate_from);
       track_temp(-p.accumulate_from.numel() * elem_bytes(p.accumulate_from));
     }
-    if (g.spec.grads_sharded && g.grad_full_live) {
+    if (g.transient_grads && g.grad_full_live) {
       release_storage(g.grad_full);
       g.grad_full_live = false;
       track_temp(-g.grad_full.numel() * elem_bytes(g.grad_full));
@@ -369,25 +369,17 @@ void DataParallelEngine::finish_backward() {
 
 at::Tensor DataParallelEngine::optimizer_step(double lr) {
   at::NoGradGuard no_grad;
-  // The gradient each rank owns after the reductions.
-  std::vector<at::Tensor> owned(groups_.size());
-  bool any_sharded = false;
-  for (size_t i = 0; i < groups_.size(); ++i) {
-    auto& g = *groups_[i];
-    if (g.spec.main_weights_sharded && !g.spec.grads_sharded) {
-      owned[i] = g.grad.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
-    } else {
-      owned[i] = g.grad;
-    }
-    any_sharded = any_sharded || g.spec.main_weights_sharded;
-  }
-  // Global grad norm: replicated groups count once (every rank holds the same values); sharded
-  // groups sum their squares across ranks.
+  // Global grad norm over the gradient each rank owns after the reductions (g.owned_grad):
+  // replicated groups count once (every rank holds the same values); sharded groups sum their
+  // squares across ranks.
   auto sq_local = at::zeros({2}, at::TensorOptions().device(options_.device).dtype(at::kFloat));
-  for (size_t i = 0; i < groups_.size(); ++i) {
+  at::Tensor sq_part[2] = {sq_local.select(0, 0), sq_local.select(0, 1)};
+  bool any_sharded = false;
+  for (const auto& g : groups_) {
     // One fp32-accumulating read of the grads (no upcast copy).
-    auto sq = at::linalg_vector_norm(owned[i], 2, std::nullopt, false, at::kFloat).square();
-    sq_local[groups_[i]->spec.main_weights_sharded ? 1 : 0].add_(sq);
+    auto sq = at::linalg_vector_norm(g->owned_grad, 2, std::nullopt, false, at::kFloat).square();
+    sq_part[g->spec.main_weights_sharded ? 1 : 0].add_(sq);
+    any_sharded = any_sharded || g->spec.main_weights_sharded;
   }
   if (any_sharded && dp_ > 1) {
     auto sharded_part = sq_local.narrow(0, 1, 1);
@@ -404,9 +396,9 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
   }
   AdamWHyper hyper = options_.adam;
   hyper.lr = lr;
-  for (size_t i = 0; i < groups_.size(); ++i) {
-    auto& g = *groups_[i];
-    const bool written = g.optimizer->step(owned[i], hyper, grad_scale, refresh_target(g));
+  for (auto& gp : groups_) {
+    auto& g = *gp;
+    const bool written = g.optimizer->step(g.owned_grad, hyper, grad_scale, g.owned_model);
     refresh_model_weights(g, written);
     g.grad.zero_();
   }
@@ -416,13 +408,7 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
   return norm;
 }
 
-at::Tensor DataParallelEngine::refresh_target(EngineGroup& g) {
-  // FSDP2 keeps no compute-dtype copy: each all-gather casts the updated fp32 shard (copy-in).
-  if (g.main_aliases_model || g.layout.per_param_dim0) return at::Tensor();
-  if (g.spec.model_weights_sharded) return g.model_shard;
-  if (!g.spec.main_weights_sharded) return g.model_full;
-  return g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
-}
+at::Tensor DataParallelEngine::refresh_target(EngineGroup& g) { return g.owned_model; }
 
 void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
   if (g.layout.per_param_dim0) return;
@@ -438,9 +424,16 @@ void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
   // buffer (waited on before the module's next forward).
   at::Tensor mine = g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
   if (!g.main_aliases_model && !written) mine.copy_(g.main);
+  if (dp_ == 1) return;  // `mine` is the whole buffer: nothing to gather
   // gloo's all-gather copies through its own buffers; give it a separate input to stay safe
   // from aliasing. NCCL gathers in place.
-  g.param_sync_input = pgs_.all_gather->backend_kind() == CommBackend::kNccl ? mine : mine.clone();
+  if (pgs_.all_gather->backend_kind() == CommBackend::kNccl) {
+    g.param_sync_input = mine;
+  } else {
+    g.param_sync_input = mine.clone();
+    g.param_sync_temp_bytes = tensor_bytes(g.param_sync_input);
+    track_temp(g.param_sync_temp_bytes);
+  }
   nvtx::Range range(kParamSyncLabels.launch(g), tensor_bytes(g.model_full));
   g.param_sync_work = pgs_.all_gather->all_gather(g.model_full, g.param_sync_input);
 }

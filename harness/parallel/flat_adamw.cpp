@@ -40,7 +40,8 @@ FlatAdamW::FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments, bool us
     num_tiles_ = static_cast<int64_t>(tiles.size());
     at::Tensor host = at::empty({num_tiles_ * static_cast<int64_t>(sizeof(kernels::AdamTile))},
                                 at::TensorOptions().dtype(at::kByte));
-    if (num_tiles_ > 0) std::memcpy(host.data_ptr(), tiles.data(), static_cast<size_t>(host.numel()));
+    if (num_tiles_ > 0)
+      std::memcpy(host.data_ptr(), tiles.data(), static_cast<size_t>(host.numel()));
     tiles_ = host.to(main_.device());
   }
 #else
@@ -48,12 +49,30 @@ FlatAdamW::FlatAdamW(at::Tensor main, std::vector<AdamSegment> segments, bool us
   (void)fp32_moments;
 #endif
   for (int cls = 0; cls < 2; ++cls) {
+    ClassViews& c = classes_[cls];
     for (const auto& seg : segments_) {
-      if (seg.no_weight_decay == (cls == 1)) {
-        step_tensors_[cls].push_back(at::zeros({}, main_.options().dtype(at::kFloat)));
-      }
+      if (seg.no_weight_decay != (cls == 1) || seg.numel == 0) continue;
+      c.params.push_back(main_.narrow(0, seg.offset, seg.numel));
+      c.avgs.push_back(exp_avg_.narrow(0, seg.offset, seg.numel));
+      c.avg_sqs.push_back(exp_avg_sq_.narrow(0, seg.offset, seg.numel));
+      c.steps.push_back(at::zeros({}, main_.options().dtype(at::kFloat)));
     }
   }
+}
+
+void FlatAdamW::view_grads(const at::Tensor& grad32) {
+  const c10::StorageImpl* storage = grad32.storage().unsafeGetStorageImpl();
+  if (storage == grads_storage_ && grad32.storage_offset() == grads_storage_offset_) return;
+  for (int cls = 0; cls < 2; ++cls) {
+    ClassViews& c = classes_[cls];
+    c.grads.clear();
+    for (const auto& seg : segments_) {
+      if (seg.no_weight_decay != (cls == 1) || seg.numel == 0) continue;
+      c.grads.push_back(grad32.narrow(0, seg.offset, seg.numel));
+    }
+  }
+  grads_storage_ = storage;
+  grads_storage_offset_ = grad32.storage_offset();
 }
 
 bool FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
@@ -65,8 +84,9 @@ bool FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
     const bool grad_ok = grad.is_contiguous() && grad.numel() == main_.numel() &&
                          (grad.scalar_type() == at::kFloat || grad.scalar_type() == at::kBFloat16);
     if (!grad_ok) {
-      throw std::invalid_argument("FlatAdamW: the kernel path needs a contiguous fp32 or bf16 "
-                                  "grad of the main weights' size");
+      throw std::invalid_argument(
+          "FlatAdamW: the kernel path needs a contiguous fp32 or bf16 "
+          "grad of the main weights' size");
     }
     const bool write_model = model_out.defined() && model_out.scalar_type() == at::kBFloat16 &&
                              model_out.is_contiguous() && model_out.numel() == main_.numel();
@@ -97,25 +117,23 @@ bool FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
     step_low_precision_moments(grad32, hyper, grad_scale);
     return false;
   }
+  view_grads(grad32);
   for (int cls = 0; cls < 2; ++cls) {
-    std::vector<at::Tensor> params, grads, avgs, avg_sqs;
-    for (const auto& seg : segments_) {
-      if (seg.no_weight_decay != (cls == 1) || seg.numel == 0) continue;
-      params.push_back(main_.narrow(0, seg.offset, seg.numel));
-      grads.push_back(grad32.narrow(0, seg.offset, seg.numel));
-      avgs.push_back(exp_avg_.narrow(0, seg.offset, seg.numel));
-      avg_sqs.push_back(exp_avg_sq_.narrow(0, seg.offset, seg.numel));
-    }
-    if (params.empty()) continue;
-    std::vector<at::Tensor> steps(step_tensors_[cls].begin(),
-                                  step_tensors_[cls].begin() + static_cast<long>(params.size()));
+    ClassViews& c = classes_[cls];
+    if (c.params.empty()) continue;
     // The fused kernel reads the step counters but does not advance them (PyTorch's optimizer
     // increments them before calling it).
-    for (auto& t : steps) t.add_(1);
+    at::_foreach_add_(c.steps, 1);
     const double wd = cls == 1 ? 0.0 : hyper.weight_decay;
-    at::_fused_adamw_(params, grads, avgs, avg_sqs, {}, steps, hyper.lr, hyper.beta1,
-                      hyper.beta2, wd, hyper.eps, /*amsgrad=*/false, /*maximize=*/false,
-                      grad_scale, /*found_inf=*/std::nullopt);
+    at::_fused_adamw_(c.params, c.grads, c.avgs, c.avg_sqs, {}, c.steps, hyper.lr, hyper.beta1,
+                      hyper.beta2, wd, hyper.eps, /*amsgrad=*/false, /*maximize=*/false, grad_scale,
+                      /*found_inf=*/std::nullopt);
+  }
+  if (grad32.data_ptr() != grad.data_ptr()) {
+    // A converted copy: drop the views rather than keep the copy alive until the next step.
+    for (ClassViews& c : classes_) c.grads.clear();
+    grads_storage_ = nullptr;
+    grads_storage_offset_ = -1;
   }
   return false;
 }
@@ -149,8 +167,8 @@ void FlatAdamW::set_steps_taken(int64_t steps) {
   at::NoGradGuard no_grad;
   step_ = steps;
   // The CPU path's per-class counters count in fp32, exactly for any realistic step count.
-  for (auto& counters : step_tensors_) {
-    for (auto& t : counters) t.fill_(static_cast<double>(steps));
+  for (ClassViews& c : classes_) {
+    for (auto& t : c.steps) t.fill_(static_cast<double>(steps));
   }
 }
 

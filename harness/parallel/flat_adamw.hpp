@@ -57,8 +57,20 @@ class FlatAdamW {
  private:
   at::Tensor main_, exp_avg_, exp_avg_sq_;
   std::vector<AdamSegment> segments_;
-  std::vector<at::Tensor> step_tensors_[2];  // per weight-decay class, fused kernel's step counters
-  at::Tensor tiles_;                          // kernels::AdamTile table on the device (kernel path)
+  // The ATen path's arguments per weight-decay class, built once (each step used to narrow every
+  // segment of four buffers again): views of main, the moments and the grads over the class's
+  // segments, and the fused kernel's step counters, one per segment.
+  struct ClassViews {
+    std::vector<at::Tensor> params, avgs, avg_sqs, grads, steps;
+  };
+  ClassViews classes_[2];
+  // The grad buffer classes_[].grads view: rebuilt when a step's fp32 grad is another buffer
+  // (another storage or offset). A bf16 grad's fp32 copy is a new buffer each step and is not
+  // kept.
+  const c10::StorageImpl* grads_storage_ = nullptr;
+  int64_t grads_storage_offset_ = -1;
+  void view_grads(const at::Tensor& grad32);
+  at::Tensor tiles_;  // kernels::AdamTile table on the device (kernel path)
   int64_t num_tiles_ = 0;
   int64_t step_ = 0;
   // Moments below fp32: each step upcasts a chunk of this many elements at a time, so the
