@@ -91,7 +91,9 @@ FsdpMemoryPrediction fsdp_static_memory(std::span<const ParamGroup> groups, int 
     m.main_grad_bytes += elems(layout.grads) * policy.grad_bytes;
     m.main_weight_bytes += elems(layout.optimizer) * policy.main_weight_bytes;
     m.optimizer_state_bytes += elems(layout.optimizer) * policy.optimizer_state_bytes;
-    if (g.fsdp_unit) {
+    // One rank: the shard is the whole unit and the engine computes on it (docs/megatron-fsdp.md
+    // 5): nothing is gathered or reduce-scattered, so nothing transient.
+    if (g.fsdp_unit && world_size > 1) {
       const int64_t transient = (layout.model_weights ? padded * policy.model_weight_bytes : 0) +
                                 (layout.grads ? padded * policy.grad_bytes : 0);
       p.one_unit_transient_bytes = std::max(p.one_unit_transient_bytes, transient);

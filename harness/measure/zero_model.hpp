@@ -97,6 +97,7 @@ struct FsdpMemoryPrediction {
   StaticMemoryBytes resident;
   // Unsharded compute weights of the largest unit (plus its unsharded grad bucket when grads are
   // sharded): the transient one gather adds. Prefetching the next unit roughly doubles it.
+  // 0 at world size 1, where the engine computes on the shard itself.
   int64_t one_unit_transient_bytes = 0;
   int64_t padding_elems = 0;  // total padding over all groups (per full bucket, not per rank)
 };

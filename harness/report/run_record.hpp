@@ -48,7 +48,8 @@ struct EngineMemory {
   int64_t main_weight_bytes = 0;       // fp32 main weights (the optimizer's params)
   int64_t main_grad_bytes = 0;         // gradient buffers
   int64_t optimizer_state_bytes = 0;   // AdamW moments
-  int64_t temporary_peak_bytes = 0;    // largest transient unsharded buffer set (FSDP gathers)
+  int64_t temporary_peak_bytes = 0;    // largest transient buffer set (FSDP gathers, gloo's
+                                       // all-gather input copy); 0 at one rank (no gathers)
   int64_t predicted_static_bytes = 0;  // ZeRO model (docs/targets.md 2) for the same strategy
 };
 

@@ -107,6 +107,11 @@ TEST(MeasureZeroModel, FsdpNonUnitWeightsStayUnshardedAndUnitsArePadded) {
   EXPECT_EQ(ns.resident.total_bytes(), 36 * 16);
   EXPECT_EQ(ns.padding_elems, 0);
   EXPECT_EQ(ns.one_unit_transient_bytes, 0);
+
+  // One rank: the shard is the unit, nothing is gathered.
+  EXPECT_EQ(fsdp_static_memory(groups, 1, MemoryStrategy::kOptimGradsParams, kFp32Grads)
+                .one_unit_transient_bytes,
+            0);
 }
 
 TEST(MeasureZeroModel, DecoderGroups) {
