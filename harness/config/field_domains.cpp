@@ -175,7 +175,8 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"ddp.check_for_large_grads", honoured("docs/failure_checks.md")},
       {"ddp.keep_fp8_transpose_cache", honoured()},
       {"ddp.fp8_param_gather",
-       info("weights are gathered in bf16 and cast to FP8 after the gather")},
+       honoured(
+           "Megatron FSDP optim_grads_params with FP8 compute only (docs/fp8-param-gather.md)")},
       {"ddp.fp4_param_gather", not_impl("FP4 is not implemented")},
       {"ddp.reuse_grad_buf_for_mxfp8_param_ag", not_impl("MXFP8 is not implemented")},
       {"ddp.nccl_ub", not_impl("NCCL user buffers are not implemented")},
@@ -243,7 +244,7 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
        honoured("only the hybrid format is implemented").only_values({nullptr, "hybrid"})},
       {"mixed_precision.fp8_recipe",
        honoured("only per-tensor current scaling is implemented").only_values({"tensorwise"})},
-      {"mixed_precision.fp8_param_gather", info("copied onto ddp.fp8_param_gather")},
+      {"mixed_precision.fp8_param_gather", honoured("copied onto ddp.fp8_param_gather")},
       {"mixed_precision.first_last_layers_bf16",
        not_impl("every layer runs FP8 under mixed_precision.fp8")},
       {"mixed_precision.reuse_grad_buf_for_mxfp8_param_ag", not_impl("MXFP8 is not implemented")},

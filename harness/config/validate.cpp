@@ -409,6 +409,32 @@ void precision_aware_optimizer_rules(const ConfigContainer& c) {
   }
 }
 
+// ddp.fp8_param_gather (docs/fp8-param-gather.md): the engine gathers FP8 weights for Megatron
+// FSDP units with sharded weights and FP8 compute only; anywhere else the field is refused, not
+// ignored. -c fp8_cs turns it on (mixed_precision.fp8_param_gather, copied onto ddp above), so a
+// DDP or FSDP2 run with -c fp8_cs says how to turn it off.
+void fp8_param_gather_rules(const ConfigContainer& c) {
+  if (!c.ddp.fp8_param_gather) return;
+  const std::string head = "ddp.fp8_param_gather=true";
+  const std::string off = c.mixed_precision.name
+                              ? "false (set mixed_precision.fp8_param_gather=false, which -c "
+                                "fp8_cs turns on)"
+                              : "false";
+  if (!c.mixed_precision.fp8) {
+    fail(head + " needs FP8 compute (mixed_precision.fp8, -c fp8_cs); accepted: " + off +
+         " without FP8 compute");
+  }
+  const Wrapper wrapper = wrapper_of(c);
+  if (wrapper != Wrapper::kMegatronFsdp ||
+      c.ddp.data_parallel_sharding_strategy != "optim_grads_params") {
+    const std::string run = wrapper == Wrapper::kMegatronFsdp
+                                ? "megatron_fsdp/" + c.ddp.data_parallel_sharding_strategy
+                                : std::string(label(wrapper));
+    fail(head + " is implemented for Megatron FSDP with optim_grads_params only (this run: " + run +
+         "); accepted: " + off + ", or --use_megatron_fsdp true with optim_grads_params");
+  }
+}
+
 // --deterministic (docs/determinism.md): the choices without a deterministic path are refused
 // before any worker starts; the worker checks the environment it really got once more.
 void deterministic_rules(const ConfigContainer& c, const ValidationContext& ctx) {
@@ -504,6 +530,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   shardbench_rules(config);
   step_injection_rules(config.shardbench);
   precision_aware_optimizer_rules(config);
+  fp8_param_gather_rules(config);
   gradient_accumulation_fusion_rules(config);
   deterministic_rules(config, context);
   comparison_runs_rules(config, context);

@@ -19,6 +19,11 @@ ConfigContainer config_for_wrapper(const ConfigContainer& requested, Wrapper wra
   // A comparison run measures training only; a checkpoint of one wrapper's layout is not
   // another's (fsdp_dtensor is Megatron FSDP's).
   c.checkpoint.save = c.checkpoint.load = c.checkpoint.pretrained_checkpoint = std::nullopt;
+  // The FP8 parameter all-gather is Megatron FSDP's only (validate.cpp): the other wrappers
+  // gather bf16 weights and cast them after the gather.
+  if (wrapper != Wrapper::kMegatronFsdp) {
+    c.ddp.fp8_param_gather = c.mixed_precision.fp8_param_gather = false;
+  }
   switch (wrapper) {
   case Wrapper::kDdp:
     c.dist.use_torch_fsdp2 = false;
@@ -79,6 +84,10 @@ std::vector<PlannedRun> planned_runs(const ConfigContainer& requested,
   std::vector<PlannedRun> runs = {{head, requested, ""}};
   auto add = [&](Wrapper wrapper) {
     PlannedRun run{wrapper, config_for_wrapper(requested, wrapper), derivation_of(wrapper, head)};
+    if (requested.ddp.fp8_param_gather && !run.config.ddp.fp8_param_gather) {
+      run.derivation +=
+          ", ddp.fp8_param_gather=false (FP8 parameter all-gather is Megatron FSDP's only)";
+    }
     Provenance scratch;
     try {
       validate_config(run.config, scratch, context);

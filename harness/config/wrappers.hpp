@@ -28,7 +28,8 @@ Wrapper wrapper_of(const ConfigContainer& config);
 //   torch_fsdp2:   dist.use_torch_fsdp2 with the Megatron FSDP fields back at their defaults and
 //                  MCore's distributed optimizer off (FSDP2 shards the optimizer state itself).
 // The result has no comparison of its own (shardbench.compare_wrappers empty,
-// compare_with_ddp false) and neither saves nor loads checkpoints.
+// compare_with_ddp false) and neither saves nor loads checkpoints. ddp and torch_fsdp2 gather
+// bf16 weights: ddp.fp8_param_gather and mixed_precision.fp8_param_gather are false there.
 ConfigContainer config_for_wrapper(const ConfigContainer& config, Wrapper wrapper);
 
 struct PlannedRun {

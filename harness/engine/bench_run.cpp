@@ -361,6 +361,8 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   o.check_for_nan_in_grad = c.ddp.check_for_nan_in_grad;
   o.check_for_large_grads = c.ddp.check_for_large_grads;
   o.gradient_accumulation_fusion = c.model.gradient_accumulation_fusion;
+  // Validation admitted it for Megatron FSDP optim_grads_params with FP8 compute only.
+  o.fp8_param_gather = c.ddp.fp8_param_gather;
   return o;
 }
 
@@ -437,9 +439,10 @@ void configure_model(LlamaModel& model, const ConfigContainer& config,
                                        : "for every forward")
                 << std::endl;
     }
-    if (ctx.rank == 0 && config.ddp.fp8_param_gather) {
-      std::cout << "perf-launch: ddp.fp8_param_gather=true: shardbench gathers weights in bf16 and "
-                   "casts them to FP8 after the gather (FP8 all-gather is not implemented)"
+    if (ctx.rank == 0 && options.fp8_param_gather) {
+      std::cout << "perf-launch: ddp.fp8_param_gather=true: FSDP units all-gather their linears' "
+                   "weights in FP8 (e4m3, cast from the main weights after each optimizer step "
+                   "with per-tensor scales agreed across ranks); norms in bf16"
                 << std::endl;
     }
   }
@@ -706,6 +709,10 @@ void record_memory(RunRecord& rec, const DataParallelEngine& engine,
                    const EngineOptions& options, const LlamaDims& dims,
                    const WorkerContext& ctx) {
   rec.memory = engine.memory();
+  const auto& gathers = engine.unit_gather_stats();
+  rec.unit_gathers = gathers.gathers;
+  rec.unit_gather_bytes = gathers.bytes;
+  rec.unit_gather_fp8_bytes = gathers.fp8_bytes;
   // Megatron FSDP keeps the compute weights outside its units (embedding, final norm, output
   // head) whole on every rank. The refined model over the engine's own groups has that term,
   // which the ZeRO paper model lacks (harness/measure/zero_model.hpp, docs/megatron-fsdp.md), so
@@ -740,6 +747,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   configure_model(model, config, options, dims, ctx, rec);
   DataParallelEngine engine(dims, options, ctx.pgs);
   if (options.gradient_accumulation_fusion) model.set_gradient_accumulation_fusion(&engine);
+  if (engine.gathers_fp8()) model.set_fp8_weights(&engine);
+  rec.fp8_param_gather = engine.gathers_fp8();
   record_engine(rec, model, engine, config, options, dims, ctx);
 
   const LrSchedule lr = lr_schedule_from(config);

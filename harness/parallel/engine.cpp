@@ -39,6 +39,14 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
     throw std::invalid_argument("torch_fsdp2 prefetch_blocks=" +
                                 std::to_string(options_.prefetch_blocks) + "; accepted: >= 0");
   }
+  if (options_.fp8_param_gather &&
+      !(options_.wrapper == Wrapper::kMegatronFsdp && spec_->model_weights_sharded &&
+        options_.compute_dtype == at::kBFloat16)) {
+    throw std::invalid_argument(
+        "ddp.fp8_param_gather=true is not implemented for " + label() + " with " +
+        std::string(options_.compute_dtype == at::kBFloat16 ? "bf16" : "fp32") +
+        " compute; accepted: false, or Megatron FSDP optim_grads_params with bf16 compute");
+  }
   specs_ = llama_param_specs(dims_);
   for (const auto& s : specs_) num_parameters_ += s.numel();
   leaves_.resize(specs_.size());
@@ -76,6 +84,8 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
         options_.rs_queue_capacity_elems > 0 ? options_.rs_queue_capacity_elems : largest;
   }
   weights_ = bind_weights(dims_, leaves_);
+  // The FP8 weights exist before the first forward, cast from the initial main weights.
+  cast_fp8_shards();
 }
 
 DataParallelEngine::~DataParallelEngine() {
@@ -257,6 +267,9 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     // One rank: the shard is the unit (shard == padded), so the leaves compute on it.
     if (g.spec.model_weights_sharded) g.model_shard = g.model_full;
     g.gathered = true;
+  }
+  if (options_.fp8_param_gather && g.is_unit && g.spec.model_weights_sharded) {
+    setup_fp8_gather(g);
   }
   if (g.main_aliases_model) {
     g.main = g.spec.model_weights_sharded  ? g.model_shard

@@ -81,6 +81,13 @@ struct EngineOptions {
   // into the main-grad buffers (ModuleHooks::main_grad) instead of handing a gradient to autograd
   // that a hook then adds there. DDP and Megatron FSDP; FSDP2 keeps per-parameter grads.
   bool gradient_accumulation_fusion = false;
+  // ddp.fp8_param_gather (docs/fp8-param-gather.md): Megatron FSDP units whose weights are
+  // sharded (optim_grads_params) keep their four linears' weights as an e4m3 shard, cast from the
+  // fp32 main weights after each optimizer step with per-tensor scales agreed by a MAX
+  // all-reduce of the amaxes; the unit all-gather moves those bytes (the norms travel in bf16 in
+  // a second, small all-gather) and the FP8 linears take them as they are (fp8_weight()). Needs
+  // bf16 compute; refused for any other wrapper or strategy.
+  bool fp8_param_gather = false;
 };
 
 struct ProcessGroups {
@@ -170,6 +177,22 @@ class DataParallelEngine final : public ModuleHooks {
   // fusion), since construction.
   int64_t fused_wgrads() const { return fused_wgrads_; }
   int64_t ag_prefetch_elems() const { return ag_prefetch_elems_; }
+
+  // The FSDP unit all-gathers launched since construction (prefetches included; not the
+  // distributed optimizer's post-step parameter sync) and the bytes their outputs hold, of which
+  // `fp8_bytes` moved as FP8. One unit gather under fp8_param_gather is two collectives (the
+  // FP8 weights and the bf16 norms) and counts once.
+  struct UnitGatherStats {
+    int64_t gathers = 0;
+    int64_t bytes = 0;
+    int64_t fp8_bytes = 0;
+  };
+  const UnitGatherStats& unit_gather_stats() const { return unit_gather_stats_; }
+  // Whether units gather their linears' weights in FP8 (options().fp8_param_gather took effect).
+  bool gathers_fp8() const { return fp8_units_ > 0; }
+  // Under fp8_param_gather: every FP8 weight's dequantising scale (1 / scale), units in order,
+  // four per unit (qkv, proj, fc1, fc2). The same on every rank. Empty otherwise.
+  at::Tensor fp8_scale_invs() const;
   int64_t rs_queue_capacity_elems() const { return rs_queue_capacity_elems_; }
 
   // ModuleHooks
@@ -178,6 +201,7 @@ class DataParallelEngine final : public ModuleHooks {
 
   at::Tensor main_grad(const at::Tensor& w) override;
   void main_grad_accumulated(const at::Tensor& w) override;
+  const fp8::Quantized* fp8_weight(const at::Tensor& w) override;
 
   // Called from autograd.
   void pre_backward(int module);
@@ -189,6 +213,17 @@ class DataParallelEngine final : public ModuleHooks {
   void bind_leaves(EngineGroup& g);
   void ensure_gathered(EngineGroup& g);
   void launch_gather(EngineGroup& g);
+  // Waits for g's in-flight unit gather and finishes it (FSDP2's copy-out, the FP8 gather's norm
+  // unpack); g is gathered afterwards.
+  void complete_gather(EngineGroup& g);
+  // The FP8 parameter all-gather (engine_fp8_gather.cpp).
+  void setup_fp8_gather(EngineGroup& g);
+  void launch_fp8_gather(EngineGroup& g);
+  void finish_fp8_gather(EngineGroup& g);
+  void release_fp8_gather(EngineGroup& g);
+  // Casts every FP8 unit's shard of its linears' weights from the fp32 main weights (one MAX
+  // all-reduce of all amaxes first). Collective.
+  void cast_fp8_shards();
   // FSDP2's per-parameter path (engine_fsdp2.cpp).
   void allocate_and_init_per_param(EngineGroup& g);
   void launch_per_param_gather(EngineGroup& g);
@@ -241,6 +276,8 @@ class DataParallelEngine final : public ModuleHooks {
   int64_t ag_prefetch_elems_ = 0;
   bool gathers_units_ = false;  // some unit's weights are gathered around compute (prefetch)
   int64_t fused_wgrads_ = 0;
+  int fp8_units_ = 0;  // units whose linears' weights are gathered in FP8
+  UnitGatherStats unit_gather_stats_;
   int64_t rs_queue_capacity_elems_ = 0;
   int microbatch_ = 0;
   int microbatch_count_ = 1;

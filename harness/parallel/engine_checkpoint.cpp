@@ -50,6 +50,7 @@ void DataParallelEngine::restore_checkpoint_state(int64_t optimizer_steps) {
     if (g.gather_work) {
       wait_work(g.gather_work, "all-gather of FSDP unit weights");
       g.gather_work.reset();
+      if (g.fp8_gather) finish_fp8_gather(g);
       g.gathered = true;
     }
     if (g.is_unit) release_gathered(g);
@@ -58,6 +59,8 @@ void DataParallelEngine::restore_checkpoint_state(int64_t optimizer_steps) {
     refresh_model_weights(g, /*written=*/true);
     wait_param_sync(g);
   }
+  // The FP8 shards follow the loaded main weights.
+  cast_fp8_shards();
 }
 
 }  // namespace shardbench

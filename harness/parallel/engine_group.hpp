@@ -10,6 +10,7 @@
 #include "harness/parallel/flat_adamw.hpp"
 #include "harness/parallel/flat_layout.hpp"
 #include "harness/parallel/sharding.hpp"
+#include "workloads/llama/fp8_linear.hpp"
 
 namespace shardbench {
 
@@ -69,6 +70,33 @@ struct EngineGroup {
   at::Tensor gather_output;  // [dp * shard_elems] in rank order, until copied out
   std::vector<at::Tensor> unsharded_grads;  // by slot: this micro-batch's grads as autograd made
                                             // them, until chunk-concatenated for the reduce-scatter
+
+  // FP8 parameter all-gather (EngineOptions::fp8_param_gather; units with sharded weights). The
+  // FP8 weights are a byte buffer in the flat layout's coordinates: each linear's e4m3 bytes at
+  // its offset, zeros where the norms and the padding are. Megatron FSDP puts FP8 and bf16
+  // parameters in separate parameter groups with their own buffers and all-gathers; here the
+  // norms keep the flat layout and travel packed in a second all-gather of their own.
+  bool fp8_gather = false;
+  std::vector<int> fp8_index;  // by slot: the weight's index among the unit's FP8 weights, or -1
+  at::Tensor fp8_shard;        // uint8 [shard_elems]: this rank's bytes, cast after each step
+  at::Tensor fp8_full;         // uint8 [padded_elems]: gathered (the shard itself with one rank)
+  at::Tensor fp8_scale_inv;    // fp32 [FP8 weights]: the same on every rank
+  std::vector<fp8::Quantized> fp8_weights;  // e4m3 views of fp8_full and their scales
+  // The norms while gathered (more than one rank): the norm leaves view norm_full; each rank
+  // sends the norm elements its shard holds, packed into norm_send, and norm_pieces say where
+  // every rank's packed elements go.
+  struct NormPiece {
+    int rank;
+    int64_t shard_offset;   // in that rank's shard
+    int64_t packed_offset;  // in that rank's packed elements
+    int64_t norm_offset;    // in norm_full
+    int64_t numel;
+  };
+  at::Tensor norm_full;
+  at::Tensor norm_send;
+  at::Tensor norm_recv;  // [dp * norm_send.numel()] while the gather is in flight
+  std::vector<NormPiece> norm_pieces;
+  c10::intrusive_ptr<c10d::Work> norm_gather_work;
 
   int64_t shard_offset(int rank) const { return layout.shard_elems * rank; }
 };

@@ -84,9 +84,15 @@ void DataParallelEngine::launch_gather(EngineGroup& g) {
     launch_per_param_gather(g);
     return;
   }
+  if (g.fp8_gather) {
+    launch_fp8_gather(g);
+    return;
+  }
   materialize_storage(g.model_full, static_cast<size_t>(g.model_full.numel()) *
                                         static_cast<size_t>(elem_bytes(g.model_full)));
   track_temp(g.model_full.numel() * elem_bytes(g.model_full));
+  unit_gather_stats_.gathers += 1;
+  unit_gather_stats_.bytes += tensor_bytes(g.model_full);
   nvtx::Range range(kGatherLabels.launch(g), tensor_bytes(g.model_full));
   g.gather_work = pgs_.all_gather->all_gather(g.model_full, g.model_shard);
 }
@@ -95,15 +101,27 @@ void DataParallelEngine::ensure_gathered(EngineGroup& g) {
   if (g.gathered) return;
   launch_gather(g);
   if (g.gathered) return;  // FSDP2 with one rank: cast into the parameters, nothing gathered
-  nvtx::Range range(kGatherLabels.wait(g));
-  wait_comm(g.gather_work, "all-gather of FSDP unit weights");
+  complete_gather(g);
+}
+
+void DataParallelEngine::complete_gather(EngineGroup& g) {
+  {
+    nvtx::Range range(kGatherLabels.wait(g));
+    wait_comm(g.gather_work, "all-gather of FSDP unit weights");
+  }
   g.gather_work.reset();
   if (g.layout.per_param_dim0) copy_out_gathered(g);
+  if (g.fp8_gather) finish_fp8_gather(g);
   g.gathered = true;
 }
 
 void DataParallelEngine::release_gathered(EngineGroup& g) {
   if (!g.transient_weights || !g.gathered) return;
+  if (g.fp8_gather) {
+    release_fp8_gather(g);
+    g.gathered = false;
+    return;
+  }
   release_storage(g.model_full);
   track_temp(-g.model_full.numel() * elem_bytes(g.model_full));
   g.gathered = false;
@@ -402,6 +420,8 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
     refresh_model_weights(g, written);
     g.grad.zero_();
   }
+  // FP8 units: the new shards in FP8, before any gather reads them.
+  cast_fp8_shards();
   if (!options_.overlap_param_gather) {
     for (auto& g : groups_) wait_param_sync(*g);
   }

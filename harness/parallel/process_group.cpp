@@ -103,8 +103,15 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const c10::intrusive_ptr<c10d
 }
 
 c10d::ReduceOp ProcessGroup::to_reduce_op(Reduction op) const {
-  return op == Reduction::kAvg ? c10d::ReduceOp(c10d::ReduceOp::AVG)
-                               : c10d::ReduceOp(c10d::ReduceOp::SUM);
+  switch (op) {
+    case Reduction::kAvg:
+      return c10d::ReduceOp(c10d::ReduceOp::AVG);
+    case Reduction::kMax:
+      return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    case Reduction::kSum:
+      break;
+  }
+  return c10d::ReduceOp(c10d::ReduceOp::SUM);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::all_reduce(at::Tensor& tensor, Reduction op) {

@@ -18,8 +18,9 @@ enum class CommBackend { kGloo, kNccl };
 const char* to_string(CommBackend backend);
 
 // Reduction requested by an engine. kAvg maps to ReduceOp::AVG (average_in_collective);
-// kSum to SUM (the caller pre-scaled by 1/DP, Megatron's default).
-enum class Reduction { kSum, kAvg };
+// kSum to SUM (the caller pre-scaled by 1/DP, Megatron's default); kMax to MAX (the FP8
+// parameter all-gather's amax agreement).
+enum class Reduction { kSum, kAvg, kMax };
 
 struct ProcessGroupOptions {
   CommBackend backend = CommBackend::kGloo;

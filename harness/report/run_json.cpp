@@ -55,7 +55,7 @@ json identity_json(const RunRecord& run) {
              {"fp8", run.fp8.empty() ? json(nullptr) : json(run.fp8)},
              {"fp8_transpose_cache",
               run.fp8_transpose_cache.empty() ? json(nullptr) : json(run.fp8_transpose_cache)},
-             {"fp8_param_gather", false},
+             {"fp8_param_gather", run.fp8_param_gather},
              {"deterministic", run.deterministic}};
   // A calibration slowdown or a test-only fault is part of what the run is: it never matches a
   // real run (step_injection.hpp).
@@ -412,6 +412,11 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
                                {"offloaded_tensors_per_step", o->offloaded_tensors_per_step},
                                {"reloaded_bytes_per_step", o->reloaded_bytes_per_step},
                                {"prefetch_layers", o->prefetch_layers}};
+  }
+  if (run.unit_gathers > 0) {
+    j["unit_all_gather"] = {{"gathers", run.unit_gathers},
+                            {"bytes_per_gather", run.unit_gather_bytes / run.unit_gathers},
+                            {"fp8_bytes_per_gather", run.unit_gather_fp8_bytes / run.unit_gathers}};
   }
   return j;
 }

@@ -123,10 +123,16 @@ struct RunRecord {
   std::optional<SavedActivations> saved_activations;
   CheckpointRecord checkpoint;
   // FP8 compute: "hybrid/tensorwise" (format/recipe) or empty for none; the weights' transposed
-  // FP8 copies "kept" from forward to backward or "rebuilt" in backward. The all-gather moves
-  // bf16 weights either way (`fp8_param_gather` is recorded as false).
+  // FP8 copies "kept" from forward to backward or "rebuilt" in backward; whether FSDP units
+  // gathered their linears' weights in FP8 (ddp.fp8_param_gather) rather than bf16.
   std::string fp8;
   std::string fp8_transpose_cache;
+  bool fp8_param_gather = false;
+  // FSDP unit all-gathers over the run (DataParallelEngine::unit_gather_stats): how many, and the
+  // bytes their outputs held, of which FP8. None when no unit is gathered (DDP, one rank).
+  int64_t unit_gathers = 0;
+  int64_t unit_gather_bytes = 0;
+  int64_t unit_gather_fp8_bytes = 0;
   // shardbench fusions that ran: "rope_qkv", "swiglu", "cross_entropy" (model), "adamw",
   // "wgrad_accumulation", "linear_cross_entropy" (results/report.schema.json lists them).
   std::vector<std::string> fused_kernel_set;

@@ -82,7 +82,8 @@ INSTANTIATE_TEST_SUITE_P(Gloo, PerfLaunchE2E, ::testing::Values(2, 4));
 
 // -c fp8_cs end to end: FP8 linears on bf16 CPU ranks (the CPU recipe is an fp32 recipe, so its
 // preset does not copy fp8_param_gather onto ddp; the test sets it), Megatron FSDP (whose override
-// set drops the transpose cache) next to its DDP baseline (which keeps it), recorded in the report.
+// set drops the transpose cache, and which gathers FP8 weights) next to its DDP baseline (which
+// keeps the cache and gathers bf16), recorded in the report.
 TEST(PerfLaunchFp8, CurrentScalingRunsAndIsRecorded) {
   const auto report = temp_report("fp8_ws2.json");
   const Result r =
@@ -91,7 +92,12 @@ TEST(PerfLaunchFp8, CurrentScalingRunsAndIsRecorded) {
           "shardbench.report_path=" +
           report.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("ddp.fp8_param_gather=true: shardbench gathers weights in bf16"),
+  EXPECT_NE(r.output.find("ddp.fp8_param_gather=true: FSDP units all-gather their linears' "
+                          "weights in FP8"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("ddp.fp8_param_gather=false (FP8 parameter all-gather is Megatron "
+                          "FSDP's only)"),
             std::string::npos)
       << r.output;
   // FSDP optim_grads_params gathers its weights for every forward; the DDP baseline's stay put
@@ -105,6 +111,15 @@ TEST(PerfLaunchFp8, CurrentScalingRunsAndIsRecorded) {
   EXPECT_EQ(j["runs"][0]["identity"]["fp8"], "hybrid/tensorwise");
   EXPECT_EQ(j["runs"][0]["identity"]["fp8_transpose_cache"], "rebuilt");
   EXPECT_EQ(j["runs"][1]["identity"]["fp8_transpose_cache"], "kept");
+  // The FSDP run gathered its linears' weights in FP8, its DDP baseline in bf16.
+  EXPECT_EQ(j["runs"][0]["identity"]["fp8_param_gather"], true);
+  EXPECT_EQ(j["runs"][1]["identity"]["fp8_param_gather"], false);
+  const auto& gathers = j["runs"][0]["unit_all_gather"];
+  EXPECT_GT(gathers["gathers"].get<int64_t>(), 0);
+  EXPECT_GT(gathers["fp8_bytes_per_gather"].get<int64_t>(), 0);
+  EXPECT_LT(gathers["bytes_per_gather"].get<int64_t>(),
+            2 * gathers["fp8_bytes_per_gather"].get<int64_t>());
+  EXPECT_FALSE(j["runs"][1].contains("unit_all_gather"));
   for (const auto& run : j["runs"]) {
     for (const auto& step : run["steps"]) EXPECT_TRUE(std::isfinite(step["loss"].get<double>()));
   }

@@ -288,6 +288,7 @@ TEST(Validation, ReuseGradBufNeedsFp8ParamGatherAndIsOffUnderFsdp) {
   EXPECT_TRUE(contains(error_of(c), "Reuse grad buffer only when keeping params in MXFP8."));
   ConfigContainer f = fsdp_config();
   f.ddp.fp8_param_gather = true;
+  f.mixed_precision.fp8 = "hybrid";  // the FP8 parameter all-gather needs FP8 compute
   f.ddp.reuse_grad_buf_for_mxfp8_param_ag = true;
   f.optimizer.reuse_grad_buf_for_mxfp8_param_ag = true;
   Provenance p;

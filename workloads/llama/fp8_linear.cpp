@@ -26,6 +26,8 @@ void reset_counters() {
   auto& c = counters();
   c.weight_casts = 0;
   c.backward_weight_casts = 0;
+  c.gathered_weight_uses = 0;
+  c.gathered_weight_transposes = 0;
   c.cache_bytes_live = 0;
   c.cache_bytes_peak = 0;
 }
@@ -92,8 +94,10 @@ Quantized quantize_weight(const at::Tensor& w, bool rowwise, bool transposed) {
 
 struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            bool keep_transpose_cache, int64_t cache_ptr, int64_t main_grads) {
+                            bool keep_transpose_cache, int64_t cache_ptr, int64_t main_grads,
+                            int64_t gathered_ptr) {
     auto* cache = reinterpret_cast<WeightCache*>(cache_ptr);
+    const auto* gathered = reinterpret_cast<const Quantized*>(gathered_ptr);
     ctx->saved_data["main_grads"] = main_grads;
     // The leaf's identity for the main-grad lookup (not a saved variable: no extra storage).
     if (main_grads != 0) ctx->saved_data["w_leaf"] = w;
@@ -105,7 +109,23 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     // The input's transposed copy serves the weight gradient; the row-wise one only this GEMM.
     const Quantized xq = quantize(x2, at::kFloat8_e4m3fn, true, need_grads);
     const bool want_t = need_grads && keep_transpose_cache;
-    const Quantized wq = cache ? cache->get(w, want_t) : quantize_weight(w, true, want_t);
+    Quantized wq;
+    if (gathered != nullptr) {
+      require(
+          gathered->data.sizes() == w.sizes() && gathered->data.scalar_type() == at::kFloat8_e4m3fn,
+          "the gathered FP8 weight must be e4m3 of the weight's shape");
+      counters().gathered_weight_uses.fetch_add(1);
+      wq.data = gathered->data;
+      wq.scale_inv = gathered->scale_inv;
+      if (want_t) {
+        // The same bytes and scale, transposed: no cast (what Transformer Engine does for FP8
+        // parameters).
+        counters().gathered_weight_transposes.fetch_add(1);
+        wq.data_t = wq.data.t().contiguous();
+      }
+    } else {
+      wq = cache ? cache->get(w, want_t) : quantize_weight(w, true, want_t);
+    }
     // TE's defaults: fast accumulation in forward, split (exact) accumulation in backward.
     at::Tensor y = at::_scaled_mm(xq.data, wq.data.t(), xq.scale_inv, wq.scale_inv, std::nullopt,
                                   std::nullopt, x.scalar_type(), /*use_fast_accum=*/true);
@@ -115,10 +135,15 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["x_shape"] = x.sizes().vec();
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
+    ctx->saved_data["gathered"] = gathered != nullptr;
     if (need_grads) {
       if (keep_transpose_cache) {
         cache_add(wq.data_t.numel());
         ctx->save_for_backward({xq.data_t, xq.scale_inv, wq.data_t, wq.scale_inv});
+      } else if (gathered != nullptr) {
+        // The gathered bytes themselves (a view of the engine's buffer, gathered again before
+        // backward), not a copy.
+        ctx->save_for_backward({xq.data_t, xq.scale_inv, wq.data, wq.scale_inv});
       } else {
         ctx->save_for_backward({xq.data_t, xq.scale_inv, w});
       }
@@ -138,6 +163,10 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
       w_t = saved[2];
       w_scale_inv = saved[3];
       cache_add(-w_t.numel());
+    } else if (ctx->saved_data["gathered"].toBool()) {
+      counters().gathered_weight_transposes.fetch_add(1);
+      w_t = saved[2].t().contiguous();
+      w_scale_inv = saved[3];
     } else {
       w = saved[2];
       counters().backward_weight_casts.fetch_add(1);
@@ -162,12 +191,13 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
                                          /*use_fast_accum=*/false);
         target.add_(dw32);
         main_grads->main_grad_accumulated(leaf);
-        return {dx.view(x_shape), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+        return {dx.view(x_shape), at::Tensor(), at::Tensor(),
+                at::Tensor(),     at::Tensor(), at::Tensor()};
       }
     }
     at::Tensor dw = at::_scaled_mm(gq.data_t, x_t.t(), gq.scale_inv, x_scale_inv, std::nullopt,
                                    std::nullopt, w_dtype, /*use_fast_accum=*/false);
-    return {dx.view(x_shape), dw, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx.view(x_shape), dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -192,9 +222,10 @@ Quantized quantize(const at::Tensor& x, at::ScalarType fp8_dtype, bool rowwise, 
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool keep_transpose_cache,
-                  WeightCache* cache, ModuleHooks* main_grads) {
+                  WeightCache* cache, ModuleHooks* main_grads, const Quantized* gathered) {
   return Fp8LinearFn::apply(x, weight, keep_transpose_cache, reinterpret_cast<int64_t>(cache),
-                            reinterpret_cast<int64_t>(main_grads));
+                            reinterpret_cast<int64_t>(main_grads),
+                            reinterpret_cast<int64_t>(gathered));
 }
 
 void WeightCache::clear() { entries_.clear(); }

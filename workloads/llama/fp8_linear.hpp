@@ -66,8 +66,16 @@ class WeightCache {
 // fusion) and a buffer from main_grads->main_grad(weight), the weight-gradient GEMM writes fp32
 // and is added into that buffer (no bf16 rounding of the gradient; _scaled_mm cannot accumulate
 // in place, so the add is a kernel of its own), and no gradient goes to autograd for the weight.
+//
+// `gathered`: the weight already in e4m3 (`data` [out, in] and `scale_inv`), as the FP8
+// parameter all-gather delivers it (ddp.fp8_param_gather). `weight` is then read for its shape
+// and as the leaf its gradient belongs to, never for its values: nothing is cast. The transpose
+// backward needs is a transpose of those bytes with the same scale, made in forward and kept
+// (keep_transpose_cache) or made again in backward from `data`, which must then hold the same
+// bytes in backward (the engine gathers into the same storage).
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool keep_transpose_cache,
-                  WeightCache* cache = nullptr, ModuleHooks* main_grads = nullptr);
+                  WeightCache* cache = nullptr, ModuleHooks* main_grads = nullptr,
+                  const Quantized* gathered = nullptr);
 
 // Whether the FP8 path can run on this device (CPU, or CUDA compute capability >= 8.9).
 bool device_supported(const at::Device& device);
@@ -76,7 +84,11 @@ bool device_supported(const at::Device& device);
 struct Counters {
   std::atomic<int64_t> weight_casts{0};           // weight quantisations (forward and backward)
   std::atomic<int64_t> backward_weight_casts{0};  // of which rebuilt the transpose in backward
-  std::atomic<int64_t> cache_bytes_live{0};       // transposed weights held from forward to bwd
+  // Pre-quantised (gathered FP8) weights: GEMMs fed without a cast, and transposes of their bytes
+  // (in forward when kept, else in backward).
+  std::atomic<int64_t> gathered_weight_uses{0};
+  std::atomic<int64_t> gathered_weight_transposes{0};
+  std::atomic<int64_t> cache_bytes_live{0};  // transposed weights held from forward to bwd
   std::atomic<int64_t> cache_bytes_peak{0};
 };
 Counters& counters();

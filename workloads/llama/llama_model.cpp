@@ -290,7 +290,8 @@ void LlamaModel::new_step() const {
 
 at::Tensor LlamaModel::linear(const at::Tensor& x, const at::Tensor& w) const {
   if (fp8_ && x.scalar_type() == at::kBFloat16) {
-    return fp8::linear(x, w, fp8_keep_transpose_, fp8_cache_.get(), main_grads_);
+    const fp8::Quantized* gathered = fp8_weights_ ? fp8_weights_->fp8_weight(w) : nullptr;
+    return fp8::linear(x, w, fp8_keep_transpose_, fp8_cache_.get(), main_grads_, gathered);
   }
   if (main_grads_ && w.requires_grad()) return wgrad::linear(x, w, main_grads_);
   return at::linear(x, w);

@@ -19,6 +19,11 @@
 
 namespace shardbench {
 
+namespace fp8 {  // workloads/llama/fp8_linear.hpp
+struct Quantized;
+class WeightCache;
+}  // namespace fp8
+
 struct LlamaDims {
   int64_t num_layers = 2;
   int64_t hidden = 64;
@@ -55,6 +60,12 @@ struct ParamSpec {
 // All parameters in forward execution order.
 std::vector<ParamSpec> llama_param_specs(const LlamaDims& dims);
 
+// Whether the FP8 linears (-c fp8_cs) compute with this weight: a layer's 2-D weights (qkv,
+// proj, fc1, fc2); the norms, the embedding and the output layer stay in the compute dtype.
+inline bool is_fp8_linear_weight(const ParamSpec& spec) {
+  return spec.layer >= 0 && spec.shape.size() == 2;
+}
+
 // Fills `param` (the spec's shape) with its deterministic initial values: the same on every
 // rank and every strategy, independent of where the engine stores it.
 void init_param(const ParamSpec& spec, int64_t spec_index, uint64_t seed, at::Tensor param);
@@ -86,13 +97,15 @@ class ModuleHooks {
   // itself and calls main_grad_accumulated(w) instead of returning the gradient to autograd.
   virtual at::Tensor main_grad(const at::Tensor& /*w*/) { return {}; }
   virtual void main_grad_accumulated(const at::Tensor& /*w*/) {}
+
+  // FP8 parameter all-gather (ddp.fp8_param_gather, docs/fp8-param-gather.md): weight `w`'s e4m3
+  // copy as the engine gathered it (valid while `w`'s module runs forward or backward), or null
+  // when the engine holds `w` only in the compute dtype and the linear casts it itself.
+  virtual const fp8::Quantized* fp8_weight(const at::Tensor& /*w*/) { return nullptr; }
 };
 
 class ActivationOffload;  // workloads/llama/activation_offload.hpp
 class ActivationCensus;   // workloads/llama/activation_census.hpp
-namespace fp8 {
-class WeightCache;  // workloads/llama/fp8_linear.hpp
-}
 
 class LlamaModel {
  public:
@@ -125,6 +138,10 @@ class LlamaModel {
   // new_step() (fp8::WeightCache).
   void set_fp8(bool on, bool keep_transpose_cache, bool cast_once_per_step = false);
   bool fp8() const { return fp8_; }
+  // FP8 parameter all-gather: the FP8 linears take their weights pre-quantised from
+  // `engine`->fp8_weight() where it has them (no cast, no bf16 copy). nullptr: off.
+  void set_fp8_weights(ModuleHooks* engine) { fp8_weights_ = engine; }
+  bool fp8_weights_gathered() const { return fp8_weights_ != nullptr; }
   bool fp8_casts_once_per_step() const { return fp8_cache_ != nullptr; }
   // Call before each step's first micro-batch: the optimizer changed the weights.
   void new_step() const;
@@ -209,6 +226,7 @@ class LlamaModel {
   bool fp8_ = false;
   bool fp8_keep_transpose_ = false;
   std::shared_ptr<fp8::WeightCache> fp8_cache_;  // mutable through the pointer: per-step state
+  ModuleHooks* fp8_weights_ = nullptr;           // the engine that gathers FP8 weights
   int64_t recompute_layers_ = 0;
   bool recompute_norms_ = false;
   bool recompute_swiglu_ = false;

@@ -1,0 +1,206 @@
+// The FP8 parameter all-gather (ddp.fp8_param_gather; docs/fp8-param-gather.md): Megatron FSDP
+// units with sharded weights gather their four linears' weights as e4m3 bytes instead of bf16.
+//
+// After each optimizer step every rank takes the amax of its part of each FP8 weight from the
+// fp32 main weights, one MAX all-reduce makes them the whole tensors' amaxes, and each rank casts
+// its part with the scale all ranks now share (Transformer Engine's
+// cast_master_weights_to_fp8 for current scaling, which Megatron FSDP's
+// copy_main_weights_to_model_weights calls). The unit gather then moves one byte per weight
+// element, and the gathered bytes with their scales go straight into the FP8 GEMMs.
+#include <algorithm>
+#include <stdexcept>
+
+#include "harness/measure/nvtx.hpp"
+#include "harness/parallel/engine.hpp"
+#include "harness/parallel/engine_group.hpp"
+#include "harness/parallel/group_labels.hpp"
+#include "harness/parallel/storage.hpp"
+#include "harness/parallel/tensor_bytes.hpp"
+
+namespace shardbench {
+
+namespace {
+
+constexpr double kE4m3MaxFinite = 448.0;
+
+const GroupLabels kFp8GatherLabels{"all_gather_fp8", nvtx::Color::kComm};
+const GroupLabels kFp8GatherWaitLabels{"wait/all_gather_fp8", nvtx::Color::kWait};
+
+// A tensor of `dtype` and `shape` over `storage` from element `offset`, with its own TensorImpl
+// (and so its own version counter): a later gather into the storage is seen through it, and
+// autograd, which saves it, does not take that gather for an in-place change.
+at::Tensor view_storage(const at::Tensor& storage, int64_t offset, at::IntArrayRef shape,
+                        at::ScalarType dtype) {
+  at::Tensor t = at::empty({0}, storage.options().dtype(dtype));
+  t.set_(storage.storage(), offset, shape);
+  return t;
+}
+
+}  // namespace
+
+void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
+  at::NoGradGuard no_grad;
+  const auto bytes = at::TensorOptions().device(options_.device).dtype(at::kByte);
+  const int64_t shard = g.layout.shard_elems;
+  g.fp8_gather = true;
+  ++fp8_units_;
+  g.fp8_shard = at::zeros({shard}, bytes);
+  g.fp8_full = g.transient_weights ? at::zeros({g.layout.padded_elems}, bytes) : g.fp8_shard;
+  int fp8_count = 0;
+  int64_t norm_elems = 0;
+  for (const auto& slot : g.layout.slots) {
+    const bool fp8 = is_fp8_linear_weight(specs_[static_cast<size_t>(slot.spec_index)]);
+    g.fp8_index.push_back(fp8 ? fp8_count++ : -1);
+    if (!fp8) norm_elems += slot.numel;
+  }
+  g.fp8_scale_inv = at::ones({fp8_count}, bytes.dtype(at::kFloat));
+  for (size_t s = 0; s < g.layout.slots.size(); ++s) {
+    const int k = g.fp8_index[s];
+    if (k < 0) continue;
+    const auto& slot = g.layout.slots[s];
+    fp8::Quantized q;
+    q.data = view_storage(g.fp8_full, slot.offset,
+                          specs_[static_cast<size_t>(slot.spec_index)].shape, at::kFloat8_e4m3fn);
+    q.scale_inv = g.fp8_scale_inv.select(0, k);
+    g.fp8_weights.push_back(q);
+  }
+  if (!g.transient_weights) return;  // one rank: the norm leaves compute on the shard itself
+
+  // The norm leaves move from model_full (whose storage a unit gather no longer fills) to
+  // norm_full, and each rank's norm elements are mapped to their place in it.
+  g.norm_full = at::zeros({norm_elems}, g.model_full.options());
+  std::vector<int64_t> packed(static_cast<size_t>(dp_), 0);
+  int64_t norm_at = 0;
+  for (const auto& slot : g.layout.slots) {
+    const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
+    if (is_fp8_linear_weight(spec)) continue;
+    at::Tensor& leaf = leaves_[static_cast<size_t>(slot.spec_index)];
+    leaf.set_(g.norm_full.storage(), norm_at, spec.shape);
+    for (int r = 0; r < dp_; ++r) {
+      const int64_t lo = g.shard_offset(r);
+      const int64_t a = std::max(slot.offset, lo);
+      const int64_t b = std::min(slot.offset + slot.numel, lo + shard);
+      if (a >= b) continue;
+      g.norm_pieces.push_back(
+          {r, a - lo, packed[static_cast<size_t>(r)], norm_at + (a - slot.offset), b - a});
+      packed[static_cast<size_t>(r)] += b - a;
+    }
+    norm_at += slot.numel;
+  }
+  const int64_t chunk = *std::max_element(packed.begin(), packed.end());
+  g.norm_send = at::zeros({chunk}, g.model_full.options());
+  release_storage(g.norm_full);
+  release_storage(g.fp8_full);
+}
+
+void DataParallelEngine::launch_fp8_gather(EngineGroup& g) {
+  at::NoGradGuard no_grad;
+  const int64_t fp8_bytes = g.layout.padded_elems;
+  materialize_storage(g.fp8_full, static_cast<size_t>(fp8_bytes));
+  materialize_storage(g.norm_full, static_cast<size_t>(tensor_bytes(g.norm_full)));
+  for (const auto& p : g.norm_pieces) {
+    if (p.rank != rank_) continue;
+    g.norm_send.narrow(0, p.packed_offset, p.numel)
+        .copy_(g.model_shard.narrow(0, p.shard_offset, p.numel));
+  }
+  g.norm_recv = at::empty({dp_ * g.norm_send.numel()}, g.norm_send.options());
+  track_temp(fp8_bytes + tensor_bytes(g.norm_full) + tensor_bytes(g.norm_recv));
+  unit_gather_stats_.gathers += 1;
+  unit_gather_stats_.fp8_bytes += fp8_bytes;
+  unit_gather_stats_.bytes += fp8_bytes + tensor_bytes(g.norm_recv);
+  nvtx::Range range(kFp8GatherLabels(g), fp8_bytes + tensor_bytes(g.norm_recv));
+  g.gather_work = pgs_.all_gather->all_gather(g.fp8_full, g.fp8_shard);
+  g.norm_gather_work = pgs_.all_gather->all_gather(g.norm_recv, g.norm_send);
+}
+
+void DataParallelEngine::finish_fp8_gather(EngineGroup& g) {
+  at::NoGradGuard no_grad;
+  {
+    nvtx::Range range(kFp8GatherWaitLabels(g));
+    wait_comm(g.norm_gather_work, "all-gather of FSDP unit norms");
+  }
+  g.norm_gather_work.reset();
+  const int64_t chunk = g.norm_send.numel();
+  for (const auto& p : g.norm_pieces) {
+    g.norm_full.narrow(0, p.norm_offset, p.numel)
+        .copy_(g.norm_recv.narrow(0, p.rank * chunk + p.packed_offset, p.numel));
+  }
+  track_temp(-tensor_bytes(g.norm_recv));
+  g.norm_recv = at::Tensor();
+}
+
+void DataParallelEngine::release_fp8_gather(EngineGroup& g) {
+  release_storage(g.fp8_full);
+  release_storage(g.norm_full);
+  track_temp(-(g.layout.padded_elems + tensor_bytes(g.norm_full)));
+}
+
+void DataParallelEngine::cast_fp8_shards() {
+  if (fp8_units_ == 0) return;
+  at::NoGradGuard no_grad;
+  // This rank's part of each FP8 weight: [a, b) of the unit's flat buffer, in the shard from
+  // a - lo. A weight this rank holds nothing of contributes amax 0.
+  struct Part {
+    EngineGroup* g;
+    int64_t shard_offset, numel;
+    int64_t index;  // among all FP8 weights
+  };
+  std::vector<Part> parts;
+  int64_t count = 0;
+  for (auto& gp : groups_) {
+    EngineGroup& g = *gp;
+    if (!g.fp8_gather) continue;
+    const int64_t lo = g.shard_offset(rank_), shard = g.layout.shard_elems;
+    for (size_t s = 0; s < g.layout.slots.size(); ++s) {
+      if (g.fp8_index[s] < 0) continue;
+      const auto& slot = g.layout.slots[s];
+      const int64_t a = std::max(slot.offset, lo),
+                    b = std::min(slot.offset + slot.numel, lo + shard);
+      if (a < b) parts.push_back({&g, a - lo, b - a, count + g.fp8_index[s]});
+    }
+    count += g.fp8_scale_inv.numel();
+  }
+  at::Tensor amax =
+      at::zeros({count}, at::TensorOptions().device(options_.device).dtype(at::kFloat));
+  for (const auto& p : parts) {
+    amax.narrow(0, p.index, 1)
+        .copy_(p.g->main.narrow(0, p.shard_offset, p.numel).abs().amax().reshape({1}));
+  }
+  if (dp_ > 1) wait_comm(pgs_.world->all_reduce(amax, Reduction::kMax), "FP8 amax all-reduce");
+  // quantize()'s current scaling: max_finite / amax, 1 for an all-zero tensor.
+  const at::Tensor scale = at::where(amax == 0, at::ones_like(amax), kE4m3MaxFinite / amax);
+  const at::Tensor scale_inv = scale.reciprocal();
+  count = 0;
+  for (auto& gp : groups_) {
+    EngineGroup& g = *gp;
+    if (!g.fp8_gather) continue;
+    g.fp8_scale_inv.copy_(scale_inv.narrow(0, count, g.fp8_scale_inv.numel()));
+    count += g.fp8_scale_inv.numel();
+  }
+  for (const auto& p : parts) {
+    const at::Tensor piece = p.g->main.narrow(0, p.shard_offset, p.numel);
+    p.g->fp8_shard.narrow(0, p.shard_offset, p.numel)
+        .view(at::kFloat8_e4m3fn)
+        .copy_((piece * scale.select(0, p.index)).clamp(-kE4m3MaxFinite, kE4m3MaxFinite));
+  }
+}
+
+const fp8::Quantized* DataParallelEngine::fp8_weight(const at::Tensor& w) {
+  if (fp8_units_ == 0) return nullptr;
+  const auto [group, slot] = slot_of(w);
+  if (group < 0) return nullptr;
+  EngineGroup& g = *groups_[static_cast<size_t>(group)];
+  if (!g.fp8_gather) return nullptr;
+  const int k = g.fp8_index[static_cast<size_t>(slot)];
+  return k < 0 ? nullptr : &g.fp8_weights[static_cast<size_t>(k)];
+}
+
+at::Tensor DataParallelEngine::fp8_scale_invs() const {
+  std::vector<at::Tensor> all;
+  for (const auto& gp : groups_) {
+    if (gp->fp8_gather) all.push_back(gp->fp8_scale_inv);
+  }
+  return all.empty() ? at::Tensor() : at::cat(all);
+}
+
+}  // namespace shardbench
