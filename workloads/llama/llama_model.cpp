@@ -293,8 +293,18 @@ at::Tensor LlamaModel::linear(const at::Tensor& x, const at::Tensor& w) const {
     const fp8::Quantized* gathered = fp8_weights_ ? fp8_weights_->fp8_weight(w) : nullptr;
     return fp8::linear(x, w, fp8_keep_transpose_, fp8_cache_.get(), main_grads_, gathered);
   }
-  if (main_grads_ && w.requires_grad()) return wgrad::linear(x, w, main_grads_);
+  if (ModuleHooks* hooks = wgrad_hooks(w)) return wgrad::linear(x, w, hooks);
   return at::linear(x, w);
+}
+
+at::Tensor LlamaModel::norm_then_linear(const at::Tensor& x, const at::Tensor& norm_w,
+                                        const at::Tensor& w, const char* linear_region) const {
+  if (recompute_norms_) {
+    return recompute::norm_linear(x, norm_w, dims_.norm_eps, w, wgrad_hooks(w));
+  }
+  const at::Tensor h = at::rms_norm(x, {dims_.hidden}, norm_w, dims_.norm_eps);
+  census::region(linear_region);
+  return linear(h, w);
 }
 
 ModuleHooks* LlamaModel::wgrad_hooks(const at::Tensor& w) const {
@@ -310,14 +320,7 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x)
     throw std::logic_error("LlamaModel: output recompute with FP8 linears is not implemented");
   }
   census::region("input_norm");
-  at::Tensor qkv;
-  if (recompute_norms_) {
-    qkv = recompute::norm_linear(x, w.input_norm, d.norm_eps, w.qkv, wgrad_hooks(w.qkv));
-  } else {
-    auto h = at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps);
-    census::region("qkv");
-    qkv = linear(h, w.qkv);
-  }
+  const at::Tensor qkv = norm_then_linear(x, w.input_norm, w.qkv, "qkv");
   at::Tensor q, k, v;
   census::region("rope");
   if (fusable && fused_.rope_qkv) {
@@ -341,14 +344,7 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x)
   auto x1 = x + linear(attn, w.proj);
   // SwiGLU MLP: fc1 holds [gate; up] as Megatron's fused linear_fc1.
   census::region("post_norm");
-  at::Tensor gate_up;
-  if (recompute_norms_) {
-    gate_up = recompute::norm_linear(x1, w.post_norm, d.norm_eps, w.fc1, wgrad_hooks(w.fc1));
-  } else {
-    auto h2 = at::rms_norm(x1, {d.hidden}, w.post_norm, d.norm_eps);
-    census::region("fc1");
-    gate_up = linear(h2, w.fc1);
-  }
+  const at::Tensor gate_up = norm_then_linear(x1, w.post_norm, w.fc1, "fc1");
   census::region("swiglu");
   const bool fused_swiglu = fusable && fused_.swiglu;
   if (recompute_swiglu_) {

@@ -216,6 +216,10 @@ class LlamaModel {
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w) const;
   // The engine when w's weight gradient goes to its main-grad buffer, else null.
   ModuleHooks* wgrad_hooks(const at::Tensor& w) const;
+  // linear(rms_norm(x, norm_w), w), the norm's output recomputed in backward under
+  // recompute_norms_; `linear_region` names the linear for the census.
+  at::Tensor norm_then_linear(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& w,
+                              const char* linear_region) const;
 
   LlamaDims dims_;
   at::Device device_;
