@@ -18,26 +18,9 @@ namespace {
 constexpr uint64_t kSeed = 5;
 
 // One model with fp32 leaf parameters on the CPU (ATen ops only: no fused kernels there).
-struct Fixture {
-  LlamaDims d = testing::three_layer_dims();
-  std::vector<ParamSpec> specs = llama_param_specs(d);
-  std::vector<at::Tensor> params;
-  LlamaWeights w;
-  at::Tensor batch, tokens, labels;
-  LlamaModel model{d, at::kCPU};
+struct Fixture : testing::LeafModel {
   static constexpr int64_t kBatch = 2;
-
-  Fixture() {
-    for (size_t i = 0; i < specs.size(); ++i) {
-      at::Tensor t = at::empty(specs[i].shape, at::kFloat);
-      init_param(specs[i], static_cast<int64_t>(i), kSeed, t);
-      params.push_back(t.requires_grad_(true));
-    }
-    w = bind_weights(d, params);
-    batch = mock_global_batch(kSeed, 0, kBatch, d.seq_length, d.vocab);
-    tokens = batch.narrow(1, 0, d.seq_length);
-    labels = batch.narrow(1, 1, d.seq_length);
-  }
+  Fixture() : LeafModel(kSeed, kBatch) {}
   // Forward (with the census when `census`), backward; the loss and every gradient.
   std::pair<at::Tensor, std::vector<at::Tensor>> run(bool census) {
     for (auto& p : params) p.mutable_grad() = at::Tensor();

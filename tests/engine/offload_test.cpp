@@ -37,25 +37,8 @@ std::unordered_set<const c10::StorageImpl*> storages_of(const LlamaWeights& w) {
 }
 
 // One model with leaf parameters on the CPU, trained by backward() into .grad.
-struct Fixture {
-  LlamaDims d = dims3();
-  std::vector<ParamSpec> specs = llama_param_specs(d);
-  std::vector<at::Tensor> params;
-  LlamaWeights w;
-  at::Tensor tokens, labels;
-  LlamaModel model{d, at::kCPU};
-
-  Fixture() {
-    for (size_t i = 0; i < specs.size(); ++i) {
-      at::Tensor t = at::empty(specs[i].shape, at::kFloat);
-      init_param(specs[i], static_cast<int64_t>(i), kSeed, t);
-      params.push_back(t.requires_grad_(true));
-    }
-    w = bind_weights(d, params);
-    auto batch = mock_global_batch(kSeed, 0, 4, d.seq_length, d.vocab);
-    tokens = batch.narrow(1, 0, d.seq_length);
-    labels = batch.narrow(1, 1, d.seq_length);
-  }
+struct Fixture : testing::LeafModel {
+  Fixture() : LeafModel(kSeed, 4) {}
   std::pair<at::Tensor, std::vector<at::Tensor>> loss_and_grads() {
     for (auto& p : params) p.mutable_grad() = at::Tensor();
     at::Tensor loss = model.forward_loss(w, tokens, labels, nullptr);

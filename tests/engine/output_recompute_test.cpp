@@ -17,26 +17,9 @@ namespace {
 
 using testing::max_rel;
 
-struct Fixture {
-  LlamaDims d = testing::three_layer_dims();
-  std::vector<ParamSpec> specs = llama_param_specs(d);
-  std::vector<at::Tensor> params;
-  LlamaWeights w;
-  at::Tensor tokens, labels;
-  LlamaModel model{d, at::kCPU};
+struct Fixture : testing::LeafModel {
   static constexpr int64_t kBatch = 2;
-
-  Fixture() {
-    for (size_t i = 0; i < specs.size(); ++i) {
-      at::Tensor t = at::empty(specs[i].shape, at::kFloat);
-      init_param(specs[i], static_cast<int64_t>(i), 17, t);
-      params.push_back(t.requires_grad_(true));
-    }
-    w = bind_weights(d, params);
-    const at::Tensor batch = mock_global_batch(17, 0, kBatch, d.seq_length, d.vocab);
-    tokens = batch.narrow(1, 0, d.seq_length);
-    labels = batch.narrow(1, 1, d.seq_length);
-  }
+  Fixture() : LeafModel(17, kBatch) {}
   // Loss, gradients and the census of one forward and backward.
   struct Result {
     at::Tensor loss;

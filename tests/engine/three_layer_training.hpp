@@ -36,6 +36,29 @@ inline double max_rel(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).abs().max().item<double>() / std::max(1e-30, b.abs().max().item<double>());
 }
 
+// The three-layer model with fp32 leaf parameters on the CPU (ATen ops only), for tests that
+// run forward_loss and backward() into .grad themselves; tokens and labels of `batch` mock rows.
+struct LeafModel {
+  LlamaDims d = three_layer_dims();
+  std::vector<ParamSpec> specs = llama_param_specs(d);
+  std::vector<at::Tensor> params;
+  LlamaWeights w;
+  at::Tensor tokens, labels;
+  LlamaModel model{d, at::kCPU};
+
+  LeafModel(uint64_t seed, int64_t batch) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      at::Tensor t = at::empty(specs[i].shape, at::kFloat);
+      init_param(specs[i], static_cast<int64_t>(i), seed, t);
+      params.push_back(t.requires_grad_(true));
+    }
+    w = bind_weights(d, params);
+    const at::Tensor rows = mock_global_batch(seed, 0, batch, d.seq_length, d.vocab);
+    tokens = rows.narrow(1, 0, d.seq_length);
+    labels = rows.narrow(1, 1, d.seq_length);
+  }
+};
+
 struct TrainedRun {
   std::vector<double> losses;
   std::vector<at::Tensor> weights;  // main weights after the last step
