@@ -109,6 +109,57 @@ void check_one(const FieldInfo& field, const json& value, const Provenance& prov
 
 // ---- relations between fields
 
+// ddp.nccl_ub and its companions (docs/nccl-user-buffers.md): NCCL only, DDP and Megatron FSDP
+// only, manual registration Megatron FSDP's only (MLM's arguments.py: "fsdp_manual_registration
+// requires FSDP and nccl_ub") and only where a second iteration comes to register in.
+void nccl_user_buffers(const ConfigContainer& c, const Provenance& p, const FieldCheckContext& ctx,
+                       const std::string& run_backend) {
+  const auto& s = c.shardbench;
+  if (c.ddp.nccl_ub) {
+    bool gloo = run_backend == "gloo";
+    if (!gloo && s.backend == "auto" && s.device == "auto" && ctx.probe_gpus) {
+      gloo = (ctx.cuda_device_count ? ctx.cuda_device_count() : visible_cuda_devices()) < 1;
+    }
+    if (gloo) {
+      refuse("ddp.nccl_ub", true, p,
+             "NCCL user buffers are CUDA memory registered with NCCL communicators, and this run "
+             "communicates over gloo on the CPU",
+             "false with gloo (or run on GPUs over NCCL)");
+    }
+    if (c.dist.use_torch_fsdp2) {
+      refuse("ddp.nccl_ub", true, p,
+             "not implemented for the FSDP2-style wrapper (user buffers are DDP's and Megatron "
+             "FSDP's)",
+             "false with dist.use_torch_fsdp2=true");
+    }
+  }
+  // The finalize set turns manual registration off without nccl_ub, as Megatron-Bridge's does;
+  // a user who asked for it would otherwise run without what they asked for.
+  if (!c.ddp.nccl_ub) {
+    for (const ProvenanceEntry& entry : p.history("ddp.fsdp_manual_registration")) {
+      if (!is_builtin_source(entry.source) && entry.value == json(true)) {
+        throw UsageError("ddp.fsdp_manual_registration=true (from " + entry.source +
+                         "): DDP.fsdp_manual_registration requires DDP.nccl_ub!; accepted: "
+                         "false, or with ddp.nccl_ub=true (--nccl_ub true)");
+      }
+    }
+  }
+  if (c.ddp.fsdp_manual_registration && c.ddp.nccl_ub) {
+    if (!c.ddp.use_megatron_fsdp) {
+      refuse("ddp.fsdp_manual_registration", true, p,
+             "manual registration is Megatron FSDP's (fsdp_manual_registration requires FSDP and "
+             "nccl_ub); DDP registers its buffers when it allocates them",
+             "false with DDP");
+    }
+    if (c.train.train_iters < 2) {
+      refuse("ddp.fsdp_manual_registration", true, p,
+             "the buffers are registered at the start of the second iteration, and "
+             "train.train_iters=" + std::to_string(c.train.train_iters) + " has none",
+             "train.train_iters >= 2 (ddp.nccl_ub under Megatron FSDP registers manually)");
+    }
+  }
+}
+
 void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckContext& ctx) {
   const auto& m = c.model;
   if (m.recompute_num_layers && *m.recompute_num_layers > m.num_layers) {
@@ -206,6 +257,7 @@ void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckCo
            "this run communicates over " + run_backend + " (shardbench.backend, --backend)",
            run_backend);
   }
+  nccl_user_buffers(c, p, ctx, run_backend);
   const bool needs_gpu = s.device == "cuda" || (s.backend == "nccl" && s.device != "cpu");
   if (needs_gpu && ctx.probe_gpus) {
     const int count = ctx.cuda_device_count ? ctx.cuda_device_count() : visible_cuda_devices();

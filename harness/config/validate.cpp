@@ -149,6 +149,12 @@ void megatron_fsdp(Rules& r, const ValidationContext& ctx) {
   }
   if (c.ddp.nccl_ub) {
     r.force("ddp.fsdp_manual_registration", true, rule + " (nccl_ub)");
+    // Megatron-FSDP: "This flag [nccl_ub] automatically sets fsdp_double_buffer to True"
+    // (MLM's arguments.py sets both): the gathered units live in two persistent slots.
+    if (!c.ddp.fsdp_double_buffer) {
+      r.force("ddp.fsdp_double_buffer", true, rule + " (nccl_ub)");
+      r.notice("nccl_ub=True sets fsdp_double_buffer=True for Megatron-FSDP.");
+    }
   } else if (c.ddp.fsdp_manual_registration) {
     fail(
         "ddp.fsdp_manual_registration=true with ddp.nccl_ub=false: "

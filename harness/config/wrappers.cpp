@@ -24,6 +24,13 @@ ConfigContainer config_for_wrapper(const ConfigContainer& requested, Wrapper wra
   if (wrapper != Wrapper::kMegatronFsdp) {
     c.ddp.fp8_param_gather = c.mixed_precision.fp8_param_gather = false;
   }
+  // NCCL user buffers: DDP keeps them and registers when it allocates (manual registration is
+  // Megatron FSDP's); a Megatron FSDP run with them registers manually, as the nccl_ub and
+  // finalize sets say; FSDP2 has none (field_checks.cpp).
+  if (c.ddp.nccl_ub) {
+    c.ddp.fsdp_manual_registration = wrapper == Wrapper::kMegatronFsdp;
+    if (wrapper == Wrapper::kTorchFsdp2) c.ddp.nccl_ub = false;
+  }
   switch (wrapper) {
   case Wrapper::kDdp:
     c.dist.use_torch_fsdp2 = false;
@@ -87,6 +94,14 @@ std::vector<PlannedRun> planned_runs(const ConfigContainer& requested,
     if (requested.ddp.fp8_param_gather && !run.config.ddp.fp8_param_gather) {
       run.derivation +=
           ", ddp.fp8_param_gather=false (FP8 parameter all-gather is Megatron FSDP's only)";
+    }
+    if (requested.ddp.nccl_ub && !run.config.ddp.nccl_ub) {
+      run.derivation += ", ddp.nccl_ub=false (NCCL user buffers are DDP's and Megatron FSDP's)";
+    } else if (requested.ddp.fsdp_manual_registration != run.config.ddp.fsdp_manual_registration) {
+      run.derivation += std::string(", ddp.fsdp_manual_registration=") +
+                        (run.config.ddp.fsdp_manual_registration
+                             ? "true (Megatron FSDP registers NCCL user buffers manually)"
+                             : "false (DDP registers NCCL user buffers when it allocates them)");
     }
     Provenance scratch;
     try {

@@ -302,7 +302,6 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   reject(c.ddp.num_distributed_optimizer_instances != 1, "ddp.num_distributed_optimizer_instances",
          std::to_string(c.ddp.num_distributed_optimizer_instances), "1");
   // Knobs the engine does not implement yet are refused rather than reported as measured.
-  reject(c.ddp.nccl_ub, "ddp.nccl_ub", "true", "false (NCCL user buffers not implemented)");
   reject(c.ddp.num_buckets.has_value(), "ddp.num_buckets",
          std::to_string(c.ddp.num_buckets.value_or(0)), "null (use ddp.bucket_size)");
   reject(c.ddp.reduce_scatter_with_fp32_accumulation, "ddp.reduce_scatter_with_fp32_accumulation",
@@ -363,6 +362,10 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   o.gradient_accumulation_fusion = c.model.gradient_accumulation_fusion;
   // Validation admitted it for Megatron FSDP optim_grads_params with FP8 compute only.
   o.fp8_param_gather = c.ddp.fp8_param_gather;
+  // Validation admitted them for DDP and Megatron FSDP over NCCL (field_checks.cpp).
+  o.nccl_ub = c.ddp.nccl_ub;
+  o.nccl_ub_symmetric = !c.ddp.disable_symmetric_registration;
+  o.nccl_ub_manual_registration = c.ddp.nccl_ub && c.ddp.fsdp_manual_registration;
   return o;
 }
 
@@ -728,6 +731,37 @@ void record_memory(RunRecord& rec, const DataParallelEngine& engine,
   }
 }
 
+// ddp.nccl_ub: how the pool was registered and whether every communication buffer that exists
+// at the end of the run lies inside it. A buffer outside it fails the run: the report would
+// call registered what NCCL saw as ordinary memory.
+void record_nccl_user_buffers(RunRecord& rec, const DataParallelEngine& engine,
+                              const WorkerContext& ctx) {
+  const NcclUserBufferState st = engine.nccl_user_buffers();
+  if (!st.enabled) return;
+  NcclUserBuffersRecord r;
+  r.symmetric = st.symmetric;
+  r.manual_registration = st.manual_registration;
+  r.registered_after_steps = st.registered_after_steps;
+  r.registered_groups = st.registered_groups;
+  r.pool_segments = st.pool_segments;
+  r.pool_bytes = st.pool_bytes;
+  r.buffers_checked = st.buffers_checked;
+  r.buffers_outside = st.buffers_outside;
+  rec.nccl_user_buffers = r;
+  std::string failure;
+  if (st.registered_after_steps < 0) {
+    failure = "ddp.nccl_ub=true: the NCCL user-buffer pool was never registered";
+  } else if (st.buffers_outside > 0) {
+    failure = "ddp.nccl_ub=true: " + std::to_string(st.buffers_outside) + " of " +
+              std::to_string(st.buffers_checked) +
+              " communication buffers lie outside the registered pool";
+  }
+  if (!failure.empty()) {
+    rec.failure_reasons.push_back(failure);
+    if (ctx.rank == 0) std::cerr << "perf-launch: " << failure << std::endl;
+  }
+}
+
 }  // namespace
 
 RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& provenance,
@@ -769,6 +803,12 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
                           config.train.global_batch_size, dims.seq_length, dims.vocab),
         config.train.micro_batch_size, lr.at(it), config.train.empty_unused_memory_level,
         test_fault_loss_scale(config.shardbench, options.wrapper, ctx.rank)};
+    // Megatron registers the FSDP buffers at the start of the second iteration, outside its
+    // step timing (ddp.fsdp_manual_registration).
+    if (engine.register_comm_buffers_if_due() && ctx.rank == 0) {
+      std::cout << "perf-launch: NCCL user buffers registered before iteration " << iteration
+                << " (ddp.fsdp_manual_registration)" << std::endl;
+    }
     probes.before_step(iteration);
     // The run's first step (never in the statistics, WarmupRule): rank 0 records what autograd
     // saves in its first micro-batch's forward.
@@ -795,6 +835,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   if (ctx.device.is_cuda()) {
     rec.allocator.push_back(allocator_snapshot(ctx.device, "end", ctx.rank));
   }
+  record_nccl_user_buffers(rec, engine, ctx);
 
   gather_rank_step_times(rec, my_step_ms, ctx);
   record_activation_offload(rec, model, static_cast<int64_t>(my_step_ms.size()), ctx);

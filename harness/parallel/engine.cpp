@@ -8,7 +8,9 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "harness/parallel/engine_group.hpp"
+#include "harness/parallel/nccl_user_buffers.hpp"
 #include "harness/parallel/storage.hpp"
+#include "harness/parallel/tensor_bytes.hpp"
 
 namespace shardbench {
 
@@ -47,11 +49,35 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
         std::string(options_.compute_dtype == at::kBFloat16 ? "bf16" : "fp32") +
         " compute; accepted: false, or Megatron FSDP optim_grads_params with bf16 compute");
   }
+  if (options_.nccl_ub) {
+    if (options_.wrapper == Wrapper::kTorchFsdp2) {
+      throw std::invalid_argument(
+          "ddp.nccl_ub=true is not implemented for " + label() +
+          "; accepted: false with dist.use_torch_fsdp2=true (NCCL user buffers are DDP's and "
+          "Megatron FSDP's)");
+    }
+    if (!options_.device.is_cuda()) {
+      throw std::invalid_argument(
+          "ddp.nccl_ub=true on device " + options_.device.str() +
+          ": NCCL user buffers are CUDA memory registered with NCCL; accepted: false on CPU");
+    }
+    if (options_.nccl_ub_manual_registration && options_.wrapper != Wrapper::kMegatronFsdp) {
+      throw std::invalid_argument(
+          "ddp.fsdp_manual_registration=true with " + label() +
+          ": manual registration is Megatron FSDP's; accepted: false");
+    }
+    comm_pool_ = std::make_unique<CommBufferPool>(*pgs_.world, options_.device.index(),
+                                                  options_.nccl_ub_symmetric);
+  }
   specs_ = llama_param_specs(dims_);
   for (const auto& s : specs_) num_parameters_ += s.numel();
   leaves_.resize(specs_.size());
   build_groups();
   for (auto& g : groups_) allocate_and_init(*g);
+  // Without manual registration the pool is registered as soon as the buffers exist, as
+  // Megatron's DDP does when it allocates them; segments the pool grows later (gathered units,
+  // reduce-scatter inputs) are registered as they appear.
+  if (comm_pool_ && !options_.nccl_ub_manual_registration) register_comm_pool();
   // Megatron-FSDP's communication unit (docs/megatron-fsdp.md 3): without a suggestion it is
   // 2 x the mean unit size for optim_grads_params, else the bucket size, else 1e9; then floored
   // at 1e9 elements ("Cap" in the source, a floor in the code).
@@ -95,6 +121,57 @@ DataParallelEngine::~DataParallelEngine() {
   } catch (...) {
     // Destructors must not throw; a failed collective was already reported by the step.
   }
+}
+
+void DataParallelEngine::register_comm_pool() {
+  if (!comm_pool_ || comm_pool_registered_after_ >= 0) return;
+  comm_pool_->register_with({pgs_.world.get(), pgs_.all_gather.get(), pgs_.reduce_scatter.get()});
+  comm_pool_registered_after_ = optimizer_steps();
+}
+
+bool DataParallelEngine::register_comm_buffers_if_due() {
+  if (!comm_pool_ || comm_pool_registered_after_ >= 0 || optimizer_steps() < 1) return false;
+  register_comm_pool();
+  return true;
+}
+
+NcclUserBufferState DataParallelEngine::nccl_user_buffers() const {
+  NcclUserBufferState st;
+  if (!comm_pool_) return st;
+  st.enabled = true;
+  st.symmetric = comm_pool_->symmetric();
+  st.manual_registration = options_.nccl_ub_manual_registration;
+  st.registered_after_steps = comm_pool_registered_after_;
+  std::vector<const ProcessGroup*> distinct;
+  for (const ProcessGroup* pg : {pgs_.world.get(), pgs_.all_gather.get(),
+                                 pgs_.reduce_scatter.get()}) {
+    if (pg != nullptr && std::find(distinct.begin(), distinct.end(), pg) == distinct.end()) {
+      distinct.push_back(pg);
+    }
+  }
+  st.registered_groups = comm_pool_->registered() ? static_cast<int>(distinct.size()) : 0;
+  const CommBufferPool::Segments seg = comm_pool_->segments();
+  st.pool_segments = seg.count;
+  st.pool_bytes = seg.bytes;
+  auto check = [&](const at::Tensor& t) {
+    if (!t.defined() || !storage_materialized(t) || t.numel() == 0) return;
+    st.buffers_checked += 1;
+    if (!comm_pool_->holds(t.data_ptr(), tensor_bytes(t))) st.buffers_outside += 1;
+  };
+  for (const auto& gp : groups_) {
+    const auto& g = *gp;
+    check(g.model_full);
+    check(g.model_shard);
+    check(g.grad);
+    check(g.grad_full);
+    if (g.fp8_gather) {
+      check(g.fp8_shard);
+      check(g.fp8_full);
+      check(g.norm_full);
+      check(g.norm_send);
+    }
+  }
+  return st;
 }
 
 std::string DataParallelEngine::label() const {
@@ -230,15 +307,17 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
   const int64_t shard = g.layout.shard_elems;
   const int64_t lo = g.shard_offset(rank_);
 
+  std::optional<CommAllocScope> comm(std::in_place, comm_pool_.get());
   g.model_full = at::zeros({padded}, compute);
   // With fp32 compute the main weights are the compute weights (no second copy), as in
   // Megatron when params_dtype is fp32.
   g.main_aliases_model = options_.compute_dtype == at::kFloat;
+  g.grad = at::zeros({g.spec.grads_sharded ? shard : padded}, dev.dtype(grad_dtype));
+  if (g.transient_grads) g.grad_full = at::empty({padded}, dev.dtype(grad_dtype));
+  comm.reset();  // the fp32 main weights and the optimizer state are not communicated
   if (!g.main_aliases_model) {
     g.main = at::zeros({g.spec.main_weights_sharded ? shard : padded}, dev.dtype(at::kFloat));
   }
-  g.grad = at::zeros({g.spec.grads_sharded ? shard : padded}, dev.dtype(grad_dtype));
-  if (g.transient_grads) g.grad_full = at::empty({padded}, dev.dtype(grad_dtype));
 
   // Initial values: every rank generates each full parameter from the seed, keeps what it owns.
   for (const auto& slot : g.layout.slots) {
@@ -260,7 +339,10 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
   bind_leaves(g);
 
   if (g.transient_weights) {
-    g.model_shard = g.model_full.narrow(0, lo, shard).clone();
+    {
+      const CommAllocScope shard_scope(comm_pool_.get());  // the all-gather's input
+      g.model_shard = g.model_full.narrow(0, lo, shard).clone();
+    }
     release_storage(g.model_full);
     g.gathered = false;
   } else {

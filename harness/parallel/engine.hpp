@@ -88,6 +88,15 @@ struct EngineOptions {
   // a second, small all-gather) and the FP8 linears take them as they are (fp8_weight()). Needs
   // bf16 compute; refused for any other wrapper or strategy.
   bool fp8_param_gather = false;
+  // ddp.nccl_ub (docs/nccl-user-buffers.md): the communication buffers (compute weights, main
+  // grads, gathered units, reduce-scatter inputs and outputs, FP8 gather buffers) come from a
+  // memory pool over ncclMemAlloc registered with the communicators; NCCL only, not FSDP2.
+  // Registered as symmetric windows unless ddp.disable_symmetric_registration; right after the
+  // buffers exist, or with ddp.fsdp_manual_registration once before the second step's first
+  // micro-batch (Megatron FSDP's manual_buffer_registration).
+  bool nccl_ub = false;
+  bool nccl_ub_symmetric = true;
+  bool nccl_ub_manual_registration = false;
 };
 
 struct ProcessGroups {
@@ -97,6 +106,22 @@ struct ProcessGroups {
 };
 
 struct EngineGroup;
+class CommBufferPool;
+
+// Where the NCCL user-buffer pool stands (DataParallelEngine::nccl_user_buffers()).
+struct NcclUserBufferState {
+  bool enabled = false;
+  bool symmetric = false;
+  bool manual_registration = false;
+  // Optimizer steps taken when the pool was registered: 0 = before the first step, 1 = before
+  // the second (manual registration); -1 = not registered.
+  int64_t registered_after_steps = -1;
+  int registered_groups = 0;     // distinct communicators the pool is registered with
+  int64_t pool_segments = 0;     // the pool's segments (ncclMemAlloc allocations) and bytes
+  int64_t pool_bytes = 0;
+  int64_t buffers_checked = 0;   // communication buffers that exist now
+  int64_t buffers_outside = 0;   // of those, buffers not inside a pool segment (must be 0)
+};
 
 class DataParallelEngine final : public ModuleHooks {
  public:
@@ -194,6 +219,15 @@ class DataParallelEngine final : public ModuleHooks {
   // four per unit (qkv, proj, fc1, fc2). The same on every rank. Empty otherwise.
   at::Tensor fp8_scale_invs() const;
   int64_t rs_queue_capacity_elems() const { return rs_queue_capacity_elems_; }
+  // The NCCL user-buffer pool now: whether it exists and is registered, its segments, and
+  // whether every communication buffer that exists lies inside it (read from the caching
+  // allocator's snapshot). Not enabled without options().nccl_ub.
+  NcclUserBufferState nccl_user_buffers() const;
+  // ddp.fsdp_manual_registration: the training loop calls this before each step, outside its
+  // timing, as Megatron's calls manual_buffer_registration at the start of the second iteration;
+  // it registers the pool once the first step has allocated every buffer (optimizer_steps() >=
+  // 1). Returns whether it registered now. Collective under symmetric registration.
+  bool register_comm_buffers_if_due();
 
   // ModuleHooks
   void pre_forward(int module) override;
@@ -257,6 +291,8 @@ class DataParallelEngine final : public ModuleHooks {
   void refresh_model_weights(EngineGroup& g, bool written);
   const ShardingSpec& group_spec(const EngineGroup& g) const;
   void track_temp(int64_t delta_bytes);
+  // Registers the NCCL user-buffer pool with every communicator of the engine (once).
+  void register_comm_pool();
   // wait_work, marked as exposed communication on the comm timer.
   void wait_comm(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
 
@@ -267,6 +303,9 @@ class DataParallelEngine final : public ModuleHooks {
   int rank_ = 0;
   const ShardingSpec* spec_ = nullptr;
   std::vector<ParamSpec> specs_;
+  // Declared before groups_: destroyed after the buffers allocated from it.
+  std::unique_ptr<CommBufferPool> comm_pool_;
+  int64_t comm_pool_registered_after_ = -1;
   std::vector<std::unique_ptr<EngineGroup>> groups_;
   std::vector<std::vector<int>> module_groups_;  // module -> groups holding its params
   std::vector<at::Tensor> leaves_;               // by spec index

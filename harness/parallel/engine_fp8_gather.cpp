@@ -44,8 +44,11 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
   const int64_t shard = g.layout.shard_elems;
   g.fp8_gather = true;
   ++fp8_units_;
-  g.fp8_shard = at::zeros({shard}, bytes);
-  g.fp8_full = g.transient_weights ? at::zeros({g.layout.padded_elems}, bytes) : g.fp8_shard;
+  {
+    const CommAllocScope comm(comm_pool_.get());
+    g.fp8_shard = at::zeros({shard}, bytes);
+    g.fp8_full = g.transient_weights ? at::zeros({g.layout.padded_elems}, bytes) : g.fp8_shard;
+  }
   int fp8_count = 0;
   int64_t norm_elems = 0;
   for (const auto& slot : g.layout.slots) {
@@ -68,6 +71,7 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
 
   // The norm leaves move from model_full (whose storage a unit gather no longer fills) to
   // norm_full, and each rank's norm elements are mapped to their place in it.
+  const CommAllocScope comm(comm_pool_.get());
   g.norm_full = at::zeros({norm_elems}, g.model_full.options());
   std::vector<int64_t> packed(static_cast<size_t>(dp_), 0);
   int64_t norm_at = 0;
@@ -96,6 +100,7 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
 void DataParallelEngine::launch_fp8_gather(EngineGroup& g) {
   at::NoGradGuard no_grad;
   const int64_t fp8_bytes = g.layout.padded_elems;
+  const CommAllocScope comm(comm_pool_.get());
   materialize_storage(g.fp8_full, static_cast<size_t>(fp8_bytes));
   materialize_storage(g.norm_full, static_cast<size_t>(tensor_bytes(g.norm_full)));
   for (const auto& p : g.norm_pieces) {

@@ -1,6 +1,7 @@
 // Internal state of one engine group (see engine.hpp). Only the engine's sources include this.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -9,6 +10,7 @@
 #include "harness/parallel/engine.hpp"
 #include "harness/parallel/flat_adamw.hpp"
 #include "harness/parallel/flat_layout.hpp"
+#include "harness/parallel/nccl_user_buffers.hpp"
 #include "harness/parallel/sharding.hpp"
 #include "workloads/llama/fp8_linear.hpp"
 
@@ -99,6 +101,18 @@ struct EngineGroup {
   c10::intrusive_ptr<c10d::Work> norm_gather_work;
 
   int64_t shard_offset(int rank) const { return layout.shard_elems * rank; }
+};
+
+// Routes this thread's allocations to the NCCL user-buffer pool while it lives, when there is
+// one (ddp.nccl_ub); otherwise does nothing.
+class CommAllocScope {
+ public:
+  explicit CommAllocScope(CommBufferPool* pool) {
+    if (pool != nullptr) scope_.emplace(*pool);
+  }
+
+ private:
+  std::optional<CommBufferPool::Scope> scope_;
 };
 
 struct DataParallelEngine::PendingReduce {

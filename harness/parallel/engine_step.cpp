@@ -88,8 +88,11 @@ void DataParallelEngine::launch_gather(EngineGroup& g) {
     launch_fp8_gather(g);
     return;
   }
-  materialize_storage(g.model_full, static_cast<size_t>(g.model_full.numel()) *
-                                        static_cast<size_t>(elem_bytes(g.model_full)));
+  {
+    const CommAllocScope comm(comm_pool_.get());
+    materialize_storage(g.model_full, static_cast<size_t>(g.model_full.numel()) *
+                                          static_cast<size_t>(elem_bytes(g.model_full)));
+  }
   track_temp(g.model_full.numel() * elem_bytes(g.model_full));
   unit_gather_stats_.gathers += 1;
   unit_gather_stats_.bytes += tensor_bytes(g.model_full);
@@ -288,7 +291,10 @@ void DataParallelEngine::slot_grad_done(EngineGroup& g) {
 
 const at::Tensor& DataParallelEngine::grad_target(EngineGroup& g, int slot) {
   if (g.transient_grads && !g.grad_full_live) {
-    materialize_storage(g.grad_full, static_cast<size_t>(tensor_bytes(g.grad_full)));
+    {
+      const CommAllocScope comm(comm_pool_.get());  // the reduce-scatter's input
+      materialize_storage(g.grad_full, static_cast<size_t>(tensor_bytes(g.grad_full)));
+    }
     g.grad_full.zero_();  // padding must reduce to zero
     g.grad_full_live = true;
     track_temp(tensor_bytes(g.grad_full));
@@ -330,7 +336,10 @@ void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
       // The grad shard is zero at the first micro-batch: reduce straight into it.
       pending.work = pgs_.reduce_scatter->reduce_scatter(g.grad, src, op);
     } else {
-      pending.accumulate_from = at::empty_like(g.grad);
+      {
+        const CommAllocScope comm(comm_pool_.get());
+        pending.accumulate_from = at::empty_like(g.grad);
+      }
       track_temp(g.grad.numel() * elem_bytes(g.grad));
       pending.work = pgs_.reduce_scatter->reduce_scatter(pending.accumulate_from, src, op);
     }

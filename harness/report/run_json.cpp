@@ -56,6 +56,9 @@ json identity_json(const RunRecord& run) {
              {"fp8_transpose_cache",
               run.fp8_transpose_cache.empty() ? json(nullptr) : json(run.fp8_transpose_cache)},
              {"fp8_param_gather", run.fp8_param_gather},
+             {"nccl_ub", !run.nccl_user_buffers           ? json(nullptr)
+                         : run.nccl_user_buffers->symmetric ? json("symmetric")
+                                                            : json("local")},
              {"deterministic", run.deterministic}};
   // A calibration slowdown or a test-only fault is part of what the run is: it never matches a
   // real run (step_injection.hpp).
@@ -417,6 +420,18 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
     j["unit_all_gather"] = {{"gathers", run.unit_gathers},
                             {"bytes_per_gather", run.unit_gather_bytes / run.unit_gathers},
                             {"fp8_bytes_per_gather", run.unit_gather_fp8_bytes / run.unit_gathers}};
+  }
+  if (const auto& u = run.nccl_user_buffers) {
+    j["nccl_user_buffers"] = {{"registration", u->symmetric ? "symmetric" : "local"},
+                              {"manual_registration", u->manual_registration},
+                              {"registered_after_steps", u->registered_after_steps < 0
+                                                             ? json(nullptr)
+                                                             : json(u->registered_after_steps)},
+                              {"registered_groups", u->registered_groups},
+                              {"pool_segments", u->pool_segments},
+                              {"pool_bytes", u->pool_bytes},
+                              {"buffers_checked", u->buffers_checked},
+                              {"buffers_outside_pool", u->buffers_outside}};
   }
   return j;
 }

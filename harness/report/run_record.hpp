@@ -82,6 +82,19 @@ struct ActivationOffloadRecord {
   int64_t prefetch_layers = 1;  // groups reloaded ahead of backward
 };
 
+// ddp.nccl_ub (docs/nccl-user-buffers.md): the memory pool the communication buffers came from
+// and its registration with NCCL, as the engine saw them at the end of the run.
+struct NcclUserBuffersRecord {
+  bool symmetric = false;            // NCCL symmetric windows, else local user buffers
+  bool manual_registration = false;  // ddp.fsdp_manual_registration
+  int64_t registered_after_steps = -1;  // optimizer steps before registration; -1: never
+  int registered_groups = 0;            // communicators the pool is registered with
+  int64_t pool_segments = 0;
+  int64_t pool_bytes = 0;
+  int64_t buffers_checked = 0;  // communication buffers that existed at the end
+  int64_t buffers_outside = 0;  // of those, buffers outside the pool (0 unless broken)
+};
+
 struct RunRecord {
   std::string label;     // e.g. "megatron_fsdp/optim_grads_params", "ddp+distopt"
   Wrapper wrapper = Wrapper::kDdp;
@@ -137,6 +150,8 @@ struct RunRecord {
   // "wgrad_accumulation", "linear_cross_entropy" (results/report.schema.json lists them).
   std::vector<std::string> fused_kernel_set;
   bool deterministic = false;  // model.deterministic_mode: ATen's deterministic algorithms were on
+  // ddp.nccl_ub: the registered pool at the end of the run (absent without nccl_ub).
+  std::optional<NcclUserBuffersRecord> nccl_user_buffers;
 };
 
 }  // namespace shardbench

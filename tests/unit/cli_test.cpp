@@ -204,7 +204,7 @@ TEST(CliParse, PerformanceAndShardbenchFlags) {
                                    "--timing_threshold",
                                    "0.1"});
   EXPECT_EQ(a.use_megatron_fsdp, true);
-  EXPECT_EQ(a.nccl_ub, false);  // true is refused: NCCL user buffers are not implemented
+  EXPECT_EQ(a.nccl_ub, false);
   EXPECT_EQ(a.recompute_num_layers, 2);
   EXPECT_TRUE(a.enable_nsys);
   EXPECT_EQ(a.profiling_ranks, (std::vector<int64_t>{0, 1}));

@@ -156,18 +156,34 @@ TEST(DryrunPipeline, OrderSetsThenUserFilesThenTrailingOverrides) {
   std::remove(path.c_str());
 }
 
-// NCCL user buffers are not implemented: the flag and the field are refused at resolution (the
-// finalize and nccl_ub sets stay faithful copies, tested in overrides_test.cpp).
-TEST(DryrunPipeline, NcclUbIsRefusedAtResolution) {
-  try {
-    resolve_8b({"--use_megatron_fsdp", "true", "ddp.nccl_ub=true"});
-    FAIL();
-  } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(),
-                 "ddp.nccl_ub=true (from override ddp.nccl_ub=true): not implemented by "
-                 "shardbench: NCCL user buffers are not implemented; accepted: false");
-  }
-  EXPECT_THROW(resolve_8b({"--use_megatron_fsdp", "true", "--nccl_ub", "true"}), UsageError);
+// --nccl_ub true under Megatron FSDP: the nccl_ub and finalize sets' companions and the
+// Megatron-FSDP rule that it forces the double buffer (docs/nccl-user-buffers.md).
+TEST(DryrunPipeline, NcclUbBringsItsCompanions) {
+  // On a machine with GPUs: without one the run would use gloo, which refuses user buffers.
+  ValidationContext gpus = clean_env();
+  gpus.cuda_device_count = [] { return 8; };
+  auto resolve_8b = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"-m", "llama", "-mr", "llama3_8b", "-ng", "8", "-g", "h100"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return resolve_from_args(args, gpus);
+  };
+  const ResolvedConfig r = resolve_8b({"--use_megatron_fsdp", "true", "--nccl_ub", "true"});
+  const auto& c = r.config;
+  EXPECT_TRUE(c.ddp.nccl_ub);
+  EXPECT_TRUE(c.ddp.fsdp_manual_registration);
+  EXPECT_TRUE(c.ddp.fsdp_double_buffer);
+  EXPECT_FALSE(c.ddp.average_in_collective);
+  EXPECT_FALSE(c.ddp.disable_symmetric_registration) << "symmetric windows, Megatron's default";
+  EXPECT_EQ(c.env.at("NCCL_NVLS_ENABLE"), "1");
+  // As a key=value override the finalize set adds the same companions.
+  const ResolvedConfig o = resolve_8b({"--use_megatron_fsdp", "true", "ddp.nccl_ub=true"});
+  EXPECT_TRUE(o.config.ddp.fsdp_manual_registration);
+  EXPECT_TRUE(o.config.ddp.fsdp_double_buffer);
+  // DDP registers when it allocates: no manual registration, no double buffer.
+  const ResolvedConfig d = resolve_8b({"--nccl_ub", "true"});
+  EXPECT_TRUE(d.config.ddp.nccl_ub);
+  EXPECT_FALSE(d.config.ddp.fsdp_manual_registration);
+  EXPECT_FALSE(d.config.ddp.fsdp_double_buffer);
 }
 
 TEST(DryrunPipeline, RecomputeAndOffloadFlags) {

@@ -226,15 +226,55 @@ TEST(FieldSupport, NotImplementedFlagsKeepTheirDefault) {
             "re-run a failed golden-value check");
   EXPECT_EQ(error_of({"--deterministic"}), "(accepted)");  // docs/determinism.md
   EXPECT_EQ(error_of({"--nccl_ub", "false"}), "(accepted)");
-  EXPECT_EQ(error_of({"--nccl_ub", "true"}),
-            "--nccl_ub=true is not supported by shardbench yet: NCCL user buffers are not "
-            "implemented; accepted: false");
   EXPECT_EQ(error_of({"-tp", "2"}),
             "-tp/--tensor_model_parallel_size=2 is not supported by shardbench yet: tensor "
             "parallelism is not implemented (the engine is data-parallel only); accepted: 1");
   // Golden-value flags are honoured (the perf-launch gate reads them).
   EXPECT_EQ(error_of({"--timing_threshold", "0.1", "--memory_threshold", "0.2",
                       "--skip_first_percent_time", "0.5"}),
+            "(accepted)");
+}
+
+// NCCL user buffers (docs/nccl-user-buffers.md): NCCL only, DDP and Megatron FSDP only, manual
+// registration Megatron FSDP's only and only with a second iteration to register in.
+TEST(FieldSupport, NcclUserBuffersAreRefusedWhereTheyCannotWork) {
+  EXPECT_EQ(error_of({"--nccl_ub", "true"}),
+            "ddp.nccl_ub=true (from override set nccl_ub): NCCL user buffers are CUDA memory "
+            "registered with NCCL communicators, and this run communicates over gloo on the CPU; "
+            "accepted: false with gloo (or run on GPUs over NCCL)");
+  ValidationContext gpus = no_gpu();
+  gpus.cuda_device_count = [] { return 8; };
+  const std::vector<std::string> gpu = {"-m", "llama", "-mr", "llama3_8b", "-ng", "8", "-g",
+                                        "h100"};
+  auto gpu_error = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = gpu;
+    args.insert(args.end(), extra.begin(), extra.end());
+    try {
+      resolve_from_args(args, gpus);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(gpu_error({"--nccl_ub", "true"}), "(accepted)");
+  EXPECT_EQ(gpu_error({"--nccl_ub", "true", "--use_megatron_fsdp", "true"}), "(accepted)");
+  EXPECT_EQ(gpu_error({"--nccl_ub", "true", "dist.use_torch_fsdp2=true"}),
+            "ddp.nccl_ub=true (from override set nccl_ub): not implemented for the FSDP2-style "
+            "wrapper (user buffers are DDP's and Megatron FSDP's); accepted: false with "
+            "dist.use_torch_fsdp2=true");
+  EXPECT_EQ(gpu_error({"--nccl_ub", "true", "ddp.fsdp_manual_registration=true"}),
+            "ddp.fsdp_manual_registration=true (from override ddp.fsdp_manual_registration=true): "
+            "manual registration is Megatron FSDP's (fsdp_manual_registration requires FSDP and "
+            "nccl_ub); DDP registers its buffers when it allocates them; accepted: false with DDP");
+  const std::string one_step = gpu_error({"--nccl_ub", "true", "--use_megatron_fsdp", "true",
+                                          "-ms", "1"});
+  EXPECT_NE(one_step.find("ddp.fsdp_manual_registration=true"), std::string::npos) << one_step;
+  EXPECT_NE(one_step.find("train.train_iters=1 has none"), std::string::npos) << one_step;
+  // Without nccl_ub, manual registration is refused with Megatron-Bridge's words.
+  EXPECT_NE(gpu_error({"--use_megatron_fsdp", "true", "ddp.fsdp_manual_registration=true"})
+                .find("requires DDP.nccl_ub"),
+            std::string::npos);
+  EXPECT_EQ(gpu_error({"--nccl_ub", "true", "ddp.disable_symmetric_registration=true"}),
             "(accepted)");
 }
 

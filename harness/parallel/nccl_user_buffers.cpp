@@ -1,0 +1,130 @@
+#include "harness/parallel/nccl_user_buffers.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "harness/parallel/process_group.hpp"
+
+#ifdef SHARDBENCH_WITH_NCCL
+#include <ATen/cuda/MemPool.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace shardbench {
+
+#ifdef SHARDBENCH_WITH_NCCL
+
+namespace {
+
+c10d::ProcessGroupNCCL* nccl_of(ProcessGroup& pg) {
+  if (pg.backend_kind() != CommBackend::kNccl) return nullptr;
+  return dynamic_cast<c10d::ProcessGroupNCCL*>(&pg.backend());
+}
+
+[[noreturn]] void refuse(const std::string& why) {
+  throw std::invalid_argument("ddp.nccl_ub=true: " + why + "; accepted: false");
+}
+
+}  // namespace
+
+struct CommBufferPool::Impl {
+  c10::DeviceIndex device = 0;
+  std::unique_ptr<at::cuda::MemPool> pool;
+};
+
+CommBufferPool::CommBufferPool(ProcessGroup& pg, int device_index, bool symmetric)
+    : impl_(std::make_unique<Impl>()), symmetric_(symmetric) {
+  c10d::ProcessGroupNCCL* nccl = nccl_of(pg);
+  if (nccl == nullptr) {
+    refuse(std::string("NCCL user buffers need the NCCL backend, and this group runs ") +
+           to_string(pg.backend_kind()));
+  }
+  impl_->device = static_cast<c10::DeviceIndex>(device_index);
+  if (!nccl->supportsTensorAlloc(impl_->device)) {
+    refuse("this NCCL cannot allocate registrable memory on cuda:" + std::to_string(device_index) +
+           " (ncclMemAlloc needs NCCL >= 2.19 and CUDA virtual memory management)");
+  }
+  // The process group's allocator is torch's pluggable allocator over ncclMemAlloc/ncclMemFree
+  // (what torch.distributed hands Python as backend.mem_allocator).
+  auto allocator = std::dynamic_pointer_cast<c10::cuda::CUDACachingAllocator::CUDAAllocator>(
+      nccl->getMemAllocator());
+  if (!allocator) refuse("the NCCL process group returned no CUDA allocator");
+  c10::cuda::CUDAGuard guard(impl_->device);
+  impl_->pool = std::make_unique<at::cuda::MemPool>(allocator);
+}
+
+CommBufferPool::~CommBufferPool() = default;
+
+CommBufferPool::Scope::Scope(CommBufferPool& pool) : pool_(pool) {
+  const auto tid = std::this_thread::get_id();
+  c10::cuda::CUDACachingAllocator::beginAllocateToPool(
+      pool_.impl_->device, pool_.impl_->pool->id(),
+      [tid](cudaStream_t) { return std::this_thread::get_id() == tid; });
+}
+
+CommBufferPool::Scope::~Scope() {
+  // torch.cuda.use_mem_pool's exit: stop routing, then drop the reference begin took.
+  c10::cuda::CUDACachingAllocator::endAllocateToPool(pool_.impl_->device,
+                                                     pool_.impl_->pool->id());
+  c10::cuda::CUDACachingAllocator::releasePool(pool_.impl_->device, pool_.impl_->pool->id());
+}
+
+void CommBufferPool::register_with(const std::vector<ProcessGroup*>& groups) {
+  // As Megatron's manual registration: every allocation made so far has completed.
+  c10::cuda::device_synchronize();
+  for (ProcessGroup* pg : groups) {
+    if (pg == nullptr) continue;
+    if (std::find(registered_.begin(), registered_.end(), pg) != registered_.end()) continue;
+    c10d::ProcessGroupNCCL* nccl = nccl_of(*pg);
+    if (nccl == nullptr) {
+      refuse(std::string("a communicator of this run is ") + to_string(pg->backend_kind()) +
+             ", and only NCCL registers user buffers");
+    }
+    nccl->registerMemPool(impl_->pool.get(), symmetric_);
+    registered_.push_back(pg);
+  }
+}
+
+CommBufferPool::Segments CommBufferPool::segments() const {
+  Segments s;
+  for (const auto& seg : c10::cuda::CUDACachingAllocator::snapshot(impl_->pool->id(), false)
+                             .segments) {
+    s.count += 1;
+    s.bytes += static_cast<int64_t>(seg.total_size);
+  }
+  return s;
+}
+
+bool CommBufferPool::holds(const void* ptr, int64_t bytes) const {
+  const auto begin = reinterpret_cast<size_t>(ptr);
+  const auto end = begin + static_cast<size_t>(std::max<int64_t>(bytes, 0));
+  for (const auto& seg : c10::cuda::CUDACachingAllocator::snapshot(impl_->pool->id(), false)
+                             .segments) {
+    if (begin >= seg.address && end <= seg.address + seg.total_size) return true;
+  }
+  return false;
+}
+
+#else  // !SHARDBENCH_WITH_NCCL
+
+struct CommBufferPool::Impl {};
+
+CommBufferPool::CommBufferPool(ProcessGroup&, int, bool symmetric) : symmetric_(symmetric) {
+  throw std::invalid_argument(
+      "ddp.nccl_ub=true: this shardbench was built without NCCL; accepted: false");
+}
+CommBufferPool::~CommBufferPool() = default;
+CommBufferPool::Scope::Scope(CommBufferPool& pool) : pool_(pool) {}
+CommBufferPool::Scope::~Scope() = default;
+void CommBufferPool::register_with(const std::vector<ProcessGroup*>&) {}
+CommBufferPool::Segments CommBufferPool::segments() const { return {}; }
+bool CommBufferPool::holds(const void*, int64_t) const { return false; }
+
+#endif
+
+}  // namespace shardbench
