@@ -416,8 +416,8 @@ void precision_aware_optimizer_rules(const ConfigContainer& c) {
 }
 
 // ddp.fp8_param_gather (docs/fp8-param-gather.md): the engine gathers FP8 weights for Megatron
-// FSDP units with sharded weights and FP8 compute only; anywhere else the field is refused, not
-// ignored. -c fp8_cs turns it on (mixed_precision.fp8_param_gather, copied onto ddp above), so a
+// FSDP units with sharded weights and for the distributed optimizer's parameter all-gather, with
+// FP8 compute only; anywhere else the field is refused, not ignored. -c fp8_cs turns it on (mixed_precision.fp8_param_gather, copied onto ddp above), so a
 // DDP or FSDP2 run with -c fp8_cs says how to turn it off.
 void fp8_param_gather_rules(const ConfigContainer& c) {
   if (!c.ddp.fp8_param_gather) return;
@@ -431,13 +431,17 @@ void fp8_param_gather_rules(const ConfigContainer& c) {
          " without FP8 compute");
   }
   const Wrapper wrapper = wrapper_of(c);
-  if (wrapper != Wrapper::kMegatronFsdp ||
-      c.ddp.data_parallel_sharding_strategy != "optim_grads_params") {
+  const bool fsdp = wrapper == Wrapper::kMegatronFsdp &&
+                    c.ddp.data_parallel_sharding_strategy == "optim_grads_params";
+  const bool distopt = wrapper == Wrapper::kDdp && c.ddp.use_distributed_optimizer;
+  if (!fsdp && !distopt) {
     const std::string run = wrapper == Wrapper::kMegatronFsdp
                                 ? "megatron_fsdp/" + c.ddp.data_parallel_sharding_strategy
                                 : std::string(label(wrapper));
-    fail(head + " is implemented for Megatron FSDP with optim_grads_params only (this run: " + run +
-         "); accepted: " + off + ", or --use_megatron_fsdp true with optim_grads_params");
+    fail(head + " is implemented for Megatron FSDP with optim_grads_params and DDP with the "
+                "distributed optimizer only (this run: " + run + "); accepted: " + off +
+         ", or --use_megatron_fsdp true with optim_grads_params, or "
+         "ddp.use_distributed_optimizer=true");
   }
 }
 

@@ -19,9 +19,10 @@ ConfigContainer config_for_wrapper(const ConfigContainer& requested, Wrapper wra
   // A comparison run measures training only; a checkpoint of one wrapper's layout is not
   // another's (fsdp_dtensor is Megatron FSDP's).
   c.checkpoint.save = c.checkpoint.load = c.checkpoint.pretrained_checkpoint = std::nullopt;
-  // The FP8 parameter all-gather is Megatron FSDP's only (validate.cpp): the other wrappers
-  // gather bf16 weights and cast them after the gather.
-  if (wrapper != Wrapper::kMegatronFsdp) {
+  // The FP8 parameter all-gather is Megatron FSDP's and the distributed optimizer's
+  // (validate.cpp; the DDP baseline below runs the distributed optimizer): FSDP2 gathers bf16
+  // weights and casts them after the gather.
+  if (wrapper == Wrapper::kTorchFsdp2) {
     c.ddp.fp8_param_gather = c.mixed_precision.fp8_param_gather = false;
   }
   // NCCL user buffers: DDP keeps them and registers when it allocates (manual registration is
@@ -93,7 +94,8 @@ std::vector<PlannedRun> planned_runs(const ConfigContainer& requested,
     PlannedRun run{wrapper, config_for_wrapper(requested, wrapper), derivation_of(wrapper, head)};
     if (requested.ddp.fp8_param_gather && !run.config.ddp.fp8_param_gather) {
       run.derivation +=
-          ", ddp.fp8_param_gather=false (FP8 parameter all-gather is Megatron FSDP's only)";
+          ", ddp.fp8_param_gather=false (FP8 parameter all-gather is Megatron FSDP's and the "
+          "distributed optimizer's)";
     }
     if (requested.ddp.nccl_ub && !run.config.ddp.nccl_ub) {
       run.derivation += ", ddp.nccl_ub=false (NCCL user buffers are DDP's and Megatron FSDP's)";

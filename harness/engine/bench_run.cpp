@@ -443,9 +443,13 @@ void configure_model(LlamaModel& model, const ConfigContainer& config,
                 << std::endl;
     }
     if (ctx.rank == 0 && options.fp8_param_gather) {
-      std::cout << "perf-launch: ddp.fp8_param_gather=true: FSDP units all-gather their linears' "
-                   "weights in FP8 (e4m3, cast from the main weights after each optimizer step "
-                   "with per-tensor scales agreed across ranks); norms in bf16"
+      std::cout << "perf-launch: ddp.fp8_param_gather=true: "
+                << (options.wrapper == Wrapper::kDdp
+                        ? "the distributed optimizer's parameter all-gather moves"
+                        : "FSDP units all-gather")
+                << " the linears' weights in FP8 (e4m3, cast from the main weights after each "
+                   "optimizer step with per-tensor scales agreed across ranks); other parameters "
+                   "in bf16"
                 << std::endl;
     }
   }
@@ -716,6 +720,10 @@ void record_memory(RunRecord& rec, const DataParallelEngine& engine,
   rec.unit_gathers = gathers.gathers;
   rec.unit_gather_bytes = gathers.bytes;
   rec.unit_gather_fp8_bytes = gathers.fp8_bytes;
+  const auto& syncs = engine.param_sync_stats();
+  rec.param_syncs = syncs.gathers;
+  rec.param_sync_bytes = syncs.bytes;
+  rec.param_sync_fp8_bytes = syncs.fp8_bytes;
   // Megatron FSDP keeps the compute weights outside its units (embedding, final norm, output
   // head) whole on every rank. The refined model over the engine's own groups has that term,
   // which the ZeRO paper model lacks (harness/measure/zero_model.hpp, docs/megatron-fsdp.md), so

@@ -41,13 +41,18 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
     throw std::invalid_argument("torch_fsdp2 prefetch_blocks=" +
                                 std::to_string(options_.prefetch_blocks) + "; accepted: >= 0");
   }
+  // FP8 parameter all-gather: Megatron FSDP units with sharded weights, and the distributed
+  // optimizer's post-step parameter all-gather (docs/fp8-param-gather.md).
+  const bool fp8_gather_path =
+      (options_.wrapper == Wrapper::kMegatronFsdp && spec_->model_weights_sharded) ||
+      (options_.wrapper == Wrapper::kDdp && options_.use_distributed_optimizer);
   if (options_.fp8_param_gather &&
-      !(options_.wrapper == Wrapper::kMegatronFsdp && spec_->model_weights_sharded &&
-        options_.compute_dtype == at::kBFloat16)) {
+      !(fp8_gather_path && options_.compute_dtype == at::kBFloat16)) {
     throw std::invalid_argument(
         "ddp.fp8_param_gather=true is not implemented for " + label() + " with " +
         std::string(options_.compute_dtype == at::kBFloat16 ? "bf16" : "fp32") +
-        " compute; accepted: false, or Megatron FSDP optim_grads_params with bf16 compute");
+        " compute; accepted: false, or Megatron FSDP optim_grads_params or DDP with the "
+        "distributed optimizer, with bf16 compute");
   }
   if (options_.nccl_ub) {
     if (options_.wrapper == Wrapper::kTorchFsdp2) {
@@ -110,8 +115,10 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
         options_.rs_queue_capacity_elems > 0 ? options_.rs_queue_capacity_elems : largest;
   }
   weights_ = bind_weights(dims_, leaves_);
-  // The FP8 weights exist before the first forward, cast from the initial main weights.
+  // The FP8 weights exist before the first forward, cast from the initial main weights; the
+  // distributed optimizer's buckets gather theirs now (units gather at each forward).
   cast_fp8_shards();
+  launch_fp8_param_syncs();
 }
 
 DataParallelEngine::~DataParallelEngine() {
@@ -350,7 +357,9 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     if (g.spec.model_weights_sharded) g.model_shard = g.model_full;
     g.gathered = true;
   }
-  if (options_.fp8_param_gather && g.is_unit && g.spec.model_weights_sharded) {
+  if (options_.fp8_param_gather &&
+      ((g.is_unit && g.spec.model_weights_sharded) ||
+       (options_.wrapper == Wrapper::kDdp && g.spec.main_weights_sharded))) {
     setup_fp8_gather(g);
   }
   if (g.main_aliases_model) {

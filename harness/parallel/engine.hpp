@@ -213,6 +213,10 @@ class DataParallelEngine final : public ModuleHooks {
     int64_t fp8_bytes = 0;
   };
   const UnitGatherStats& unit_gather_stats() const { return unit_gather_stats_; }
+  // The distributed optimizer's post-step parameter all-gathers (and the initial one under
+  // fp8_param_gather) since construction, counted like the unit gathers: the bytes their outputs
+  // hold, of which `fp8_bytes` moved as FP8. None with one rank.
+  const UnitGatherStats& param_sync_stats() const { return param_sync_stats_; }
   // Whether units gather their linears' weights in FP8 (options().fp8_param_gather took effect).
   bool gathers_fp8() const { return fp8_units_ > 0; }
   // Under fp8_param_gather: every FP8 weight's dequantising scale (1 / scale), units in order,
@@ -255,6 +259,11 @@ class DataParallelEngine final : public ModuleHooks {
   void launch_fp8_gather(EngineGroup& g);
   void finish_fp8_gather(EngineGroup& g);
   void release_fp8_gather(EngineGroup& g);
+  // The distributed optimizer's post-step parameter all-gather in FP8: every group marked due
+  // (refresh_model_weights) gathers its FP8 bytes and its other parameters' bf16 pieces; waited
+  // in wait_param_sync. Call after cast_fp8_shards().
+  void launch_fp8_param_syncs();
+  void launch_fp8_param_sync(EngineGroup& g);
   // Casts every FP8 unit's shard of its linears' weights from the fp32 main weights (one MAX
   // all-reduce of all amaxes first). Collective.
   void cast_fp8_shards();
@@ -317,6 +326,7 @@ class DataParallelEngine final : public ModuleHooks {
   int64_t fused_wgrads_ = 0;
   int fp8_units_ = 0;  // units whose linears' weights are gathered in FP8
   UnitGatherStats unit_gather_stats_;
+  UnitGatherStats param_sync_stats_;
   int64_t rs_queue_capacity_elems_ = 0;
   int microbatch_ = 0;
   int microbatch_count_ = 1;

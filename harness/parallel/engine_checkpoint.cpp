@@ -59,8 +59,11 @@ void DataParallelEngine::restore_checkpoint_state(int64_t optimizer_steps) {
     refresh_model_weights(g, /*written=*/true);
     wait_param_sync(g);
   }
-  // The FP8 shards follow the loaded main weights.
+  // The FP8 shards follow the loaded main weights (and the distributed optimizer's buckets
+  // gather them).
   cast_fp8_shards();
+  launch_fp8_param_syncs();
+  for (auto& g : groups_) wait_param_sync(*g);
 }
 
 }  // namespace shardbench

@@ -42,19 +42,23 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
   at::NoGradGuard no_grad;
   const auto bytes = at::TensorOptions().device(options_.device).dtype(at::kByte);
   const int64_t shard = g.layout.shard_elems;
+  int fp8_count = 0;
+  int64_t norm_elems = 0;
+  std::vector<int> fp8_index;
+  for (const auto& slot : g.layout.slots) {
+    const bool fp8 = is_fp8_linear_weight(specs_[static_cast<size_t>(slot.spec_index)]);
+    fp8_index.push_back(fp8 ? fp8_count++ : -1);
+    if (!fp8) norm_elems += slot.numel;
+  }
+  // A distributed-optimizer bucket without a linear (the embedding's, say) gathers in bf16.
+  if (fp8_count == 0) return;
   g.fp8_gather = true;
+  g.fp8_index = std::move(fp8_index);
   ++fp8_units_;
   {
     const CommAllocScope comm(comm_pool_.get());
     g.fp8_shard = at::zeros({shard}, bytes);
-    g.fp8_full = g.transient_weights ? at::zeros({g.layout.padded_elems}, bytes) : g.fp8_shard;
-  }
-  int fp8_count = 0;
-  int64_t norm_elems = 0;
-  for (const auto& slot : g.layout.slots) {
-    const bool fp8 = is_fp8_linear_weight(specs_[static_cast<size_t>(slot.spec_index)]);
-    g.fp8_index.push_back(fp8 ? fp8_count++ : -1);
-    if (!fp8) norm_elems += slot.numel;
+    g.fp8_full = dp_ > 1 ? at::zeros({g.layout.padded_elems}, bytes) : g.fp8_shard;
   }
   g.fp8_scale_inv = at::ones({fp8_count}, bytes.dtype(at::kFloat));
   for (size_t s = 0; s < g.layout.slots.size(); ++s) {
@@ -67,34 +71,74 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
     q.scale_inv = g.fp8_scale_inv.select(0, k);
     g.fp8_weights.push_back(q);
   }
-  if (!g.transient_weights) return;  // one rank: the norm leaves compute on the shard itself
+  if (dp_ == 1) return;  // one rank: the shard is the whole group, nothing is gathered
 
-  // The norm leaves move from model_full (whose storage a unit gather no longer fills) to
-  // norm_full, and each rank's norm elements are mapped to their place in it.
+  // Units: the norm leaves move from model_full (whose storage a unit gather no longer fills)
+  // to norm_full. Distributed-optimizer buckets keep their compute weights whole: the other
+  // parameters' gathered pieces go straight back into model_full. Either way each rank's
+  // non-FP8 elements are mapped to their place.
+  g.fp8_into_model = !g.transient_weights;
   const CommAllocScope comm(comm_pool_.get());
-  g.norm_full = at::zeros({norm_elems}, g.model_full.options());
+  if (!g.fp8_into_model) g.norm_full = at::zeros({norm_elems}, g.model_full.options());
   std::vector<int64_t> packed(static_cast<size_t>(dp_), 0);
   int64_t norm_at = 0;
   for (const auto& slot : g.layout.slots) {
     const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
     if (is_fp8_linear_weight(spec)) continue;
-    at::Tensor& leaf = leaves_[static_cast<size_t>(slot.spec_index)];
-    leaf.set_(g.norm_full.storage(), norm_at, spec.shape);
+    if (!g.fp8_into_model) {
+      at::Tensor& leaf = leaves_[static_cast<size_t>(slot.spec_index)];
+      leaf.set_(g.norm_full.storage(), norm_at, spec.shape);
+    }
     for (int r = 0; r < dp_; ++r) {
       const int64_t lo = g.shard_offset(r);
       const int64_t a = std::max(slot.offset, lo);
       const int64_t b = std::min(slot.offset + slot.numel, lo + shard);
       if (a >= b) continue;
-      g.norm_pieces.push_back(
-          {r, a - lo, packed[static_cast<size_t>(r)], norm_at + (a - slot.offset), b - a});
+      const int64_t to = g.fp8_into_model ? a : norm_at + (a - slot.offset);
+      g.norm_pieces.push_back({r, a - lo, packed[static_cast<size_t>(r)], to, b - a});
       packed[static_cast<size_t>(r)] += b - a;
     }
     norm_at += slot.numel;
   }
-  const int64_t chunk = *std::max_element(packed.begin(), packed.end());
+  const int64_t chunk = std::max<int64_t>(1, *std::max_element(packed.begin(), packed.end()));
   g.norm_send = at::zeros({chunk}, g.model_full.options());
+  if (g.fp8_into_model) {
+    g.fp8_sync_due = true;  // the FP8 weights of the initial main weights, gathered once
+    return;
+  }
   release_storage(g.norm_full);
   release_storage(g.fp8_full);
+}
+
+void DataParallelEngine::launch_fp8_param_syncs() {
+  for (auto& gp : groups_) {
+    if (!gp->fp8_sync_due) continue;
+    gp->fp8_sync_due = false;
+    launch_fp8_param_sync(*gp);
+  }
+}
+
+void DataParallelEngine::launch_fp8_param_sync(EngineGroup& g) {
+  at::NoGradGuard no_grad;
+  // This rank's bf16 values of its shard: what the optimizer wrote (or refresh copied).
+  const at::Tensor mine = g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
+  for (const auto& p : g.norm_pieces) {
+    if (p.rank != rank_) continue;
+    g.norm_send.narrow(0, p.packed_offset, p.numel)
+        .copy_(mine.narrow(0, p.shard_offset, p.numel));
+  }
+  {
+    const CommAllocScope comm(comm_pool_.get());
+    g.norm_recv = at::empty({dp_ * g.norm_send.numel()}, g.norm_send.options());
+  }
+  track_temp(tensor_bytes(g.norm_recv));
+  const int64_t fp8_bytes = tensor_bytes(g.fp8_full);
+  param_sync_stats_.gathers += 1;
+  param_sync_stats_.fp8_bytes += fp8_bytes;
+  param_sync_stats_.bytes += fp8_bytes + tensor_bytes(g.norm_recv);
+  nvtx::Range range(kFp8GatherLabels(g), fp8_bytes + tensor_bytes(g.norm_recv));
+  g.param_sync_work = pgs_.all_gather->all_gather(g.fp8_full, g.fp8_shard);
+  g.norm_gather_work = pgs_.all_gather->all_gather(g.norm_recv, g.norm_send);
 }
 
 void DataParallelEngine::launch_fp8_gather(EngineGroup& g) {
@@ -126,8 +170,9 @@ void DataParallelEngine::finish_fp8_gather(EngineGroup& g) {
   }
   g.norm_gather_work.reset();
   const int64_t chunk = g.norm_send.numel();
+  const at::Tensor& dest = g.fp8_into_model ? g.model_full : g.norm_full;
   for (const auto& p : g.norm_pieces) {
-    g.norm_full.narrow(0, p.norm_offset, p.numel)
+    dest.narrow(0, p.norm_offset, p.numel)
         .copy_(g.norm_recv.narrow(0, p.rank * chunk + p.packed_offset, p.numel));
   }
   track_temp(-tensor_bytes(g.norm_recv));

@@ -79,6 +79,11 @@ struct EngineGroup {
   // parameters in separate parameter groups with their own buffers and all-gathers; here the
   // norms keep the flat layout and travel packed in a second all-gather of their own.
   bool fp8_gather = false;
+  // DDP with the distributed optimizer: the compute weights stay whole, the FP8 bytes are
+  // gathered after each step into a persistent fp8_full, and the other parameters' bf16 pieces
+  // go straight back into model_full (norm_pieces' norm_offset is then model_full's offset).
+  bool fp8_into_model = false;
+  bool fp8_sync_due = false;  // the next launch_fp8_param_syncs() gathers this group
   std::vector<int> fp8_index;  // by slot: the weight's index among the unit's FP8 weights, or -1
   at::Tensor fp8_shard;        // uint8 [shard_elems]: this rank's bytes, cast after each step
   at::Tensor fp8_full;         // uint8 [padded_elems]: gathered (the shard itself with one rank)

@@ -135,6 +135,7 @@ void DataParallelEngine::wait_param_sync(EngineGroup& g) {
   nvtx::Range range(kParamSyncLabels.wait(g));
   wait_comm(g.param_sync_work, "all-gather of updated parameters");
   g.param_sync_work.reset();
+  if (g.fp8_into_model) finish_fp8_gather(g);  // the other parameters' bf16 pieces
   g.param_sync_input = at::Tensor();
   track_temp(-g.param_sync_temp_bytes);
   g.param_sync_temp_bytes = 0;
@@ -431,6 +432,7 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
   }
   // FP8 units: the new shards in FP8, before any gather reads them.
   cast_fp8_shards();
+  launch_fp8_param_syncs();
   if (!options_.overlap_param_gather) {
     for (auto& g : groups_) wait_param_sync(*g);
   }
@@ -454,6 +456,11 @@ void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
   at::Tensor mine = g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
   if (!g.main_aliases_model && !written) mine.copy_(g.main);
   if (dp_ == 1) return;  // `mine` is the whole buffer: nothing to gather
+  // ddp.fp8_param_gather: gathered in FP8 once the new shards are cast (launch_fp8_param_syncs).
+  if (g.fp8_gather) {
+    g.fp8_sync_due = true;
+    return;
+  }
   // gloo's all-gather copies through its own buffers; give it a separate input to stay safe
   // from aliasing. NCCL gathers in place.
   if (pgs_.all_gather->backend_kind() == CommBackend::kNccl) {
@@ -464,6 +471,8 @@ void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
     track_temp(g.param_sync_temp_bytes);
   }
   nvtx::Range range(kParamSyncLabels.launch(g), tensor_bytes(g.model_full));
+  param_sync_stats_.gathers += 1;
+  param_sync_stats_.bytes += tensor_bytes(g.model_full);
   g.param_sync_work = pgs_.all_gather->all_gather(g.model_full, g.param_sync_input);
 }
 

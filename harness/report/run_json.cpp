@@ -421,6 +421,11 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
                             {"bytes_per_gather", run.unit_gather_bytes / run.unit_gathers},
                             {"fp8_bytes_per_gather", run.unit_gather_fp8_bytes / run.unit_gathers}};
   }
+  if (run.param_syncs > 0) {
+    j["param_sync_all_gather"] = {{"gathers", run.param_syncs},
+                                  {"bytes_per_gather", run.param_sync_bytes / run.param_syncs},
+                                  {"fp8_bytes_per_gather", run.param_sync_fp8_bytes / run.param_syncs}};
+  }
   if (const auto& u = run.nccl_user_buffers) {
     j["nccl_user_buffers"] = {{"registration", u->symmetric ? "symmetric" : "local"},
                               {"manual_registration", u->manual_registration},

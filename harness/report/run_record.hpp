@@ -146,6 +146,11 @@ struct RunRecord {
   int64_t unit_gathers = 0;
   int64_t unit_gather_bytes = 0;
   int64_t unit_gather_fp8_bytes = 0;
+  // The distributed optimizer's parameter all-gathers over the run, counted the same way
+  // (DataParallelEngine::param_sync_stats). None with one rank or without sharded main weights.
+  int64_t param_syncs = 0;
+  int64_t param_sync_bytes = 0;
+  int64_t param_sync_fp8_bytes = 0;
   // shardbench fusions that ran: "rope_qkv", "swiglu", "cross_entropy" (model), "adamw",
   // "wgrad_accumulation", "linear_cross_entropy" (results/report.schema.json lists them).
   std::vector<std::string> fused_kernel_set;

@@ -83,7 +83,8 @@ INSTANTIATE_TEST_SUITE_P(Gloo, PerfLaunchE2E, ::testing::Values(2, 4));
 // -c fp8_cs end to end: FP8 linears on bf16 CPU ranks (the CPU recipe is an fp32 recipe, so its
 // preset does not copy fp8_param_gather onto ddp; the test sets it), Megatron FSDP (whose override
 // set drops the transpose cache, and which gathers FP8 weights) next to its DDP baseline (which
-// keeps the cache and gathers bf16), recorded in the report.
+// keeps the cache, and whose distributed optimizer gathers FP8 weights after each step),
+// recorded in the report.
 TEST(PerfLaunchFp8, CurrentScalingRunsAndIsRecorded) {
   const auto report = temp_report("fp8_ws2.json");
   const Result r =
@@ -92,12 +93,13 @@ TEST(PerfLaunchFp8, CurrentScalingRunsAndIsRecorded) {
           "shardbench.report_path=" +
           report.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("ddp.fp8_param_gather=true: FSDP units all-gather their linears' "
+  EXPECT_NE(r.output.find("ddp.fp8_param_gather=true: FSDP units all-gather the linears' "
                           "weights in FP8"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("ddp.fp8_param_gather=false (FP8 parameter all-gather is Megatron "
-                          "FSDP's only)"),
+  // The DDP baseline runs the distributed optimizer, whose parameter all-gather moves FP8 too.
+  EXPECT_NE(r.output.find("ddp.fp8_param_gather=true: the distributed optimizer's parameter "
+                          "all-gather moves the linears' weights in FP8"),
             std::string::npos)
       << r.output;
   // FSDP optim_grads_params gathers its weights for every forward; the DDP baseline's stay put
@@ -111,9 +113,13 @@ TEST(PerfLaunchFp8, CurrentScalingRunsAndIsRecorded) {
   EXPECT_EQ(j["runs"][0]["identity"]["fp8"], "hybrid/tensorwise");
   EXPECT_EQ(j["runs"][0]["identity"]["fp8_transpose_cache"], "rebuilt");
   EXPECT_EQ(j["runs"][1]["identity"]["fp8_transpose_cache"], "kept");
-  // The FSDP run gathered its linears' weights in FP8, its DDP baseline in bf16.
+  // The FSDP run gathered its linears' weights in FP8 for every forward, its DDP baseline
+  // (distributed optimizer) after every step.
   EXPECT_EQ(j["runs"][0]["identity"]["fp8_param_gather"], true);
-  EXPECT_EQ(j["runs"][1]["identity"]["fp8_param_gather"], false);
+  EXPECT_EQ(j["runs"][1]["identity"]["fp8_param_gather"], true);
+  const auto& syncs = j["runs"][1]["param_sync_all_gather"];
+  EXPECT_GT(syncs["gathers"].get<int64_t>(), 0);
+  EXPECT_GT(syncs["fp8_bytes_per_gather"].get<int64_t>(), 0);
   const auto& gathers = j["runs"][0]["unit_all_gather"];
   EXPECT_GT(gathers["gathers"].get<int64_t>(), 0);
   EXPECT_GT(gathers["fp8_bytes_per_gather"].get<int64_t>(), 0);

@@ -86,18 +86,8 @@ TEST(FieldSupport, DefaultCommandsResolve) {
       if (std::string(recipe) == "llama3_bench_1p5b") args[5] = "1";
       EXPECT_NO_THROW(resolve_from_args(args, ctx)) << recipe << " " << dtype;
       args.resize(10);
-      if (std::string(dtype) == "fp8_cs") {
-        // The preset's FP8 parameter all-gather is Megatron FSDP's only: DDP turns it off.
-        try {
-          resolve_from_args(args, ctx);
-          ADD_FAILURE() << recipe << " DDP accepted ddp.fp8_param_gather=true";
-        } catch (const UsageError& e) {
-          EXPECT_NE(std::string(e.what()).find("mixed_precision.fp8_param_gather=false"),
-                    std::string::npos)
-              << e.what();
-        }
-        args.push_back("mixed_precision.fp8_param_gather=false");
-      }
+      // DDP with the distributed optimizer (the recipes' default) takes the preset's FP8
+      // parameter all-gather too.
       EXPECT_NO_THROW(resolve_from_args(args, ctx)) << recipe << " " << dtype << " DDP";
     }
   }

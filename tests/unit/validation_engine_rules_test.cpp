@@ -78,43 +78,54 @@ TEST(EngineRulesAtResolution, DeterministicModeRefusesNondeterministicChoices) {
   EXPECT_EQ(error_of({"--deterministic"}, {}, gpu), "(accepted)");
 }
 
-TEST(EngineRulesAtResolution, Fp8ParamGatherOnlyForMegatronFsdpOptimGradsParamsWithFp8) {
+TEST(EngineRulesAtResolution, Fp8ParamGatherForFsdpOptimGradsParamsAndDistoptWithFp8) {
   const std::vector<std::string> fp8 = {"-c", "fp8_cs", "shardbench.compute_dtype=bf16"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = fp8;
     args.insert(args.end(), extra.begin(), extra.end());
     return error_of(args);
   };
-  // Honoured: Megatron FSDP optim_grads_params with FP8 compute (its DDP baseline gathers bf16).
+  // Honoured: Megatron FSDP optim_grads_params, and DDP with the distributed optimizer (the
+  // recipes' default, and the FSDP run's DDP baseline), with FP8 compute.
   EXPECT_EQ(with({"--use_megatron_fsdp", "true", "-gb", "8", "ddp.fp8_param_gather=true"}),
             "(accepted)");
-  EXPECT_EQ(with({"ddp.fp8_param_gather=true"}),
+  EXPECT_EQ(with({"ddp.fp8_param_gather=true"}), "(accepted)");
+  EXPECT_EQ(with({"ddp.fp8_param_gather=true", "ddp.use_distributed_optimizer=false",
+                  "optimizer.use_distributed_optimizer=false"}),
             "ddp.fp8_param_gather=true is implemented for Megatron FSDP with optim_grads_params "
-            "only (this run: ddp); accepted: false, or --use_megatron_fsdp true with "
-            "optim_grads_params");
+            "and DDP with the distributed optimizer only (this run: ddp); accepted: false, or "
+            "--use_megatron_fsdp true with optim_grads_params, or "
+            "ddp.use_distributed_optimizer=true");
   EXPECT_EQ(with({"--use_megatron_fsdp", "true", "ddp.data_parallel_sharding_strategy=optim",
                   "ddp.fp8_param_gather=true"}),
             "ddp.fp8_param_gather=true is implemented for Megatron FSDP with optim_grads_params "
-            "only (this run: megatron_fsdp/optim); accepted: false, or --use_megatron_fsdp true "
-            "with optim_grads_params");
+            "and DDP with the distributed optimizer only (this run: megatron_fsdp/optim); "
+            "accepted: false, or --use_megatron_fsdp true with optim_grads_params, or "
+            "ddp.use_distributed_optimizer=true");
   EXPECT_EQ(error_of({"--use_megatron_fsdp", "true", "ddp.fp8_param_gather=true"}),
             "ddp.fp8_param_gather=true needs FP8 compute (mixed_precision.fp8, -c fp8_cs); "
             "accepted: false without FP8 compute");
-  // A GPU recipe's -c fp8_cs preset turns it on through mixed_precision: DDP says how to turn it
-  // off, the Megatron FSDP bench command resolves (its --dryrun).
+  // A GPU recipe's -c fp8_cs preset turns it on through mixed_precision: the recipe's DDP (with
+  // the distributed optimizer) gathers FP8 as Megatron's does; plain DDP says how to turn it
+  // off; the Megatron FSDP bench command resolves (its --dryrun).
   ValidationContext gpus;
   gpus.cuda_device_count = [] { return 8; };
   const std::vector<std::string> bench = {
       "-m", "llama", "-mr", "llama3_bench_1p5b", "-ng", "1", "-g", "h200", "-c", "fp8_cs"};
+  EXPECT_TRUE(resolve_from_args(bench, gpus).config.ddp.fp8_param_gather);
+  std::vector<std::string> plain = bench;
+  plain.insert(plain.end(), {"ddp.use_distributed_optimizer=false",
+                             "optimizer.use_distributed_optimizer=false"});
   try {
-    resolve_from_args(bench, gpus);
-    ADD_FAILURE() << "DDP accepted the preset's fp8_param_gather";
+    resolve_from_args(plain, gpus);
+    ADD_FAILURE() << "DDP without the distributed optimizer accepted fp8_param_gather";
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()),
               "ddp.fp8_param_gather=true is implemented for Megatron FSDP with "
-              "optim_grads_params only (this run: ddp); accepted: false (set "
-              "mixed_precision.fp8_param_gather=false, which -c fp8_cs turns on), or "
-              "--use_megatron_fsdp true with optim_grads_params");
+              "optim_grads_params and DDP with the distributed optimizer only (this run: ddp); "
+              "accepted: false (set mixed_precision.fp8_param_gather=false, which -c fp8_cs "
+              "turns on), or --use_megatron_fsdp true with optim_grads_params, or "
+              "ddp.use_distributed_optimizer=true");
   }
   std::vector<std::string> fsdp = bench;
   fsdp.insert(fsdp.end(), {"--use_megatron_fsdp", "true"});
