@@ -1,0 +1,62 @@
+// The parallel layout of a run: how its ranks are split into tensor-, context-, expert-, data-
+// and pipeline-parallel groups, and for hybrid sharding (HSDP) how the data-parallel ranks are
+// split into distributed-optimizer instances. One description, from which every process group
+// is built and which the report records (docs/parallel-layout.md).
+//
+// Rank order follows Megatron-LM's RankGenerator (megatron/core/parallel_state.py): with the
+// default order "tp-cp-ep-dp-pp" the tensor-parallel rank varies fastest, then context, data
+// and pipeline. Expert parallelism shares its ranks with data parallelism and does not change
+// the dense groups; the dense groups are built from the order without "ep". Torch-free: the
+// launcher, the dry run and the report use it as well as the engine.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardbench {
+
+struct ParallelLayout {
+  int world = 1;
+  int tp = 1;
+  int cp = 1;
+  int ep = 1;
+  int pp = 1;
+  int dp = 1;  // world / (tp * cp * pp)
+  // ddp.num_distributed_optimizer_instances: the dp x cp ranks of one data-parallel group are
+  // cut into this many consecutive instances; each shards inside itself and the instances
+  // replicate one another (HSDP). 1: one instance, the whole group.
+  int dp_instances = 1;
+  std::string order = "tp-cp-ep-dp-pp";
+
+  // Checks the sizes and the order and derives dp. Throws std::invalid_argument naming the
+  // field, the value and what is accepted.
+  static ParallelLayout make(int world, int tp, int cp, int ep, int pp, int dp_instances = 1,
+                             const std::string& order = "tp-cp-ep-dp-pp");
+
+  // Every group of the given kind, each a list of global ranks in group-rank order. `kind` is a
+  // '-'-joined set of "tp", "cp", "dp", "pp" (any order: "dp-cp" and "cp-dp" are the same
+  // group), as Megatron's get_ranks takes it.
+  std::vector<std::vector<int>> groups(const std::string& kind) const;
+  // The group of `kind` that holds `rank`.
+  std::vector<int> group_of(const std::string& kind, int rank) const;
+
+  // HSDP: the instance groups (consecutive slices of each dp-cp group, where the optimizer and,
+  // under Megatron FSDP, the weights are sharded) and the cross-instance groups (the ranks at
+  // the same position of every instance of one dp-cp group, across which they are replicated).
+  // With one instance the instance groups are the dp-cp groups and each cross-instance group is
+  // a single rank.
+  std::vector<std::vector<int>> instance_groups() const;
+  std::vector<std::vector<int>> cross_instance_groups() const;
+
+  // "tp2 cp1 ep1 dp4 pp1 instances2 (tp-cp-ep-dp-pp)": what a report or an error prints.
+  std::string describe() const;
+};
+
+// Megatron's generate_masked_orthogonal_rank_groups: for dimensions of `sizes` (fastest-varying
+// first) flagged in `mask`, every group of ranks that differ only along those dimensions.
+std::vector<std::vector<int>> masked_orthogonal_rank_groups(int world,
+                                                            const std::vector<int>& sizes,
+                                                            const std::vector<bool>& mask);
+
+}  // namespace shardbench
