@@ -10,6 +10,7 @@
 #include "harness/parallel/engine.hpp"
 #include "harness/parallel/engine_group.hpp"
 #include "harness/parallel/group_labels.hpp"
+#include "harness/parallel/schedule.hpp"
 #include "harness/parallel/storage.hpp"
 #include "harness/parallel/tensor_bytes.hpp"
 
@@ -161,30 +162,20 @@ int DataParallelEngine::live_gathered_units() const {
 }
 
 void DataParallelEngine::prefetch_units(int module, int direction) {
-  // Megatron's AllGatherPipeline: keep adding the next units until the prefetched elements reach
-  // the budget; with double buffering no more than two units may be alive. FSDP2's explicit
-  // prefetch: the next prefetch_blocks blocks, whatever their size.
+  // The decision is schedule.hpp's (shared with the step simulator); the engine lists its sharded
+  // units ahead and launches what it returns.
   if (!gathers_units_) return;  // DDP, unsharded weights, one rank: nothing to prefetch
-  const bool by_blocks = spec_->cut == ShardCut::kPerParamDim0;
-  int live = live_gathered_units();
-  int64_t ahead = 0;
-  int blocks_ahead = 0;
-  const int modules = static_cast<int>(module_groups_.size());
-  for (int m = module + direction; m >= 0 && m < modules; m += direction) {
-    for (int gi : module_groups_[static_cast<size_t>(m)]) {
-      auto& g = *groups_[static_cast<size_t>(gi)];
-      if (!g.is_unit || !g.transient_weights) continue;
-      if (by_blocks ? blocks_ahead >= options_.prefetch_blocks : ahead >= ag_prefetch_elems_) {
-        return;
-      }
-      if (!g.gathered && !g.gather_work) {
-        if (options_.double_buffer && live >= 2) return;
-        launch_gather(g);
-        ++live;
-      }
-      ahead += g.layout.padded_elems;
-      ++blocks_ahead;
-    }
+  std::vector<schedule::UnitAhead> ahead;
+  for (int gi : schedule::units_after(module_groups_, module, direction)) {
+    const auto& g = *groups_[static_cast<size_t>(gi)];
+    if (!g.is_unit || !g.transient_weights) continue;
+    ahead.push_back({gi, g.layout.padded_elems, g.gathered || static_cast<bool>(g.gather_work)});
+  }
+  const schedule::PrefetchPolicy policy{spec_->cut == ShardCut::kPerParamDim0,
+                                        options_.prefetch_blocks, ag_prefetch_elems_,
+                                        options_.double_buffer};
+  for (int gi : schedule::units_to_prefetch(ahead, live_gathered_units(), policy)) {
+    launch_gather(*groups_[static_cast<size_t>(gi)]);
   }
 }
 
@@ -342,13 +333,13 @@ void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
 
 void DataParallelEngine::drain_reductions(int64_t keep_in_flight_elems) {
   at::NoGradGuard no_grad;
-  int64_t in_flight = 0;
-  for (const auto& p : pending_) in_flight += p.elems;
-  size_t done = 0;
-  // Keep the newest reduction in flight when it fits; complete the oldest ones first.
-  while (done < pending_.size() &&
-         (in_flight > keep_in_flight_elems || keep_in_flight_elems == 0)) {
-    auto& p = pending_[done];
+  std::vector<int64_t> in_flight;
+  in_flight.reserve(pending_.size());
+  for (const auto& p : pending_) in_flight.push_back(p.elems);
+  // Complete the oldest ones first (schedule.hpp decides how many).
+  const size_t done = schedule::reductions_to_complete(in_flight, keep_in_flight_elems);
+  for (size_t i = 0; i < done; ++i) {
+    auto& p = pending_[i];
     auto& g = *groups_[static_cast<size_t>(p.group)];
     {
       nvtx::Range range(grad_reduce_labels(g).wait(g));
@@ -363,9 +354,6 @@ void DataParallelEngine::drain_reductions(int64_t keep_in_flight_elems) {
       g.grad_full_live = false;
       track_temp(-g.grad_full.numel() * elem_bytes(g.grad_full));
     }
-    in_flight -= p.elems;
-    ++done;
-    if (keep_in_flight_elems == 0 && done == pending_.size()) break;
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(done));
 }
