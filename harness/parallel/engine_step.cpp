@@ -18,18 +18,22 @@ namespace shardbench {
 
 namespace {
 
+// `engine_hook`: the engine gathers and prefetches here (false: only the unit timer's marks).
 struct PreBackwardFn : torch::autograd::Function<PreBackwardFn> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                at::Tensor output, int64_t engine, int64_t module) {
+                                                at::Tensor output, int64_t engine, int64_t module,
+                                                bool engine_hook) {
     ctx->saved_data["engine"] = engine;
     ctx->saved_data["module"] = module;
+    ctx->saved_data["engine_hook"] = engine_hook;
     return {output};
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* engine = reinterpret_cast<DataParallelEngine*>(ctx->saved_data["engine"].toInt());
-    engine->pre_backward(static_cast<int>(ctx->saved_data["module"].toInt()));
-    return {grads[0], at::Tensor(), at::Tensor()};
+    engine->pre_backward(static_cast<int>(ctx->saved_data["module"].toInt()),
+                         ctx->saved_data["engine_hook"].toBool());
+    return {grads[0], at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -151,6 +155,7 @@ void DataParallelEngine::pre_forward(int module) {
   }
   // Prefetch: start gathering the following sharded units while this one computes.
   prefetch_units(module, +1);
+  if (unit_timer_) unit_timer_->mark(UnitMark::kForwardBegin, module);
 }
 
 int DataParallelEngine::live_gathered_units() const {
@@ -180,6 +185,7 @@ void DataParallelEngine::prefetch_units(int module, int direction) {
 }
 
 at::Tensor DataParallelEngine::post_forward(int module, at::Tensor output) {
+  if (unit_timer_) unit_timer_->mark(UnitMark::kForwardEnd, module);
   // A pre-backward hook goes on the output of every module that ends a group's forward and
   // released its weights (they must be gathered again), and under FSDP2 on every such module:
   // FSDP2 registers it on each fully_shard module's outputs, and it drives the backward prefetch.
@@ -193,19 +199,25 @@ at::Tensor DataParallelEngine::post_forward(int module, at::Tensor output) {
     }
     hook = hook || (g.layout.per_param_dim0 && g.transient_weights);
   }
-  if (hook && output.requires_grad()) {
+  // The unit timer marks every module's backward: a hook on every output, the engine's work
+  // still only where it has one of its own.
+  if ((hook || unit_timer_) && output.requires_grad()) {
     return PreBackwardFn::apply(output, reinterpret_cast<int64_t>(this),
-                                static_cast<int64_t>(module))[0];
+                                static_cast<int64_t>(module), hook)[0];
   }
   return output;
 }
 
-void DataParallelEngine::pre_backward(int module) {
-  for (int gi : module_groups_[static_cast<size_t>(module)]) {
-    ensure_gathered(*groups_[static_cast<size_t>(gi)]);
+void DataParallelEngine::pre_backward(int module, bool engine_hook) {
+  if (unit_timer_) unit_timer_->mark(UnitMark::kBackwardEnter, module);
+  if (engine_hook) {
+    for (int gi : module_groups_[static_cast<size_t>(module)]) {
+      ensure_gathered(*groups_[static_cast<size_t>(gi)]);
+    }
+    // Backward runs modules in reverse: prefetch the preceding sharded units.
+    prefetch_units(module, -1);
   }
-  // Backward runs modules in reverse: prefetch the preceding sharded units.
-  prefetch_units(module, -1);
+  if (unit_timer_) unit_timer_->mark(UnitMark::kBackwardBegin, module);
 }
 
 // ---- gradients -----------------------------------------------------------------------------
