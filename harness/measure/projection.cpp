@@ -171,10 +171,11 @@ sim::StepPlan projection_plan(const MeasuredRun& run, const ProjectionKnobs& kno
   in.bucket_size_elems = knobs.bucket_size_elems;
   in.model_weights_sharded = p.spec->model_weights_sharded;
   in.per_param_blocks = p.spec->cut == ShardCut::kPerParamDim0;
-  // The engine averages the units' parameter elements; the padded size at the target is within
-  // a row of it and only matters below the 1e9-element floor's reach.
+  // The engine averages the units' parameter elements (engine.cpp).
   for (const auto& g : groups) {
-    if (g.kind == sim::Group::Kind::kUnit) in.unit_param_elems.push_back(g.padded_elems);
+    if (g.kind == sim::Group::Kind::kUnit) {
+      in.unit_param_elems.push_back(g.param_elems > 0 ? g.param_elems : g.padded_elems);
+    }
     in.group_padded_elems.push_back(g.padded_elems);
   }
   p.budgets = schedule::derive_budgets(in);

@@ -25,6 +25,7 @@ struct Group {
   Kind kind = Kind::kUnit;
   std::vector<int> modules;   // modules (llama_model.hpp numbering) holding its parameters
   int64_t padded_elems = 0;   // an all-gather's output, a reduce-scatter's input (dp x shard)
+  int64_t param_elems = 0;    // its parameters' elements (the communication unit's mean); 0: padded
 };
 
 // The step to simulate: the model's modules, the engine's groups and the strategy.

@@ -47,6 +47,7 @@ std::vector<sim::Group> engine_group_shapes(const LlamaDims& dims, Wrapper wrapp
     sim::Group g;
     g.kind = kinds[gi];
     g.padded_elems = layout.padded_elems;
+    g.param_elems = layout.param_elems;
     for (int64_t i : members[gi]) {
       const int module = specs[static_cast<size_t>(i)].module;
       if (std::find(g.modules.begin(), g.modules.end(), module) == g.modules.end()) {

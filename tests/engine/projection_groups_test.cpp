@@ -61,6 +61,7 @@ void expect_engine_groups(int world, const Case& c) {
                  std::to_string(world));
     EXPECT_EQ(groups[gi].kind == sim::Group::Kind::kUnit, info[gi].is_unit);
     EXPECT_EQ(groups[gi].padded_elems, info[gi].layout.padded_elems);
+    EXPECT_EQ(groups[gi].param_elems, info[gi].layout.param_elems);
     std::vector<int> modules;
     for (const auto& slot : info[gi].layout.slots) {
       const int m = specs[static_cast<size_t>(slot.spec_index)].module;

@@ -113,6 +113,11 @@ TEST(Projection, PlanWeakScalesTheGlobalBatchUnlessGiven) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("-gb 12"), std::string::npos) << e.what();
   }
+  // Budgets as the engine derives them: from the units' parameter elements (2 x mean = 1.2e9),
+  // not their padded size.
+  const std::vector<sim::Group> big = {{sim::Group::Kind::kUnit, {1}, 600'000'064, 600'000'000},
+                                       {sim::Group::Kind::kRoot, {0, 2}, 1'000, 1'000}};
+  EXPECT_EQ(projection_plan(m, {}, big, target(2)).budgets.ag_prefetch_elems, 600'000'000);
   const std::vector<sim::Group> bad = {{sim::Group::Kind::kUnit, {7}, 10}};
   EXPECT_THROW(projection_plan(m, {}, bad, target(2)), std::invalid_argument);
 }
