@@ -41,6 +41,7 @@ def main():
     for n in (2, 4):
         proj = json.load(open(f"{OUT}/projected_ws{n}.json"))
         replay = {r["label"]: r for r in json.load(open(f"{OUT}/replayed_ws{n}.json"))["runs"]}
+        omp1 = {r["label"]: r for r in json.load(open(f"{OUT}/projected_omp1_ws{n}.json"))["runs"]}
         meas = json.load(open(f"{OUT}/measured_ws{n}.json"))
         measured = {r["label"]: r for r in meas["runs"]}
         nvtx_dir = f"{OUT}/nvtx_ws{n}"
@@ -57,7 +58,8 @@ def main():
             rp = replay[p["label"]]
             rows.append((n, p["label"], p["step_ms"], step_ms, err, p["exposed_comm_ms"], exposed,
                          same, len(sim), p["compute_ms"], rp["compute_ms"], rp["step_ms"],
-                         rp["step_ms"] / step_ms - 1))
+                         rp["step_ms"] / step_ms - 1, omp1[p["label"]]["step_ms"],
+                         omp1[p["label"]]["step_ms"] / step_ms - 1))
             if not same:
                 for r, o in enumerate(orders):
                     if o.get(p["label"]) != sim:
@@ -66,13 +68,16 @@ def main():
     print("ranks | run | projected step ms | measured step ms (median) | error | "
           "projected exposed comm ms | measured exposed comm ms (rank 0) | collective order "
           "identical on every rank (count) | compute ms: from 1 rank | compute ms: as run at N "
-          "| replayed step ms | replayed error")
-    for n, label, ps, ms, err, pe, me, same, count, c1, cn, rs, rerr in rows:
+          "| replayed step ms | replayed error | projected from 1 rank, 1 thread, step ms | error")
+    for n, label, ps, ms, err, pe, me, same, count, c1, cn, rs, rerr, o1, oerr in rows:
         print(f"{n} | {label} | {ps:.2f} | {ms:.2f} | {err:+.1%} | {pe:.2f} | {me:.2f} | "
-              f"{'yes' if same else 'NO'} ({count}) | {c1:.2f} | {cn:.2f} | {rs:.2f} | {rerr:+.1%}")
+              f"{'yes' if same else 'NO'} ({count}) | {c1:.2f} | {cn:.2f} | {rs:.2f} | {rerr:+.1%}"
+              f" | {o1:.2f} | {oerr:+.1%}")
     print(f"largest step-time error (projected from 1 rank): {worst:.1%}")
     print(f"largest step-time error (replayed with the N-rank compute): "
-          f"{max(abs(r[-1]) for r in rows):.1%}")
+          f"{max(abs(r[12]) for r in rows):.1%}")
+    print(f"largest step-time error (projected from 1 rank with 1 thread): "
+          f"{max(abs(r[14]) for r in rows):.1%}")
 
 
 main()

@@ -39,6 +39,14 @@ for n in 2 4; do
   build/perf-project "$OUT/measured_ws$n.json" -ng "$n" -gn "$n" -g cpu \
     --collectives "$OUT/collectives_gloo_ws$n.json" -o "$OUT/replayed_ws$n.json"
 done
-# 6. Projected vs measured step time, and the order of collectives of the last step.
+# 6. The 1-rank measurement again with one intra-op thread, as each rank of a multi-rank local
+#    run gets (perf-launch sets OMP_NUM_THREADS=1 per worker, docs/cpu-scheduling.md), and the
+#    projections from it.
+run 1 measured_ws1_omp1.json env.OMP_NUM_THREADS=1
+for n in 2 4; do
+  build/perf-project "$OUT/measured_ws1_omp1.json" -ng "$n" -gn "$n" -g cpu \
+    --collectives "$OUT/collectives_gloo_ws$n.json" -o "$OUT/projected_omp1_ws$n.json"
+done
+# 7. Projected vs measured step time, and the order of collectives of the last step.
 python3 "$OUT/compare.py" "$OUT" > "$OUT/comparison.txt"
 cat "$OUT/comparison.txt"
