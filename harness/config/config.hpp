@@ -253,6 +253,8 @@ using StringMap = std::map<std::string, std::string>;
   X(int64_t, offload_prefetch_layers, 1,                                                          \
     "-ol: groups reloaded ahead of backward (1: Megatron's double buffer)")                      \
   X(bool, log_per_step, true, "Print a Megatron-style line per step")                              \
+  X(bool, unit_timing, false,                                                                      \
+    "Per-module forward/backward times and per-group bytes in the report (projection inputs)")     \
   X(int64_t, ranks_per_gpu, 1,                                                                     \
     "Local GPU runs: ranks sharing each GPU (>1: functional run, timings are not performance)")    \
   E(std::string, cpu_scheduling, "default", "default|pinned|realtime",                            \

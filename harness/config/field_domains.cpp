@@ -282,6 +282,8 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
        honoured("output-discarding recompute of SwiGLU before fc2 (docs/activation-memory.md)")},
       {"shardbench.offload_prefetch_layers", honoured().at_least(1).at_most(kMaxCount)},
       {"shardbench.log_per_step", honoured()},
+      {"shardbench.unit_timing",
+       honoured("per-module compute times and group bytes in the report (docs/projection.md)")},
       {"shardbench.ranks_per_gpu", honoured("docs/shared-gpu-ranks.md").at_least(1).at_most(64)},
       {"shardbench.cpu_scheduling", honoured("docs/cpu-scheduling.md; recorded in the run identity")},
       {"shardbench.inject_delay_ms",

@@ -22,6 +22,7 @@
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/step_checks.hpp"
 #include "harness/engine/train_step_phases.hpp"
+#include "harness/engine/unit_timing.hpp"
 #include "harness/launch/heartbeat.hpp"
 #include "harness/measure/flops.hpp"
 #include "harness/measure/nsys_capture.hpp"
@@ -518,6 +519,7 @@ class StepProbes {
                         // The collectives the step left running end their profiler events first.
                         [&engine] { engine.wait_in_flight(); }),
         phases_(make_phase_timer(ctx.device)),
+        units_(config.shardbench.unit_timing, ctx.device, engine),
         syncs_(ctx) {
     if (ctx.rank == 0 && config.profiling.use_nsys_profiler && !ctx.device.is_cuda()) {
       std::cout << "perf-launch: profiling.use_nsys_profiler=true has no effect on " << rec.device
@@ -538,6 +540,7 @@ class StepProbes {
     }
   }
   PhaseTimer& phases() { return *phases_; }
+  UnitTimingProbe& units() { return units_; }
   HostSyncCounter& syncs() { return syncs_; }
 
  private:
@@ -546,6 +549,7 @@ class StepProbes {
   NsysCaptureWindow nsys_;
   TorchProfilerWindow torch_profiler_;
   std::unique_ptr<PhaseTimer> phases_;
+  UnitTimingProbe units_;
   HostSyncCounter syncs_;
 };
 
@@ -570,6 +574,7 @@ TimedStep timed_step(LlamaModel& model, DataParallelEngine& engine, const StepIn
     // The step as a user scope in the PyTorch profiler's trace (free when it is off).
     RECORD_USER_SCOPE("training_step_" + std::to_string(iteration));
     probes.phases().begin_step();
+    probes.units().begin_step();
     t.out = train_step(model, engine, in, &probes.phases());
     // Calibration only (off unless configured). On a GPU the host is ahead of the device here:
     // wait for the step's work first, so that the busy-wait is a fraction of the device's step
@@ -588,6 +593,7 @@ TimedStep timed_step(LlamaModel& model, DataParallelEngine& engine, const StepIn
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // The synchronize above completed every event of the step: reading them does not block.
   t.phases = probes.phases().read();
+  probes.units().end_step(t.phases[Phase::kOptimizer]);
   // GPU: this rank's own step time is the device time between its step events, free of the
   // host's wake-up after the synchronize.
   if (t.phases.step_ms) t.mine_ms = *t.phases.step_ms;
@@ -848,6 +854,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   gather_rank_step_times(rec, my_step_ms, ctx);
   record_activation_offload(rec, model, static_cast<int64_t>(my_step_ms.size()), ctx);
   record_memory(rec, engine, options, dims, ctx);
+  rec.unit_timing = probes.units().record(config.train.global_batch_size /
+                                          (config.train.micro_batch_size * ctx.world_size));
   rec.checkpoint = checkpoints.record();
   return rec;
 }

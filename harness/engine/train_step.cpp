@@ -63,6 +63,8 @@ StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine, cons
       // Megatron divides each micro-batch loss by the number of micro-batches; the DP average
       // comes from the gradient reduction.
       torch::autograd::backward({loss * (in.loss_scale / static_cast<double>(num_micro))});
+      // The last module's backward ends here (shardbench.unit_timing).
+      if (UnitTimer* units = engine.unit_timer()) units->mark(UnitMark::kBackwardDone, -1);
     }
     loss_sum.add_(loss.detach());
   }

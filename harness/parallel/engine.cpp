@@ -9,6 +9,7 @@
 
 #include "harness/parallel/engine_group.hpp"
 #include "harness/parallel/nccl_user_buffers.hpp"
+#include "harness/parallel/schedule.hpp"
 #include "harness/parallel/storage.hpp"
 #include "harness/parallel/tensor_bytes.hpp"
 
@@ -83,37 +84,22 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
   // Megatron's DDP does when it allocates them; segments the pool grows later (gathered units,
   // reduce-scatter inputs) are registered as they appear.
   if (comm_pool_ && !options_.nccl_ub_manual_registration) register_comm_pool();
-  // Megatron-FSDP's communication unit (docs/megatron-fsdp.md 3): without a suggestion it is
-  // 2 x the mean unit size for optim_grads_params, else the bucket size, else 1e9; then floored
-  // at 1e9 elements ("Cap" in the source, a floor in the code).
-  int64_t unit_elems = options_.suggested_communication_unit_elems;
-  if (unit_elems <= 0) {
-    int64_t unit_params = 0, units = 0;
-    for (const auto& g : groups_) {
-      if (!g->is_unit) continue;
-      unit_params += g->layout.param_elems;
-      ++units;
-    }
-    if (spec_->model_weights_sharded && units > 0) {
-      unit_elems = 2 * unit_params / units;
-    } else {
-      unit_elems = options_.bucket_size_elems > 0 ? options_.bucket_size_elems : 1'000'000'000;
-    }
+  // Megatron-FSDP's communication unit and the prefetch budget and queue capacity derived from
+  // it (schedule.hpp).
+  schedule::BudgetInputs budget_in;
+  budget_in.suggested_communication_unit_elems = options_.suggested_communication_unit_elems;
+  budget_in.ag_prefetch_override_elems = options_.ag_prefetch_elems;
+  budget_in.rs_queue_capacity_override_elems = options_.rs_queue_capacity_elems;
+  budget_in.bucket_size_elems = options_.bucket_size_elems;
+  budget_in.model_weights_sharded = spec_->model_weights_sharded;
+  budget_in.per_param_blocks = spec_->cut == ShardCut::kPerParamDim0;
+  for (const auto& g : groups_) {
+    if (g->is_unit) budget_in.unit_param_elems.push_back(g->layout.param_elems);
+    budget_in.group_padded_elems.push_back(g->layout.padded_elems);
   }
-  unit_elems = std::max<int64_t>(1'000'000'000, unit_elems);
-  ag_prefetch_elems_ = options_.ag_prefetch_elems > 0 ? options_.ag_prefetch_elems : unit_elems / 2;
-  rs_queue_capacity_elems_ =
-      options_.rs_queue_capacity_elems > 0 ? options_.rs_queue_capacity_elems : unit_elems;
-  if (spec_->cut == ShardCut::kPerParamDim0) {
-    // FSDP2 prefetches whole blocks by count (prefetch_units), not by an element budget. Its
-    // post-backward waits for the previous reduce-scatter before the next one, so at most one
-    // reduction overlaps a block's backward: a queue that holds one group, whichever is largest.
-    ag_prefetch_elems_ = 0;
-    int64_t largest = 0;
-    for (const auto& g : groups_) largest = std::max(largest, g->layout.padded_elems);
-    rs_queue_capacity_elems_ =
-        options_.rs_queue_capacity_elems > 0 ? options_.rs_queue_capacity_elems : largest;
-  }
+  const schedule::Budgets budgets = schedule::derive_budgets(budget_in);
+  ag_prefetch_elems_ = budgets.ag_prefetch_elems;
+  rs_queue_capacity_elems_ = budgets.rs_queue_capacity_elems;
   weights_ = bind_weights(dims_, leaves_);
   // The FP8 weights exist before the first forward, cast from the initial main weights; the
   // distributed optimizer's buckets gather theirs now (units gather at each forward).
@@ -225,24 +211,12 @@ void DataParallelEngine::build_groups() {
     is_unit.push_back(false);
   } else {
     // Megatron DDP buckets: parameters in reverse execution order, a bucket closes once it
-    // holds at least bucket_size elements. Without overlap, one bucket (Megatron sets
-    // bucket_size to None then).
-    int64_t bucket_limit = options_.bucket_size_elems > 0
-                               ? options_.bucket_size_elems
-                               : std::max<int64_t>(40'000'000, 1'000'000LL * dp_);
-    if (!options_.overlap_grad_reduce) bucket_limit = INT64_MAX;
-    std::vector<int64_t> current;
-    int64_t current_elems = 0;
-    for (int64_t i = static_cast<int64_t>(specs_.size()) - 1; i >= 0; --i) {
-      current.push_back(i);
-      current_elems += specs_[static_cast<size_t>(i)].numel();
-      if (current_elems >= bucket_limit) {
-        members.push_back(current);
-        current.clear();
-        current_elems = 0;
-      }
-    }
-    if (!current.empty()) members.push_back(current);
+    // holds at least bucket_size elements (schedule.hpp).
+    std::vector<int64_t> param_elems;
+    for (const auto& spec : specs_) param_elems.push_back(spec.numel());
+    members = schedule::ddp_buckets(
+        param_elems,
+        schedule::ddp_bucket_limit(options_.bucket_size_elems, dp_, options_.overlap_grad_reduce));
     is_unit.assign(members.size(), false);
   }
   for (size_t gi = 0; gi < members.size(); ++gi) {

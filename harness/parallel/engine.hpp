@@ -24,6 +24,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "harness/measure/phase_timer.hpp"
+#include "harness/measure/unit_timer.hpp"
 #include "harness/parallel/flat_adamw.hpp"
 #include "harness/parallel/flat_layout.hpp"
 #include "harness/parallel/grad_check.hpp"
@@ -191,6 +192,13 @@ class DataParallelEngine final : public ModuleHooks {
   // null: not measured. Set per step by train_step.
   void set_comm_timer(PhaseTimer* timer) { comm_timer_ = timer; }
 
+  // Where the engine marks each module's forward and backward for per-module compute time
+  // (shardbench.unit_timing, unit_timer.hpp); null: not measured. While set, every module's output
+  // carries the pre-backward hook, whose gathers and prefetches still run only where the engine
+  // puts its own. Set per step by the unit-timing probe (harness/engine/unit_timing.hpp).
+  void set_unit_timer(UnitTimer* timer) { unit_timer_ = timer; }
+  UnitTimer* unit_timer() const { return unit_timer_; }
+
   // Units whose gathered weights exist or are being gathered (tests, memory accounting).
   int live_gathered_units() const;
 
@@ -241,8 +249,8 @@ class DataParallelEngine final : public ModuleHooks {
   void main_grad_accumulated(const at::Tensor& w) override;
   const fp8::Quantized* fp8_weight(const at::Tensor& w) override;
 
-  // Called from autograd.
-  void pre_backward(int module);
+  // Called from autograd. `engine_hook` false: a hook only for the unit timer's marks.
+  void pre_backward(int module, bool engine_hook = true);
   void on_grad_ready(int group, int slot, const at::Tensor& leaf);
 
  private:
@@ -335,6 +343,7 @@ class DataParallelEngine final : public ModuleHooks {
   int64_t live_temp_bytes_ = 0;
   int64_t peak_temp_bytes_ = 0;
   PhaseTimer* comm_timer_ = nullptr;
+  UnitTimer* unit_timer_ = nullptr;
   GradChecker grad_checker_{false, false};
 };
 

@@ -10,6 +10,7 @@
 #include "harness/parallel/engine.hpp"
 #include "harness/parallel/engine_group.hpp"
 #include "harness/parallel/group_labels.hpp"
+#include "harness/parallel/schedule.hpp"
 #include "harness/parallel/storage.hpp"
 #include "harness/parallel/tensor_bytes.hpp"
 
@@ -17,18 +18,22 @@ namespace shardbench {
 
 namespace {
 
+// `engine_hook`: the engine gathers and prefetches here (false: only the unit timer's marks).
 struct PreBackwardFn : torch::autograd::Function<PreBackwardFn> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                at::Tensor output, int64_t engine, int64_t module) {
+                                                at::Tensor output, int64_t engine, int64_t module,
+                                                bool engine_hook) {
     ctx->saved_data["engine"] = engine;
     ctx->saved_data["module"] = module;
+    ctx->saved_data["engine_hook"] = engine_hook;
     return {output};
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* engine = reinterpret_cast<DataParallelEngine*>(ctx->saved_data["engine"].toInt());
-    engine->pre_backward(static_cast<int>(ctx->saved_data["module"].toInt()));
-    return {grads[0], at::Tensor(), at::Tensor()};
+    engine->pre_backward(static_cast<int>(ctx->saved_data["module"].toInt()),
+                         ctx->saved_data["engine_hook"].toBool());
+    return {grads[0], at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -154,6 +159,7 @@ void DataParallelEngine::pre_forward(int module) {
   }
   // Prefetch: start gathering the following sharded units while this one computes.
   prefetch_units(module, +1);
+  if (unit_timer_) unit_timer_->mark(UnitMark::kForwardBegin, module);
 }
 
 int DataParallelEngine::live_gathered_units() const {
@@ -165,34 +171,25 @@ int DataParallelEngine::live_gathered_units() const {
 }
 
 void DataParallelEngine::prefetch_units(int module, int direction) {
-  // Megatron's AllGatherPipeline: keep adding the next units until the prefetched elements reach
-  // the budget; with double buffering no more than two units may be alive. FSDP2's explicit
-  // prefetch: the next prefetch_blocks blocks, whatever their size.
+  // The decision is schedule.hpp's (shared with the step simulator); the engine lists its sharded
+  // units ahead and launches what it returns.
   if (!gathers_units_) return;  // DDP, unsharded weights, one rank: nothing to prefetch
-  const bool by_blocks = spec_->cut == ShardCut::kPerParamDim0;
-  int live = live_gathered_units();
-  int64_t ahead = 0;
-  int blocks_ahead = 0;
-  const int modules = static_cast<int>(module_groups_.size());
-  for (int m = module + direction; m >= 0 && m < modules; m += direction) {
-    for (int gi : module_groups_[static_cast<size_t>(m)]) {
-      auto& g = *groups_[static_cast<size_t>(gi)];
-      if (!g.is_unit || !g.transient_weights) continue;
-      if (by_blocks ? blocks_ahead >= options_.prefetch_blocks : ahead >= ag_prefetch_elems_) {
-        return;
-      }
-      if (!g.gathered && !g.gather_work) {
-        if (options_.double_buffer && live >= 2) return;
-        launch_gather(g);
-        ++live;
-      }
-      ahead += g.layout.padded_elems;
-      ++blocks_ahead;
-    }
+  std::vector<schedule::UnitAhead> ahead;
+  for (int gi : schedule::units_after(module_groups_, module, direction)) {
+    const auto& g = *groups_[static_cast<size_t>(gi)];
+    if (!g.is_unit || !g.transient_weights) continue;
+    ahead.push_back({gi, g.layout.padded_elems, g.gathered || static_cast<bool>(g.gather_work)});
+  }
+  const schedule::PrefetchPolicy policy{spec_->cut == ShardCut::kPerParamDim0,
+                                        options_.prefetch_blocks, ag_prefetch_elems_,
+                                        options_.double_buffer};
+  for (int gi : schedule::units_to_prefetch(ahead, live_gathered_units(), policy)) {
+    launch_gather(*groups_[static_cast<size_t>(gi)]);
   }
 }
 
 at::Tensor DataParallelEngine::post_forward(int module, at::Tensor output) {
+  if (unit_timer_) unit_timer_->mark(UnitMark::kForwardEnd, module);
   // A pre-backward hook goes on the output of every module that ends a group's forward and
   // released its weights (they must be gathered again), and under FSDP2 on every such module:
   // FSDP2 registers it on each fully_shard module's outputs, and it drives the backward prefetch.
@@ -206,19 +203,25 @@ at::Tensor DataParallelEngine::post_forward(int module, at::Tensor output) {
     }
     hook = hook || (g.layout.per_param_dim0 && g.transient_weights);
   }
-  if (hook && output.requires_grad()) {
+  // The unit timer marks every module's backward: a hook on every output, the engine's work
+  // still only where it has one of its own.
+  if ((hook || unit_timer_) && output.requires_grad()) {
     return PreBackwardFn::apply(output, reinterpret_cast<int64_t>(this),
-                                static_cast<int64_t>(module))[0];
+                                static_cast<int64_t>(module), hook)[0];
   }
   return output;
 }
 
-void DataParallelEngine::pre_backward(int module) {
-  for (int gi : module_groups_[static_cast<size_t>(module)]) {
-    ensure_gathered(*groups_[static_cast<size_t>(gi)]);
+void DataParallelEngine::pre_backward(int module, bool engine_hook) {
+  if (unit_timer_) unit_timer_->mark(UnitMark::kBackwardEnter, module);
+  if (engine_hook) {
+    for (int gi : module_groups_[static_cast<size_t>(module)]) {
+      ensure_gathered(*groups_[static_cast<size_t>(gi)]);
+    }
+    // Backward runs modules in reverse: prefetch the preceding sharded units.
+    prefetch_units(module, -1);
   }
-  // Backward runs modules in reverse: prefetch the preceding sharded units.
-  prefetch_units(module, -1);
+  if (unit_timer_) unit_timer_->mark(UnitMark::kBackwardBegin, module);
 }
 
 // ---- gradients -----------------------------------------------------------------------------
@@ -352,13 +355,13 @@ void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
 
 void DataParallelEngine::drain_reductions(int64_t keep_in_flight_elems) {
   at::NoGradGuard no_grad;
-  int64_t in_flight = 0;
-  for (const auto& p : pending_) in_flight += p.elems;
-  size_t done = 0;
-  // Keep the newest reduction in flight when it fits; complete the oldest ones first.
-  while (done < pending_.size() &&
-         (in_flight > keep_in_flight_elems || keep_in_flight_elems == 0)) {
-    auto& p = pending_[done];
+  std::vector<int64_t> in_flight;
+  in_flight.reserve(pending_.size());
+  for (const auto& p : pending_) in_flight.push_back(p.elems);
+  // Complete the oldest ones first (schedule.hpp decides how many).
+  const size_t done = schedule::reductions_to_complete(in_flight, keep_in_flight_elems);
+  for (size_t i = 0; i < done; ++i) {
+    auto& p = pending_[i];
     auto& g = *groups_[static_cast<size_t>(p.group)];
     {
       nvtx::Range range(grad_reduce_labels(g).wait(g));
@@ -373,9 +376,6 @@ void DataParallelEngine::drain_reductions(int64_t keep_in_flight_elems) {
       g.grad_full_live = false;
       track_temp(-g.grad_full.numel() * elem_bytes(g.grad_full));
     }
-    in_flight -= p.elems;
-    ++done;
-    if (keep_in_flight_elems == 0 && done == pending_.size()) break;
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(done));
 }

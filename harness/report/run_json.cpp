@@ -416,6 +416,30 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
                                {"reloaded_bytes_per_step", o->reloaded_bytes_per_step},
                                {"prefetch_layers", o->prefetch_layers}};
   }
+  if (const auto& u = run.unit_timing) {
+    json groups = json::array();
+    for (const UnitTimingGroup& g : u->groups) {
+      groups.push_back({{"kind", g.kind},
+                        {"modules", g.modules},
+                        {"param_elems", g.param_elems},
+                        {"padded_elems", g.padded_elems},
+                        {"weight_bytes", g.weight_bytes},
+                        {"grad_bytes", g.grad_bytes},
+                        {"main_weight_bytes", g.main_weight_bytes}});
+    }
+    json fwd = json::array(), bwd = json::array();
+    for (double ms : u->forward_ms) fwd.push_back(number_or_null(ms));
+    for (double ms : u->backward_ms) bwd.push_back(number_or_null(ms));
+    j["unit_timing"] = {{"clock", u->clock},
+                        {"steps", u->steps},
+                        {"microbatches", u->microbatches},
+                        {"forward_ms", fwd},
+                        {"backward_ms", bwd},
+                        {"optimizer_ms", number_or_null(u->optimizer_ms)},
+                        {"optimizer_main_weight_bytes", u->optimizer_main_weight_bytes},
+                        {"optimizer_ns_per_byte", number_or_null(u->optimizer_ns_per_byte)},
+                        {"groups", groups}};
+  }
   if (run.unit_gathers > 0) {
     j["unit_all_gather"] = {{"gathers", run.unit_gathers},
                             {"bytes_per_gather", run.unit_gather_bytes / run.unit_gathers},

@@ -95,6 +95,33 @@ struct NcclUserBuffersRecord {
   int64_t buffers_outside = 0;  // of those, buffers outside the pool (0 unless broken)
 };
 
+// One engine group as the scale projection needs it (shardbench.unit_timing): an FSDP unit (one
+// transformer layer), the FSDP root group (embedding, final norm, head) or a DDP bucket.
+struct UnitTimingGroup {
+  std::string kind;          // "unit", "root", "bucket"
+  std::vector<int> modules;  // modules holding its parameters (0 embedding, 1..L layers, L+1 head)
+  int64_t param_elems = 0;
+  int64_t padded_elems = 0;       // an all-gather's output, a reduce-scatter's input
+  int64_t weight_bytes = 0;       // padded_elems in the compute dtype: one unit gather's output
+  int64_t grad_bytes = 0;         // padded_elems in the grad dtype: one reduction's input
+  int64_t main_weight_bytes = 0;  // fp32 main weights this rank's optimizer updates
+};
+
+// Per-module compute times of rank 0 (shardbench.unit_timing): the inputs of the step simulator
+// (harness/measure/step_simulator.hpp, docs/projection.md).
+struct UnitTimingRecord {
+  std::string clock;         // "host_clock" (CPU) or "cuda_events"
+  int64_t steps = 0;         // steps the medians are over (the run's first left out)
+  int64_t microbatches = 0;  // per step
+  // Per module, per micro-batch: the median over steps of the step's time / micro-batches.
+  std::vector<double> forward_ms;
+  std::vector<double> backward_ms;
+  double optimizer_ms = 0;  // median optimizer phase per step
+  int64_t optimizer_main_weight_bytes = 0;
+  double optimizer_ns_per_byte = 0;  // optimizer_ms per byte of fp32 main weights updated
+  std::vector<UnitTimingGroup> groups;  // in the engine's group order
+};
+
 struct RunRecord {
   std::string label;     // e.g. "megatron_fsdp/optim_grads_params", "ddp+distopt"
   Wrapper wrapper = Wrapper::kDdp;
@@ -157,6 +184,7 @@ struct RunRecord {
   bool deterministic = false;  // model.deterministic_mode: ATen's deterministic algorithms were on
   // ddp.nccl_ub: the registered pool at the end of the run (absent without nccl_ub).
   std::optional<NcclUserBuffersRecord> nccl_user_buffers;
+  std::optional<UnitTimingRecord> unit_timing;  // shardbench.unit_timing; absent when off
 };
 
 }  // namespace shardbench

@@ -355,6 +355,42 @@ TEST(ReportJson, ActivationOffloadOnlyWhenItRan) {
   EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
 }
 
+TEST(ReportJson, UnitTimingOnlyWhenMeasured) {
+  const json schema =
+      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+  RunRecord plain = synthetic_run("ddp", "ddp", 100, 100);
+  EXPECT_FALSE(run_to_json(plain).contains("unit_timing"));
+  RunRecord timed = synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50);
+  UnitTimingRecord u;
+  u.clock = "cuda_events";
+  u.steps = 9;
+  u.microbatches = 2;
+  u.forward_ms = {0.5, 2.0, 2.0, 1.5};
+  u.backward_ms = {0.25, 4.0, 4.0, 3.0};
+  u.optimizer_ms = 1.5;
+  u.optimizer_main_weight_bytes = 3000;
+  u.optimizer_ns_per_byte = 500;
+  u.groups = {{"unit", {1}, 100, 104, 208, 416, 1000},
+              {"unit", {2}, 100, 104, 208, 416, 1000},
+              {"root", {0, 3}, 200, 200, 400, 800, 1000}};
+  timed.unit_timing = u;
+  const json j = run_to_json(timed)["unit_timing"];
+  EXPECT_EQ(j["clock"], "cuda_events");
+  EXPECT_EQ(j["backward_ms"][1], 4.0);
+  EXPECT_EQ(j["groups"][2]["kind"], "root");
+  EXPECT_EQ(j["groups"][2]["modules"], json::array({0, 3}));
+  EXPECT_EQ(j["groups"][0]["weight_bytes"], 208);
+  EXPECT_EQ(j["optimizer_ns_per_byte"], 500.0);
+  const std::vector<RunRecord> runs = {timed, plain};
+  std::vector<std::string> errors =
+      check_against_schema(build_report(EnvironmentInfo{}, runs), schema);
+  EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+  // The schema holds the writer to its kinds and clocks.
+  timed.unit_timing->groups[0].kind = "layer";
+  const std::vector<RunRecord> bad = {timed};
+  EXPECT_FALSE(check_against_schema(build_report(EnvironmentInfo{}, bad), schema).empty());
+}
+
 TEST(ReportJson, Fp8IdentityFields) {
   const json schema =
       load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);

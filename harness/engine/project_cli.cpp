@@ -1,0 +1,223 @@
+#include "harness/engine/project_cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/config/field_registry.hpp"
+#include "harness/engine/bench_run.hpp"
+#include "harness/measure/collective_fit.hpp"
+#include "harness/measure/projection.hpp"
+#include "harness/parallel/projection_groups.hpp"
+#include "harness/report/atomic_write.hpp"
+
+namespace shardbench {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kDescription =
+    "perf-project: project a measured report to another world size and interconnect.\n"
+    "  perf-project REPORT -ng N [-gn G] -g DEVICE (--interconnect INTRA[,INTER] | "
+    "--collectives BENCH.json) [-gb GBS] [--run LABEL] [-o OUT]\n"
+    "REPORT's runs need shardbench.unit_timing=true. Every run (or --run's) is replayed by the\n"
+    "step simulator with the engine's schedule at N ranks, G to a node; the output's runs say\n"
+    "\"projected\": true in their identity. Exit: 0 projected, 2 bad input.";
+
+struct Options {
+  std::string report;
+  int world = 0;
+  int gpus_per_node = 0;
+  std::string device;
+  std::string interconnect;
+  std::string collectives;
+  std::string run_label;
+  std::string output;
+  int64_t global_batch_size = 0;
+};
+
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+json read_json_file(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) throw InputError(std::string(what) + " '" + path + "': cannot be read");
+  try {
+    return json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw InputError(std::string(what) + " '" + path + "': not JSON (" + e.what() + ")");
+  }
+}
+
+CollectiveModel collective_model_for(const Options& o) {
+  if (!o.collectives.empty() && !o.interconnect.empty()) {
+    throw InputError("--collectives and --interconnect both given; accepted: one of them");
+  }
+  if (!o.collectives.empty()) {
+    try {
+      // The measured fits replace the intra-node parameters; between nodes NDR InfiniBand.
+      return with_measured_intra_node(table_model(interconnect("nvlink4"), interconnect("ib_ndr")),
+                                      load_collectives_bench(o.collectives));
+    } catch (const std::invalid_argument& e) {
+      throw InputError(e.what());
+    }
+  }
+  if (o.interconnect.empty()) {
+    throw InputError(
+        "no interconnect; accepted: --interconnect INTRA[,INTER] (nvlink4, nvlink5, ib_ndr, "
+        "ib_xdr) or --collectives BENCH.json");
+  }
+  const size_t comma = o.interconnect.find(',');
+  const std::string intra = o.interconnect.substr(0, comma);
+  const std::string inter = comma == std::string::npos ? "ib_ndr" : o.interconnect.substr(comma + 1);
+  try {
+    return table_model(interconnect(intra), interconnect(inter));
+  } catch (const std::invalid_argument& e) {
+    throw InputError("--interconnect " + o.interconnect + ": " + e.what());
+  }
+}
+
+// -g must be the kind of device the run measured: compute is not scaled to another device.
+void check_device(const Options& o, const MeasuredRun& run, const std::string& where) {
+  std::string measured = run.device;
+  for (char& c : measured) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string wanted = o.device;
+  for (char& c : wanted) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (wanted.empty() || measured.find(wanted) == std::string::npos) {
+    throw InputError("-g " + o.device + ": " + where + " was measured on '" + run.device +
+                     "', and scaling compute to another device is not implemented; accepted: "
+                     "the measured device (-g cpu for a CPU report, h100 or h200 for those GPUs)");
+  }
+}
+
+ProjectionKnobs knobs_from(const ConfigContainer& c) {
+  ProjectionKnobs k;
+  k.overlap_grad_reduce = c.ddp.overlap_grad_reduce;
+  k.overlap_param_gather = c.ddp.overlap_param_gather;
+  k.double_buffer = c.ddp.fsdp_double_buffer;
+  k.reshard_after_forward = c.dist.torch_fsdp2_reshard_after_forward;
+  k.bucket_size_elems = c.ddp.bucket_size.value_or(0);
+  k.suggested_communication_unit_elems = c.ddp.suggested_communication_unit_size.value_or(0);
+  k.grad_reduce_in_fp32 = c.ddp.grad_reduce_in_fp32;
+  return k;
+}
+
+int run(const Options& o, std::ostream& out) {
+  if (o.world < 1) throw InputError("-ng " + std::to_string(o.world) + ": expected >= 1");
+  const int gpus_per_node = o.gpus_per_node > 0 ? o.gpus_per_node : o.world;
+  ProjectionTarget target;
+  target.world = o.world;
+  target.gpus_per_node = gpus_per_node;
+  target.device = o.device;
+  target.collectives = collective_model_for(o);
+  target.global_batch_size = o.global_batch_size;
+  const json report = read_json_file(o.report, "report");
+  if (!report.is_object() || !report.contains("runs") || !report["runs"].is_array()) {
+    throw InputError("report '" + o.report + "': runs is " +
+                     (report.is_object() && report.contains("runs") ? report["runs"].dump()
+                                                                    : std::string("missing")) +
+                     "; expected an array of runs (a perf-launch report)");
+  }
+  json runs = json::array();
+  std::string labels;
+  for (size_t i = 0; i < report["runs"].size(); ++i) {
+    const json& r = report["runs"][i];
+    const std::string label = r.value("label", std::string());
+    labels += (labels.empty() ? "" : ", ") + label;
+    if (!o.run_label.empty() && label != o.run_label) continue;
+    const std::string where = "report '" + o.report + "': runs[" + std::to_string(i) + "]";
+    try {
+      const MeasuredRun m = read_measured_run(r, where);
+      check_device(o, m, where);
+      const ConfigContainer config = config_from_json(m.config);
+      GroupShapeOptions shape;
+      shape.dp = o.world;
+      shape.bucket_size_elems = config.ddp.bucket_size.value_or(0);
+      shape.overlap_grad_reduce = config.ddp.overlap_grad_reduce;
+      shape.align_elems = m.device == "cpu" ? 1 : 128;  // as engine_options_from
+      const std::vector<sim::Group> groups =
+          engine_group_shapes(llama_dims_from(config), m.wrapper, measured_spec(m), shape);
+      const sim::StepPlan plan = projection_plan(m, knobs_from(config), groups, target);
+      const sim::StepResult result = sim::simulate_step(plan);
+      runs.push_back(projected_run_json(m, target, plan, result));
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw InputError(e.what());
+    }
+  }
+  if (runs.empty()) {
+    throw InputError("report '" + o.report + "': no run labelled \"" + o.run_label +
+                     "\"; the report's runs: " + (labels.empty() ? "(none)" : labels));
+  }
+  json doc = {{"kind", "shardbench_projection"},
+              {"projected", true},
+              {"from_report", o.report},
+              {"command", "perf-project"},
+              {"runs", runs}};
+  const std::string text = doc.dump(2) + "\n";
+  if (o.output.empty()) {
+    out << text;
+  } else {
+    try {
+      write_file_atomically(o.output, text);
+    } catch (const std::exception& e) {
+      throw InputError(std::string("cannot write output: ") + e.what());
+    }
+    for (const json& r : runs) {
+      out << "perf-project: " << r["label"].get<std::string>() << " at " << o.world
+          << " ranks: step " << r["step_ms"].get<double>() << " ms, exposed communication "
+          << r["exposed_comm_ms"].get<double>() << " ms\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int perf_project_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app(kDescription, "perf-project");
+  Options o;
+  app.add_option("report", o.report, "A perf-launch report with shardbench.unit_timing=true")
+      ->required();
+  app.add_option("-n,--num_gpus", o.world, "Target world size (ranks); also -ng")->required();
+  app.add_option("--gpus_per_node", o.gpus_per_node,
+                 "Ranks per node (default: all on one); also -gn");
+  app.add_option("-g,--gpu", o.device, "Target device; must be the measured one (cpu, h100, h200)")
+      ->required();
+  app.add_option("--interconnect", o.interconnect,
+                 "INTRA[,INTER] from the interconnect table (nvlink4, nvlink5, ib_ndr, ib_xdr)");
+  app.add_option("--collectives", o.collectives,
+                 "collectives_bench JSON measured on the target (replaces the intra-node model)");
+  app.add_option("--global_batch_size", o.global_batch_size,
+                 "Target global batch; also -gb (default: weak scaling, as perf-launch)");
+  app.add_option("--run", o.run_label, "Only the run with this label");
+  app.add_option("-o,--output", o.output, "Write the projection here (default: stdout)");
+  // perf-launch's spellings -ng and -gn (CLI11 short options are one letter).
+  std::vector<std::string> reversed;
+  for (auto it = args.rbegin(); it != args.rend(); ++it) {  // CLI11 takes argv reversed
+    reversed.push_back(*it == "-ng"   ? "--num_gpus"
+                       : *it == "-gn" ? "--gpus_per_node"
+                       : *it == "-gb" ? "--global_batch_size"
+                                      : *it);
+  }
+  try {
+    app.parse(reversed);
+    return run(o, out);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    err << "perf-project: error: " << e.what() << "\n  (perf-project --help lists the options)\n";
+    return 2;
+  } catch (const std::exception& e) {
+    err << "perf-project: error: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace shardbench

@@ -1,0 +1,259 @@
+#include "harness/measure/projection.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace shardbench {
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& where, const std::string& field, const json& value,
+                      const std::string& expected) {
+  throw std::invalid_argument(where + "." + field + " is " +
+                              (value.is_null() ? std::string("missing") : value.dump()) +
+                              "; expected " + expected);
+}
+
+const json& at_path(const json& j, const std::string& path) {
+  static const json kNull;
+  const json* cur = &j;
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? dot : dot - start);
+    if (!cur->is_object() || !cur->contains(key)) return kNull;
+    cur = &(*cur)[key];
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return *cur;
+}
+
+std::string text(const json& run, const std::string& where, const std::string& field) {
+  const json& v = at_path(run, field);
+  if (!v.is_string()) bad(where, field, v, "a string");
+  return v.get<std::string>();
+}
+
+int64_t positive_int(const json& run, const std::string& where, const std::string& field) {
+  const json& v = at_path(run, field);
+  if (!v.is_number_integer() || v.get<int64_t>() < 1) bad(where, field, v, "an integer >= 1");
+  return v.get<int64_t>();
+}
+
+double non_negative(const json& v, const std::string& where, const std::string& field) {
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
+    bad(where, field, v, "a number >= 0");
+  }
+  return v.get<double>();
+}
+
+std::vector<double> times(const json& run, const std::string& where, const std::string& field) {
+  const json& v = at_path(run, field);
+  if (!v.is_array() || v.size() < 3) bad(where, field, v, "an array of per-module times in ms");
+  std::vector<double> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    out.push_back(non_negative(v[i], where, field + "[" + std::to_string(i) + "]"));
+  }
+  return out;
+}
+
+}  // namespace
+
+MeasuredRun read_measured_run(const json& run, const std::string& where) {
+  if (!run.is_object()) bad(where, "(run)", run, "a run object");
+  MeasuredRun m;
+  m.label = text(run, where, "label");
+  if (const json& status = at_path(run, "status"); status != "ok") {
+    bad(where, "status", status, "\"ok\" (a failed run measures nothing to project from)");
+  }
+  if (!run.contains("unit_timing")) {
+    bad(where, "unit_timing", nullptr,
+        "the per-module times of a run with shardbench.unit_timing=true (perf-launch ... "
+        "shardbench.unit_timing=true)");
+  }
+  const std::string wrapper = text(run, where, "identity.wrapper");
+  const WrapperSpec* spec = find_wrapper(wrapper);
+  if (spec == nullptr) bad(where, "identity.wrapper", wrapper, "ddp, megatron_fsdp or torch_fsdp2");
+  m.wrapper = spec->id;
+  m.strategy = text(run, where, "identity.strategy");
+  const json& distopt = at_path(run, "identity.distributed_optimizer");
+  if (!distopt.is_boolean()) bad(where, "identity.distributed_optimizer", distopt, "true or false");
+  m.distributed_optimizer = distopt.get<bool>();
+  m.world_size = static_cast<int>(positive_int(run, where, "identity.world_size"));
+  m.device = text(run, where, "identity.device");
+  m.compute_dtype = text(run, where, "identity.compute_dtype");
+  m.global_batch_size = positive_int(run, where, "identity.global_batch_size");
+  m.micro_batch_size = positive_int(run, where, "identity.micro_batch_size");
+  m.seq_length = positive_int(run, where, "identity.seq_length");
+  m.model_flops_per_step =
+      non_negative(at_path(run, "identity.model_flops_per_step"), where,
+                   "identity.model_flops_per_step");
+  m.clock = text(run, where, "unit_timing.clock");
+  m.forward_ms = times(run, where, "unit_timing.forward_ms");
+  m.backward_ms = times(run, where, "unit_timing.backward_ms");
+  if (m.forward_ms.size() != m.backward_ms.size()) {
+    bad(where, "unit_timing.backward_ms", at_path(run, "unit_timing.backward_ms"),
+        std::to_string(m.forward_ms.size()) + " modules, as forward_ms");
+  }
+  m.optimizer_ns_per_byte = non_negative(at_path(run, "unit_timing.optimizer_ns_per_byte"), where,
+                                         "unit_timing.optimizer_ns_per_byte");
+  const json& groups = at_path(run, "unit_timing.groups");
+  if (!groups.is_array() || groups.empty()) {
+    bad(where, "unit_timing.groups", groups, "the engine's groups");
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const std::string field = "unit_timing.groups[" + std::to_string(i) + "].padded_elems";
+    const json& v = groups[i].is_object() && groups[i].contains("padded_elems")
+                        ? groups[i]["padded_elems"]
+                        : json(nullptr);
+    if (!v.is_number_integer() || v.get<int64_t>() < 1) bad(where, field, v, "an integer >= 1");
+    m.group_padded_elems.push_back(v.get<int64_t>());
+  }
+  m.identity = run.at("identity");
+  m.config = run.contains("config") ? run.at("config") : json::object();
+  return m;
+}
+
+const ShardingSpec& measured_spec(const MeasuredRun& run) {
+  return strategy_row(run.wrapper, run.strategy, run.distributed_optimizer);
+}
+
+int64_t target_global_batch(const MeasuredRun& run, const ProjectionTarget& target) {
+  int64_t gbs = target.global_batch_size;
+  std::string source = "-gb " + std::to_string(gbs);
+  if (gbs <= 0) {
+    const int64_t scaled = run.global_batch_size * target.world;
+    if (scaled % run.world_size != 0) {
+      throw std::invalid_argument(
+          "-ng " + std::to_string(target.world) + ": the measured global batch " +
+          std::to_string(run.global_batch_size) + " at " + std::to_string(run.world_size) +
+          " ranks does not weak-scale to " + std::to_string(target.world) +
+          " ranks; accepted: -gb with a global batch divisible by micro batch " +
+          std::to_string(run.micro_batch_size) + " x " + std::to_string(target.world));
+    }
+    gbs = scaled / run.world_size;
+    source = "-ng " + std::to_string(target.world) + " (weak-scaled global batch " +
+             std::to_string(gbs) + ")";
+  }
+  if (gbs % (run.micro_batch_size * target.world) != 0) {
+    throw std::invalid_argument(source + ": global batch " + std::to_string(gbs) +
+                                " is not divisible by micro batch " +
+                                std::to_string(run.micro_batch_size) + " x " +
+                                std::to_string(target.world) +
+                                " ranks; accepted: -gb a multiple of " +
+                                std::to_string(run.micro_batch_size * target.world));
+  }
+  return gbs;
+}
+
+sim::StepPlan projection_plan(const MeasuredRun& run, const ProjectionKnobs& knobs,
+                              const std::vector<sim::Group>& groups,
+                              const ProjectionTarget& target) {
+  sim::StepPlan p;
+  p.spec = &measured_spec(run);
+  p.groups = groups;
+  p.microbatches = static_cast<int>(target_global_batch(run, target) /
+                                    (run.micro_batch_size * target.world));
+  for (double ms : run.forward_ms) p.forward_s.push_back(ms * 1e-3);
+  for (double ms : run.backward_ms) p.backward_s.push_back(ms * 1e-3);
+  p.optimizer_s_per_main_byte = run.optimizer_ns_per_byte * 1e-9;
+  p.compute_bytes = run.compute_dtype == "fp32" ? 4 : 2;
+  p.grad_bytes = knobs.grad_reduce_in_fp32 ? 4 : p.compute_bytes;
+  p.overlap_grad_reduce = knobs.overlap_grad_reduce;
+  p.overlap_param_gather = knobs.overlap_param_gather;
+  p.double_buffer = knobs.double_buffer;
+  p.reshard_after_forward = knobs.reshard_after_forward;
+  schedule::BudgetInputs in;
+  in.suggested_communication_unit_elems = knobs.suggested_communication_unit_elems;
+  in.bucket_size_elems = knobs.bucket_size_elems;
+  in.model_weights_sharded = p.spec->model_weights_sharded;
+  in.per_param_blocks = p.spec->cut == ShardCut::kPerParamDim0;
+  // The engine averages the units' parameter elements (engine.cpp).
+  for (const auto& g : groups) {
+    if (g.kind == sim::Group::Kind::kUnit) {
+      in.unit_param_elems.push_back(g.param_elems > 0 ? g.param_elems : g.padded_elems);
+    }
+    in.group_padded_elems.push_back(g.padded_elems);
+  }
+  p.budgets = schedule::derive_budgets(in);
+  p.placement = make_placement(target.world, target.gpus_per_node);
+  p.collectives = target.collectives;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    for (int m : groups[gi].modules) {
+      if (m < 0 || static_cast<size_t>(m) >= run.forward_ms.size()) {
+        throw std::invalid_argument(
+            "the run's unit_timing has " + std::to_string(run.forward_ms.size()) +
+            " modules but group " + std::to_string(gi) + " of its model holds module " +
+            std::to_string(m) + "; the report's config and its unit_timing disagree");
+      }
+    }
+  }
+  return p;
+}
+
+json projected_run_json(const MeasuredRun& run, const ProjectionTarget& target,
+                        const sim::StepPlan& plan, const sim::StepResult& r) {
+  json identity = run.identity;
+  identity["world_size"] = target.world;
+  identity["projected"] = true;
+  if (!target.device.empty()) identity["projected_device"] = target.device;
+  json collectives = json::array();
+  for (const auto& c : r.collectives) {
+    collectives.push_back({{"name", c.name},
+                           {"op", std::string(to_string(c.op))},
+                           {"bytes", c.bytes},
+                           {"microbatch", c.microbatch},
+                           {"launch_ms", c.launch_s * 1e3},
+                           {"start_ms", c.start_s * 1e3},
+                           {"end_ms", c.end_s * 1e3}});
+  }
+  const double step_s = r.step_s;
+  const int64_t gbs = target_global_batch(run, target);
+  const double tokens = static_cast<double>(gbs * run.seq_length);
+  // Megatron's FLOPs per step are linear in the global batch.
+  const double flops = run.model_flops_per_step * static_cast<double>(gbs) /
+                       static_cast<double>(run.global_batch_size);
+  identity["global_batch_size"] = gbs;
+  identity["model_flops_per_step"] = flops;
+  json out = {
+      {"label", run.label},
+      {"identity", identity},
+      {"projected_from",
+       {{"label", run.label},
+        {"world_size", run.world_size},
+        {"device", run.device},
+        {"clock", run.clock}}},
+      {"target",
+       {{"world_size", target.world},
+        {"gpus_per_node", target.gpus_per_node},
+        {"nodes", plan.placement.nodes()},
+        {"device", target.device},
+        {"collectives", target.collectives.source}}},
+      {"global_batch_size", gbs},
+      {"microbatches", plan.microbatches},
+      {"step_ms", step_s * 1e3},
+      {"compute_ms", r.compute_s * 1e3},
+      {"exposed_comm_ms", r.exposed_comm_s * 1e3},
+      {"comm_ms", r.comm_s * 1e3},
+      {"peak_live_units", r.peak_live_units},
+      {"tokens_per_s_per_rank", step_s > 0 ? json(tokens / step_s / target.world) : json(nullptr)},
+      {"tflops_per_s_per_rank",
+       step_s > 0 ? json(flops / step_s / target.world / 1e12) : json(nullptr)},
+      {"collectives", collectives},
+      {"assumptions",
+       json::array({"compute per module and micro-batch as measured on " + run.device +
+                        " at world size " + std::to_string(run.world_size) +
+                        " (no scaling to another device)",
+                    "every rank runs the same schedule (no stragglers, no load imbalance)",
+                    "one communication stream: all-gathers and reduce-scatters share the links "
+                    "one at a time",
+                    "a group's gradients are complete at the end of the backward of its lowest "
+                    "module",
+                    "compute does not slow down while collectives run"})}};
+  return out;
+}
+
+}  // namespace shardbench

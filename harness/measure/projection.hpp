@@ -1,0 +1,89 @@
+// Scale projection of one measured run (issue 19, docs/projection.md): its per-module compute
+// times (the report's unit_timing) replayed by the step simulator at another world size and
+// interconnect, written as a run whose identity says `projected`. The CLI is perf-project
+// (harness/engine/project_cli.hpp), which also builds the engine's groups at the target size.
+// Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/measure/collective_model.hpp"
+#include "harness/measure/step_simulator.hpp"
+#include "harness/parallel/sharding.hpp"
+
+namespace shardbench {
+
+// What a measured run of a report gives the projection.
+struct MeasuredRun {
+  std::string label;
+  Wrapper wrapper = Wrapper::kDdp;
+  std::string strategy;  // identity.strategy
+  bool distributed_optimizer = false;
+  int world_size = 1;
+  std::string device;
+  std::string compute_dtype;
+  int64_t global_batch_size = 0;
+  int64_t micro_batch_size = 0;
+  int64_t seq_length = 0;
+  double model_flops_per_step = 0;
+  std::string clock;
+  std::vector<double> forward_ms;   // per module, per micro-batch
+  std::vector<double> backward_ms;
+  double optimizer_ns_per_byte = 0;
+  std::vector<int64_t> group_padded_elems;  // as measured, in group order
+  nlohmann::json identity;
+  nlohmann::json config;
+};
+
+// Reads one run object of a report (`where` names it in errors, e.g. "'r.json': runs[1]").
+// Throws std::invalid_argument with one line naming the field, its value and what is expected;
+// a run without unit_timing is refused with the option that records it.
+MeasuredRun read_measured_run(const nlohmann::json& run, const std::string& where);
+
+// The strategy row a measured run used (sharding.hpp).
+const ShardingSpec& measured_spec(const MeasuredRun& run);
+
+struct ProjectionTarget {
+  int world = 1;
+  int gpus_per_node = 1;
+  std::string device;  // -g
+  CollectiveModel collectives;
+  // 0: weak scaling, as perf-launch scales a recipe to another GPU count (the measured per-rank
+  // batch kept: measured GBS x world / measured world).
+  int64_t global_batch_size = 0;
+};
+
+// The target's global batch (weak scaling unless set); throws std::invalid_argument naming -gb
+// when it does not split into micro-batches over the target's ranks.
+int64_t target_global_batch(const MeasuredRun& run, const ProjectionTarget& target);
+
+// Schedule knobs of the run (its config), as the engine reads them.
+struct ProjectionKnobs {
+  bool overlap_grad_reduce = true;
+  bool overlap_param_gather = false;
+  bool double_buffer = false;
+  bool reshard_after_forward = true;
+  int64_t bucket_size_elems = 0;
+  int64_t suggested_communication_unit_elems = 0;
+  bool grad_reduce_in_fp32 = false;
+};
+
+// The simulator's plan: the measured times, the engine's groups at the target size (`groups`,
+// from engine_group_shapes), budgets derived as the engine derives them, the target's global
+// batch (target_global_batch). Throws std::invalid_argument when that batch does not split into
+// micro-batches over the target's ranks, or the measured modules do not match the groups'.
+sim::StepPlan projection_plan(const MeasuredRun& run, const ProjectionKnobs& knobs,
+                              const std::vector<sim::Group>& groups,
+                              const ProjectionTarget& target);
+
+// The projected run: the measured identity with world_size set to the target's and
+// "projected": true, what it was projected from, the simulated step (times in ms, tokens/s and
+// TFLOP/s per rank), the collectives of one step in launch order, and the assumptions.
+nlohmann::json projected_run_json(const MeasuredRun& run, const ProjectionTarget& target,
+                                  const sim::StepPlan& plan, const sim::StepResult& result);
+
+}  // namespace shardbench

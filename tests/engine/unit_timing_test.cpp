@@ -1,0 +1,153 @@
+// shardbench.unit_timing: the engine marks every module's forward and backward on a UnitTimer
+// (harness/measure/unit_timer.hpp) without changing its schedule, and perf-launch reports the
+// per-module times and group bytes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/engine/mock_data.hpp"
+#include "harness/engine/train_step_phases.hpp"
+#include "tests/engine/rank_threads.hpp"
+#include "tests/perf_launch_process.hpp"
+#include "tests/remove_tree.hpp"
+
+namespace shardbench {
+namespace {
+
+// Host-clock marks, plus the engine's live units when each module's backward begins.
+class ObservingTimer final : public UnitTimer {
+ public:
+  explicit ObservingTimer(const DataParallelEngine& engine) : engine_(engine) {}
+  void begin_step() override { host_.begin_step(); }
+  void mark(UnitMark kind, int module) override {
+    host_.mark(kind, module);
+    if (kind == UnitMark::kBackwardBegin) live_at_backward.push_back(engine_.live_gathered_units());
+  }
+  std::vector<TimedMark> read() override { return host_.read(); }
+  std::vector<int> live_at_backward;  // in backward order
+
+ private:
+  const DataParallelEngine& engine_;
+  HostUnitTimer host_;
+};
+
+struct Seen {
+  std::vector<TimedMark> marks;
+  std::vector<int> live_at_backward;
+  double loss_timed = 0, loss_untimed = 0;
+  int64_t gathers_timed = 0, gathers_untimed = 0;
+};
+
+Seen run_fsdp_step(const LlamaDims& dims) {
+  Seen seen;
+  std::mutex mu;
+  testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
+    EngineOptions o;
+    o.wrapper = Wrapper::kMegatronFsdp;
+    o.strategy = "optim_grads_params";
+    // Two engines from the same seed: one step each, with and without the timer.
+    DataParallelEngine plain(dims, o, pgs);
+    DataParallelEngine timed(dims, o, pgs);
+    LlamaModel model(dims, at::kCPU);
+    // GBS 8 over MBS 2 x DP 2: two micro-batches.
+    StepInputs in{mock_global_batch(1, 0, 8, dims.seq_length, dims.vocab), 2, 1e-3};
+    const double loss_plain = train_step(model, plain, in).loss.item<double>();
+    ObservingTimer timer(timed);
+    timed.set_unit_timer(&timer);
+    timer.begin_step();
+    const double loss_timed = train_step(model, timed, in).loss.item<double>();
+    timed.set_unit_timer(nullptr);
+    if (rank == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      seen.marks = timer.read();
+      seen.live_at_backward = timer.live_at_backward;
+      seen.loss_timed = loss_timed;
+      seen.loss_untimed = loss_plain;
+      seen.gathers_timed = timed.unit_gather_stats().gathers;
+      seen.gathers_untimed = plain.unit_gather_stats().gathers;
+    }
+  });
+  return seen;
+}
+
+TEST(UnitTiming, EveryModuleIsMarkedInExecutionOrder) {
+  LlamaDims dims;  // 2 layers: modules 0..3
+  const Seen seen = run_fsdp_step(dims);
+  const int modules = static_cast<int>(module_count(dims));
+  // Per micro-batch: forward begin/end of 0..3, then backward enter/begin of 3..0, then done.
+  std::vector<std::pair<UnitMark, int>> expected;
+  for (int mb = 0; mb < 2; ++mb) {
+    for (int m = 0; m < modules; ++m) {
+      expected.push_back({UnitMark::kForwardBegin, m});
+      expected.push_back({UnitMark::kForwardEnd, m});
+    }
+    for (int m = modules - 1; m >= 0; --m) {
+      expected.push_back({UnitMark::kBackwardEnter, m});
+      expected.push_back({UnitMark::kBackwardBegin, m});
+    }
+    expected.push_back({UnitMark::kBackwardDone, -1});
+  }
+  ASSERT_EQ(seen.marks.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(seen.marks[i].kind, expected[i].first) << "mark " << i;
+    EXPECT_EQ(seen.marks[i].module, expected[i].second) << "mark " << i;
+  }
+  const ModuleTimes t = module_times(seen.marks, modules);
+  for (int m = 0; m < modules; ++m) {
+    EXPECT_GT(t.forward_ms[static_cast<size_t>(m)], 0) << "module " << m;
+    EXPECT_GT(t.backward_ms[static_cast<size_t>(m)], 0) << "module " << m;
+  }
+}
+
+TEST(UnitTiming, TheTimersHooksLeaveTheScheduleAlone) {
+  const Seen seen = run_fsdp_step(LlamaDims{});
+  // The head's backward (the first) begins with no unit gathered: the hook the timer added there
+  // does not gather or prefetch. Each layer's backward begins with its own unit gathered and the
+  // one before it prefetched (layer 2: units 1 and 0).
+  ASSERT_EQ(seen.live_at_backward.size(), 8U);  // 4 modules x 2 micro-batches
+  EXPECT_EQ(seen.live_at_backward[0], 0);
+  EXPECT_EQ(seen.live_at_backward[1], 2);
+  EXPECT_GE(seen.live_at_backward[2], 1);
+  EXPECT_EQ(seen.gathers_timed, seen.gathers_untimed);
+  EXPECT_DOUBLE_EQ(seen.loss_timed, seen.loss_untimed);
+}
+
+TEST(UnitTiming, PerfLaunchReportsModuleTimesAndGroupBytes) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("sb_unit_timing_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string report = (dir / "r.json").string();
+  const testing_util::LaunchResult result = testing_util::run_perf_launch(
+      "-m llama -mr llama3_tiny_cpu -ng 1 -g cpu -ms 3 --use_megatron_fsdp true "
+      "shardbench.unit_timing=true shardbench.report_path=" + report);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  std::ifstream in(report);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["runs"].size(), 2U);
+  for (const auto& run : j["runs"]) {
+    ASSERT_TRUE(run.contains("unit_timing")) << run["label"];
+    const auto& u = run["unit_timing"];
+    EXPECT_EQ(u["clock"], "host_clock");
+    EXPECT_EQ(u["steps"], 2);  // the first of three left out
+    const int layers = run["config"]["model"]["num_layers"].get<int>();
+    ASSERT_EQ(u["forward_ms"].size(), static_cast<size_t>(layers + 2));
+    for (const auto& ms : u["forward_ms"]) EXPECT_GT(ms.get<double>(), 0);
+    for (const auto& ms : u["backward_ms"]) EXPECT_GT(ms.get<double>(), 0);
+    EXPECT_GT(u["optimizer_ns_per_byte"].get<double>(), 0);
+    int64_t params = 0;
+    for (const auto& g : u["groups"]) params += g["param_elems"].get<int64_t>();
+    EXPECT_EQ(params, run["identity"]["num_parameters"].get<int64_t>());
+    const bool fsdp = run["identity"]["wrapper"] != "ddp";
+    EXPECT_EQ(u["groups"][0]["kind"], fsdp ? "unit" : "bucket");
+  }
+  testing_util::remove_tree(dir);
+}
+
+}  // namespace
+}  // namespace shardbench

@@ -1,0 +1,228 @@
+// The step simulator (harness/measure/step_simulator.hpp) against schedules worked out by hand.
+// Links run at 1 GB/s with no latency, so on 2 ranks an all-gather or reduce-scatter of S bytes
+// takes S/2 ns and an all-reduce S ns; every time below is in milliseconds.
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "harness/measure/step_simulator.hpp"
+
+namespace shardbench::sim {
+namespace {
+
+constexpr double kMs = 1e-3;
+constexpr double kTol = 1e-7;  // the grad-norm all-reduce (4 bytes) takes a few ns
+
+CollectiveModel one_gbps() {
+  CollectiveModel m;
+  for (auto& op : m.ops) {
+    op.base_latency_us = 0;
+    op.intra = {1.0, 0.0};
+    op.inter = {1.0, 0.0};
+  }
+  m.source = "test";
+  return m;
+}
+
+Group unit(int module, int64_t elems) { return {Group::Kind::kUnit, {module}, elems}; }
+Group root(std::vector<int> modules, int64_t elems) {
+  return {Group::Kind::kRoot, std::move(modules), elems};
+}
+Group bucket(std::vector<int> modules, int64_t elems) {
+  return {Group::Kind::kBucket, std::move(modules), elems};
+}
+
+StepPlan plan(const char* strategy, std::vector<Group> groups, std::vector<double> fwd_ms,
+              std::vector<double> bwd_ms) {
+  StepPlan p;
+  p.spec = &sharding_spec(strategy);
+  p.groups = std::move(groups);
+  for (double f : fwd_ms) p.forward_s.push_back(f * kMs);
+  for (double b : bwd_ms) p.backward_s.push_back(b * kMs);
+  p.compute_bytes = 2;
+  p.grad_bytes = 2;
+  p.placement = make_placement(2, 8);
+  p.collectives = one_gbps();
+  p.steps = 1;
+  schedule::BudgetInputs in;
+  in.model_weights_sharded = p.spec->model_weights_sharded;
+  in.per_param_blocks = p.spec->cut == ShardCut::kPerParamDim0;
+  for (const auto& g : p.groups) {
+    if (g.kind == Group::Kind::kUnit) in.unit_param_elems.push_back(g.padded_elems);
+    in.group_padded_elems.push_back(g.padded_elems);
+  }
+  p.budgets = schedule::derive_budgets(in);
+  return p;
+}
+
+std::vector<std::string> names(const StepResult& r) {
+  std::vector<std::string> out;
+  for (const auto& c : r.collectives) out.push_back(c.name);
+  return out;
+}
+
+TEST(StepSimulator, OneUnitGathersInForwardAndAgainInBackward) {
+  // Modules: 0 embedding, 1 the unit, 2 head; the root (0, 2) keeps its compute weights.
+  // Each unit collective moves 2e6 bytes (1 ms); the root's reduce-scatter and post-step
+  // all-gather 1 ms each.
+  StepPlan p = plan("optim_grads_params", {unit(1, 1'000'000), root({0, 2}, 1'000'000)},
+                    {1, 2, 1}, {1, 4, 2});
+  const StepResult r = simulate_step(p);
+  // Forward: the unit's gather (0..1) hides behind the embedding (0..1); compute ends at 4.
+  // Backward: head 4..6; the unit's pre-backward gathers again (6..7, exposed 1); layer 7..11;
+  // its reduce-scatter 11..12; embedding 11..12; the root's reduce-scatter 12..13 (exposed 1);
+  // the root's post-step all-gather 13..14 (exposed 1).
+  EXPECT_NEAR(r.step_s, 14 * kMs, kTol);
+  EXPECT_NEAR(r.compute_s, 11 * kMs, kTol);
+  EXPECT_NEAR(r.exposed_comm_s, 3 * kMs, kTol);
+  EXPECT_EQ(names(r), (std::vector<std::string>{"all_gather/unit_0", "all_gather/unit_0",
+                                                "reduce_scatter/unit_0", "reduce_scatter/root",
+                                                "grad_norm_all_reduce",
+                                                "param_all_gather/root"}));
+  EXPECT_NEAR(r.collectives[1].launch_s, 6 * kMs, kTol);
+}
+
+TEST(StepSimulator, TwoUnitsPrefetchWithinTheBudget) {
+  // Unit collectives 3 ms each, the root's 1 ms.
+  StepPlan p = plan("optim_grads_params",
+                    {unit(1, 3'000'000), unit(2, 3'000'000), root({0, 3}, 1'000'000)},
+                    {1, 2, 2, 1}, {1, 4, 4, 2});
+  const StepResult r = simulate_step(p);
+  // Forward: both gathers start at the embedding (0..3, 3..6); layer 1 waits 1..3, layer 2
+  // waits 5..6; compute ends at 9. Backward: head 9..11; unit 1 gathers 11..14 (exposed 3)
+  // and prefetches unit 0 (14..17, hidden by layer 2's 14..18); reduce-scatters 18..21 and
+  // 22..25; embedding 22..23; root reduce-scatter 25..26; drain exposes 2 + 1; the root's
+  // post-step gather 26..27 exposes 1.
+  EXPECT_NEAR(r.step_s, 27 * kMs, kTol);
+  EXPECT_NEAR(r.exposed_comm_s, 10 * kMs, kTol);
+  EXPECT_EQ(names(r),
+            (std::vector<std::string>{"all_gather/unit_0", "all_gather/unit_1",
+                                      "all_gather/unit_1", "all_gather/unit_0",
+                                      "reduce_scatter/unit_1", "reduce_scatter/unit_0",
+                                      "reduce_scatter/root", "grad_norm_all_reduce",
+                                      "param_all_gather/root"}));
+  EXPECT_NEAR(r.collectives[1].launch_s, 0, kTol);  // prefetched from the embedding
+  EXPECT_NEAR(r.collectives[3].launch_s, 14 * kMs, kTol);  // backward prefetch
+  EXPECT_EQ(r.peak_live_units, 2);
+}
+
+TEST(StepSimulator, DoubleBufferHoldsTwoUnitsAlive) {
+  // Three 2 ms gathers. Without the cap all three start at the embedding; with it the third
+  // waits until layer 1's weights are released and starts at layer 2's pre-forward (t = 4).
+  auto three_units = [](bool double_buffer) {
+    StepPlan p = plan("optim_grads_params",
+                      {unit(1, 2'000'000), unit(2, 2'000'000), unit(3, 2'000'000),
+                       root({0, 4}, 2'000'000)},
+                      {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1});
+    p.double_buffer = double_buffer;
+    return simulate_step(p);
+  };
+  const StepResult capped = three_units(true);
+  const StepResult free = three_units(false);
+  ASSERT_GE(capped.collectives.size(), 3U);
+  EXPECT_EQ(capped.collectives[2].name, "all_gather/unit_2");
+  EXPECT_NEAR(capped.collectives[2].launch_s, 4 * kMs, kTol);
+  EXPECT_NEAR(capped.collectives[2].end_s, 6 * kMs, kTol);
+  EXPECT_EQ(capped.peak_live_units, 2);
+  EXPECT_EQ(free.collectives[2].name, "all_gather/unit_2");
+  EXPECT_NEAR(free.collectives[2].launch_s, 0, kTol);
+  EXPECT_EQ(free.peak_live_units, 3);
+}
+
+TEST(StepSimulator, DdpBucketTailIsExposed) {
+  // Bucket 0: the head and layer 1 (2e6 bytes, all-reduce 2 ms); bucket 1, the tail: the
+  // embedding (1e6 bytes, 1 ms). Backward: head 4..6, layer 6..10 -> bucket 0 reduces 10..12;
+  // embedding 10..11 -> the tail reduces 12..13; the end of backward waits 11..13.
+  StepPlan p = plan("ddp", {bucket({1, 2}, 1'000'000), bucket({0}, 500'000)}, {1, 2, 1},
+                    {1, 4, 2});
+  StepResult r = simulate_step(p);
+  EXPECT_NEAR(r.step_s, 13 * kMs, kTol);
+  EXPECT_NEAR(r.exposed_comm_s, 2 * kMs, kTol);
+  EXPECT_EQ(names(r), (std::vector<std::string>{"reduce/bucket_0", "reduce/bucket_1"}));
+  EXPECT_NEAR(r.collectives[1].start_s, 12 * kMs, kTol);
+  // Without overlap both wait for the end of backward: 11..13, 13..14.
+  p.overlap_grad_reduce = false;
+  r = simulate_step(p);
+  EXPECT_NEAR(r.step_s, 14 * kMs, kTol);
+  EXPECT_NEAR(r.exposed_comm_s, 3 * kMs, kTol);
+}
+
+TEST(StepSimulator, DistributedOptimizerOverlapsItsGatherWithTheNextForward) {
+  // Reduce-scatters: bucket 0 1 ms, bucket 1 0.5 ms; post-step gathers the same. Step 1 ends at
+  // 11.5 with the gathers in flight (11.5..12.5, 12.5..13); step 2's embedding waits for bucket
+  // 1's (exposed 1.5), then runs as step 1 shifted by 1.5 and ends at 24.5.
+  StepPlan p = plan("ddp_distopt", {bucket({1, 2}, 1'000'000), bucket({0}, 500'000)}, {1, 2, 1},
+                    {1, 4, 2});
+  p.overlap_param_gather = true;
+  p.steps = 2;
+  const StepResult r = simulate_step(p);
+  EXPECT_NEAR(r.step_s, 13 * kMs, kTol);
+  EXPECT_NEAR(r.exposed_comm_s, 2 * kMs, kTol);
+  EXPECT_EQ(names(r), (std::vector<std::string>{"reduce/bucket_0", "reduce/bucket_1",
+                                                "grad_norm_all_reduce",
+                                                "param_all_gather/bucket_0",
+                                                "param_all_gather/bucket_1"}));
+}
+
+TEST(StepSimulator, OptimizerTimeFollowsTheBytesThisRankOwns) {
+  // DDP owns every main weight (1.5e6 fp32 elements = 6e6 bytes); at 1 ns per byte, 6 ms.
+  StepPlan p = plan("ddp", {bucket({1, 2}, 1'000'000), bucket({0}, 500'000)}, {1, 2, 1},
+                    {1, 4, 2});
+  p.optimizer_s_per_main_byte = 1e-9;
+  EXPECT_NEAR(simulate_step(p).step_s, 19 * kMs, kTol);
+  // The distributed optimizer owns half: 3 ms.
+  p.spec = &sharding_spec("ddp_distopt");
+  const StepResult r = simulate_step(p);
+  EXPECT_NEAR(r.compute_s, (11 + 3) * kMs, kTol);
+}
+
+TEST(StepSimulator, OneRankRunsNoGathersOrReduceScatters) {
+  StepPlan p = plan("optim_grads_params", {unit(1, 1'000'000), root({0, 2}, 1'000'000)},
+                    {1, 2, 1}, {1, 4, 2});
+  p.placement = make_placement(1, 8);
+  const StepResult r = simulate_step(p);
+  EXPECT_TRUE(r.collectives.empty());
+  EXPECT_NEAR(r.step_s, 11 * kMs, kTol);
+  EXPECT_EQ(r.peak_live_units, 0);
+}
+
+TEST(StepSimulator, Fsdp2PrefetchesByBlockCount) {
+  // FSDP2 also shards the root (modules 0 and 3), kept after forward by default.
+  StepPlan p = plan("torch_fsdp2",
+                    {unit(1, 1'000'000), unit(2, 1'000'000), root({0, 3}, 1'000'000)},
+                    {1, 1, 1, 1}, {1, 1, 1, 1});
+  p.prefetch_blocks = 1;
+  StepResult r = simulate_step(p);
+  // The root gathers at the embedding and prefetches block 0 only.
+  ASSERT_GE(r.collectives.size(), 3U);
+  EXPECT_EQ(r.collectives[0].name, "all_gather/root");
+  EXPECT_EQ(r.collectives[1].name, "all_gather/unit_0");
+  EXPECT_EQ(r.collectives[2].name, "all_gather/unit_1");
+  EXPECT_NEAR(r.collectives[2].launch_s, r.collectives[1].end_s, kTol);  // at layer 1's start
+  p.prefetch_blocks = 2;
+  r = simulate_step(p);
+  EXPECT_NEAR(r.collectives[2].launch_s, r.collectives[1].launch_s, kTol);  // both at once
+}
+
+TEST(StepSimulator, RefusesBadPlansNamingTheField) {
+  StepPlan p = plan("ddp", {bucket({0}, 10)}, {1, 1}, {1, 1});
+  p.backward_s[1] = -1;
+  try {
+    simulate_step(p);
+    FAIL() << "negative time accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("backward_s[1]"), std::string::npos) << e.what();
+  }
+  p = plan("ddp", {bucket({5}, 10)}, {1, 1}, {1, 1});
+  EXPECT_THROW(simulate_step(p), std::invalid_argument);
+  p = plan("ddp", {bucket({0}, 10)}, {1, 1}, {1});
+  EXPECT_THROW(simulate_step(p), std::invalid_argument);
+  p = plan("ddp", {bucket({0}, 10)}, {1, 1}, {1, 1});
+  p.microbatches = 0;
+  EXPECT_THROW(simulate_step(p), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace shardbench::sim
