@@ -404,6 +404,13 @@ RunRecord describe_run(const ConfigContainer& config, const nlohmann::json& prov
         c10::elementSize(options.exp_avg_dtype) + c10::elementSize(options.exp_avg_sq_dtype);
   }
   rec.deterministic = config.model.deterministic_mode;
+  // Validation refused every layout but pure data parallelism; the record says which it was.
+  rec.parallel_layout = ParallelLayout::make(
+      ctx.world_size, static_cast<int>(config.model.tensor_model_parallel_size),
+      static_cast<int>(config.model.context_parallel_size),
+      static_cast<int>(config.model.expert_model_parallel_size),
+      static_cast<int>(config.model.pipeline_model_parallel_size),
+      static_cast<int>(config.ddp.num_distributed_optimizer_instances));
   return rec;
 }
 

@@ -445,6 +445,11 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
                             {"bytes_per_gather", run.unit_gather_bytes / run.unit_gathers},
                             {"fp8_bytes_per_gather", run.unit_gather_fp8_bytes / run.unit_gathers}};
   }
+  if (const auto& l = run.parallel_layout) {
+    j["parallel_layout"] = {{"tp", l->tp},           {"cp", l->cp}, {"ep", l->ep},
+                            {"dp", l->dp},           {"pp", l->pp},
+                            {"dp_instances", l->dp_instances}, {"order", l->order}};
+  }
   if (run.param_syncs > 0) {
     j["param_sync_all_gather"] = {{"gathers", run.param_syncs},
                                   {"bytes_per_gather", run.param_sync_bytes / run.param_syncs},

@@ -12,6 +12,7 @@
 #include "harness/config/wrapper.hpp"
 #include "harness/measure/saved_activations.hpp"
 #include "harness/measure/zero_model.hpp"
+#include "harness/parallel/parallel_layout.hpp"
 
 namespace shardbench {
 
@@ -185,6 +186,9 @@ struct RunRecord {
   // ddp.nccl_ub: the registered pool at the end of the run (absent without nccl_ub).
   std::optional<NcclUserBuffersRecord> nccl_user_buffers;
   std::optional<UnitTimingRecord> unit_timing;  // shardbench.unit_timing; absent when off
+  // How the run's ranks split into parallel groups (docs/parallel-layout.md); absent in records
+  // built without a config (tests).
+  std::optional<ParallelLayout> parallel_layout;
 };
 
 }  // namespace shardbench

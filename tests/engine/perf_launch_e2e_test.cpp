@@ -111,6 +111,10 @@ TEST(PerfLaunchFp8, CurrentScalingRunsAndIsRecorded) {
   const auto j = nlohmann::json::parse(in);
   ASSERT_EQ(j["runs"].size(), 2u);
   EXPECT_EQ(j["runs"][0]["identity"]["fp8"], "hybrid/tensorwise");
+  // Two ranks of pure data parallelism, in Megatron's rank order.
+  EXPECT_EQ(j["runs"][0]["parallel_layout"]["dp"], 2);
+  EXPECT_EQ(j["runs"][0]["parallel_layout"]["tp"], 1);
+  EXPECT_EQ(j["runs"][0]["parallel_layout"]["order"], "tp-cp-ep-dp-pp");
   EXPECT_EQ(j["runs"][0]["identity"]["fp8_transpose_cache"], "rebuilt");
   EXPECT_EQ(j["runs"][1]["identity"]["fp8_transpose_cache"], "kept");
   // The FSDP run gathered its linears' weights in FP8 for every forward, its DDP baseline

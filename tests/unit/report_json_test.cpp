@@ -101,6 +101,16 @@ TEST(ReportJson, TopLevelAndRunFields) {
   EXPECT_DOUBLE_EQ(fsdp["steps"][0]["tflops_per_gpu"].get<double>(), 1.0);  // 500 ms warm-up
   EXPECT_DOUBLE_EQ(fsdp["steps"][1]["phases_ms"]["forward"].get<double>(), 20);
   EXPECT_TRUE(fsdp["steps"][1]["host_syncs"].is_null());
+  EXPECT_FALSE(fsdp.contains("parallel_layout")) << "none recorded, none written";
+}
+
+TEST(ReportJson, ParallelLayoutIsRecorded) {
+  RunRecord run = synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50);
+  run.parallel_layout = ParallelLayout::make(8, 2, 1, 1, 1, 2);
+  const std::vector<RunRecord> runs = {run};
+  const json j = build_report(synthetic_env(), runs)["runs"][0]["parallel_layout"];
+  EXPECT_EQ(j, json({{"tp", 2}, {"cp", 1}, {"ep", 1}, {"dp", 4}, {"pp", 1}, {"dp_instances", 2},
+                     {"order", "tp-cp-ep-dp-pp"}}));
 }
 
 TEST(ReportJson, SummarySkipsWarmupAndUsesEvaluationWindow) {
