@@ -45,14 +45,19 @@ CommBufferPool::CommBufferPool(ProcessGroup& pg, int device_index, bool symmetri
            to_string(pg.backend_kind()));
   }
   impl_->device = static_cast<c10::DeviceIndex>(device_index);
-  if (!nccl->supportsTensorAlloc(impl_->device)) {
-    refuse("this NCCL cannot allocate registrable memory on cuda:" + std::to_string(device_index) +
-           " (ncclMemAlloc needs NCCL >= 2.19 and CUDA virtual memory management)");
-  }
   // The process group's allocator is torch's pluggable allocator over ncclMemAlloc/ncclMemFree
-  // (what torch.distributed hands Python as backend.mem_allocator).
-  auto allocator = std::dynamic_pointer_cast<c10::cuda::CUDACachingAllocator::CUDAAllocator>(
-      nccl->getMemAllocator());
+  // (what torch.distributed hands Python as backend.mem_allocator). Not gated on
+  // ProcessGroupNCCL::supportsTensorAlloc: in torch 2.11 that asks whether the device supports
+  // NVLink multicast (symmetric-memory tensors), which the shared machines turn off and local
+  // user-buffer registration does not need.
+  std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> allocator;
+  try {
+    allocator = std::dynamic_pointer_cast<c10::cuda::CUDACachingAllocator::CUDAAllocator>(
+        nccl->getMemAllocator());
+  } catch (const std::exception& e) {
+    refuse("this NCCL cannot allocate registrable memory on cuda:" + std::to_string(device_index) +
+           " (" + e.what() + ")");
+  }
   if (!allocator) refuse("the NCCL process group returned no CUDA allocator");
   c10::cuda::CUDAGuard guard(impl_->device);
   impl_->pool = std::make_unique<at::cuda::MemPool>(allocator);
