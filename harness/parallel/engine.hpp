@@ -272,6 +272,10 @@ class DataParallelEngine final : public ModuleHooks {
   // in wait_param_sync. Call after cast_fp8_shards().
   void launch_fp8_param_syncs();
   void launch_fp8_param_sync(EngineGroup& g);
+  // Both FP8 gathers of a group: its FP8 bytes into fp8_full (the returned work) and the bf16
+  // pieces of its other parameters, packed from `shard`, into norm_recv (norm_gather_work).
+  c10::intrusive_ptr<c10d::Work> start_fp8_gathers(EngineGroup& g, const at::Tensor& shard,
+                                                   UnitGatherStats& stats);
   // Casts every FP8 unit's shard of its linears' weights from the fp32 main weights (one MAX
   // all-reduce of all amaxes first). Collective.
   void cast_fp8_shards();

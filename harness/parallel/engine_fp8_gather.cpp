@@ -122,10 +122,29 @@ void DataParallelEngine::launch_fp8_param_sync(EngineGroup& g) {
   at::NoGradGuard no_grad;
   // This rank's bf16 values of its shard: what the optimizer wrote (or refresh copied).
   const at::Tensor mine = g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
+  g.param_sync_work = start_fp8_gathers(g, mine, param_sync_stats_);
+}
+
+void DataParallelEngine::launch_fp8_gather(EngineGroup& g) {
+  at::NoGradGuard no_grad;
+  {
+    const CommAllocScope comm(comm_pool_.get());
+    materialize_storage(g.fp8_full, static_cast<size_t>(g.layout.padded_elems));
+    materialize_storage(g.norm_full, static_cast<size_t>(tensor_bytes(g.norm_full)));
+  }
+  track_temp(g.layout.padded_elems + tensor_bytes(g.norm_full));
+  g.gather_work = start_fp8_gathers(g, g.model_shard, unit_gather_stats_);
+}
+
+c10::intrusive_ptr<c10d::Work> DataParallelEngine::start_fp8_gathers(EngineGroup& g,
+                                                                     const at::Tensor& shard,
+                                                                     UnitGatherStats& stats) {
+  // Pack this rank's non-FP8 elements of `shard` (its bf16 shard of the group) for the second
+  // gather; finish_fp8_gather unpacks them.
   for (const auto& p : g.norm_pieces) {
     if (p.rank != rank_) continue;
     g.norm_send.narrow(0, p.packed_offset, p.numel)
-        .copy_(mine.narrow(0, p.shard_offset, p.numel));
+        .copy_(shard.narrow(0, p.shard_offset, p.numel));
   }
   {
     const CommAllocScope comm(comm_pool_.get());
@@ -133,33 +152,13 @@ void DataParallelEngine::launch_fp8_param_sync(EngineGroup& g) {
   }
   track_temp(tensor_bytes(g.norm_recv));
   const int64_t fp8_bytes = tensor_bytes(g.fp8_full);
-  param_sync_stats_.gathers += 1;
-  param_sync_stats_.fp8_bytes += fp8_bytes;
-  param_sync_stats_.bytes += fp8_bytes + tensor_bytes(g.norm_recv);
+  stats.gathers += 1;
+  stats.fp8_bytes += fp8_bytes;
+  stats.bytes += fp8_bytes + tensor_bytes(g.norm_recv);
   nvtx::Range range(kFp8GatherLabels(g), fp8_bytes + tensor_bytes(g.norm_recv));
-  g.param_sync_work = pgs_.all_gather->all_gather(g.fp8_full, g.fp8_shard);
+  auto work = pgs_.all_gather->all_gather(g.fp8_full, g.fp8_shard);
   g.norm_gather_work = pgs_.all_gather->all_gather(g.norm_recv, g.norm_send);
-}
-
-void DataParallelEngine::launch_fp8_gather(EngineGroup& g) {
-  at::NoGradGuard no_grad;
-  const int64_t fp8_bytes = g.layout.padded_elems;
-  const CommAllocScope comm(comm_pool_.get());
-  materialize_storage(g.fp8_full, static_cast<size_t>(fp8_bytes));
-  materialize_storage(g.norm_full, static_cast<size_t>(tensor_bytes(g.norm_full)));
-  for (const auto& p : g.norm_pieces) {
-    if (p.rank != rank_) continue;
-    g.norm_send.narrow(0, p.packed_offset, p.numel)
-        .copy_(g.model_shard.narrow(0, p.shard_offset, p.numel));
-  }
-  g.norm_recv = at::empty({dp_ * g.norm_send.numel()}, g.norm_send.options());
-  track_temp(fp8_bytes + tensor_bytes(g.norm_full) + tensor_bytes(g.norm_recv));
-  unit_gather_stats_.gathers += 1;
-  unit_gather_stats_.fp8_bytes += fp8_bytes;
-  unit_gather_stats_.bytes += fp8_bytes + tensor_bytes(g.norm_recv);
-  nvtx::Range range(kFp8GatherLabels(g), fp8_bytes + tensor_bytes(g.norm_recv));
-  g.gather_work = pgs_.all_gather->all_gather(g.fp8_full, g.fp8_shard);
-  g.norm_gather_work = pgs_.all_gather->all_gather(g.norm_recv, g.norm_send);
+  return work;
 }
 
 void DataParallelEngine::finish_fp8_gather(EngineGroup& g) {
