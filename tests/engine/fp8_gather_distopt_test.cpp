@@ -14,6 +14,7 @@
 
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
+#include "tests/engine/fp8_gather_fixture.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "workloads/llama/fp8_linear.hpp"
 
@@ -22,18 +23,7 @@ namespace {
 
 using testing::run_on_ranks;
 
-LlamaDims dims() {
-  LlamaDims d;
-  d.num_layers = 2;
-  d.hidden = 32;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 8;
-  d.ffn = 48;
-  d.vocab = 64;
-  d.seq_length = 16;
-  return d;
-}
+LlamaDims dims() { return testing::fp8_gather_dims(2); }
 
 struct DistoptRun {
   std::vector<double> losses;
@@ -77,24 +67,9 @@ DistoptRun train(int world, bool fp8_param_gather) {
     const auto weights = engine.gather_main_weights();
     if (engine.gathers_fp8()) {
       const auto specs = llama_param_specs(d);
-      // The leaves in llama_param_specs' order (bind_weights').
-      const LlamaWeights& w = engine.weights();
-      std::vector<at::Tensor> leaves = {w.embedding};
-      for (const LayerWeights& lw : w.layers) {
-        leaves.insert(leaves.end(), {lw.input_norm, lw.qkv, lw.proj, lw.post_norm, lw.fc1, lw.fc2});
-      }
-      leaves.insert(leaves.end(), {w.final_norm, w.output});
+      const auto leaves = testing::leaves_in_spec_order(engine.weights());
       for (size_t i = 0; i < specs.size(); ++i) {
-        if (!is_fp8_linear_weight(specs[i])) {
-          if (!at::equal(leaves[i], weights[i].to(at::kBFloat16))) ++mismatches;
-          continue;
-        }
-        const fp8::Quantized* q = engine.fp8_weight(leaves[i]);
-        const fp8::Quantized ref = fp8::quantize(weights[i], at::kFloat8_e4m3fn, true, false);
-        if (q == nullptr || !at::equal(q->data.view(at::kByte), ref.data.view(at::kByte)) ||
-            !at::equal(q->scale_inv, ref.scale_inv)) {
-          ++mismatches;
-        }
+        if (!testing::gathered_like_main(engine, specs[i], leaves[i], weights[i])) ++mismatches;
       }
     }
     std::lock_guard<std::mutex> lock(mu);

@@ -10,6 +10,7 @@
 
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
+#include "tests/engine/fp8_gather_fixture.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "workloads/llama/fp8_linear.hpp"
 
@@ -18,18 +19,7 @@ namespace {
 
 using testing::run_on_ranks;
 
-LlamaDims gather_dims() {
-  LlamaDims d;
-  d.num_layers = 3;
-  d.hidden = 32;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 8;
-  d.ffn = 48;
-  d.vocab = 64;
-  d.seq_length = 16;
-  return d;
-}
+LlamaDims gather_dims() { return testing::fp8_gather_dims(3); }
 
 struct GatherRun {
   std::vector<double> losses;
@@ -87,16 +77,7 @@ GatherRun train(int world, bool fp8_param_gather, bool keep_transpose) {
         for (size_t i = 0; i < specs.size(); ++i) {
           if (specs[i].layer != l) continue;
           const at::Tensor& leaf = *leaves[k++];
-          if (!is_fp8_linear_weight(specs[i])) {
-            if (!at::equal(leaf, weights[i].to(at::kBFloat16))) ++mismatches;
-            continue;
-          }
-          const fp8::Quantized* q = engine.fp8_weight(leaf);
-          const fp8::Quantized ref = fp8::quantize(weights[i], at::kFloat8_e4m3fn, true, false);
-          if (q == nullptr || !at::equal(q->data.view(at::kByte), ref.data.view(at::kByte)) ||
-              !at::equal(q->scale_inv, ref.scale_inv)) {
-            ++mismatches;
-          }
+          if (!testing::gathered_like_main(engine, specs[i], leaf, weights[i])) ++mismatches;
         }
         engine.post_forward(m, at::zeros({1}));
       }
