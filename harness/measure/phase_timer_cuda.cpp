@@ -4,8 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAStream.h>
+#include "harness/measure/cuda_event_pool.hpp"
 
 namespace shardbench {
 namespace {
@@ -13,10 +12,10 @@ namespace {
 class CudaPhaseTimer final : public PhaseTimer {
  public:
   explicit CudaPhaseTimer(int device_index)
-      : device_(static_cast<c10::DeviceIndex>(device_index)) {}
+      : events_(static_cast<c10::DeviceIndex>(device_index)) {}
 
   void begin_step() override {
-    used_ = 0;
+    events_.reset();
     intervals_.clear();
     step_end_ = nullptr;
     step_begin_ = &mark();
@@ -41,21 +40,10 @@ class CudaPhaseTimer final : public PhaseTimer {
   };
   static std::size_t index(Phase p) { return static_cast<std::size_t>(p); }
 
-  // The pool's next event, recorded now on the compute stream. The pool is reused from step to
-  // step (one event per mark would cost a cudaEventCreate each); timing needs cudaEventDefault,
-  // since CUDAEvent's default flags disable timing.
-  at::cuda::CUDAEvent& mark() {
-    if (used_ == events_.size()) {
-      events_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
-    }
-    at::cuda::CUDAEvent& event = *events_[used_++];
-    event.record(at::cuda::getCurrentCUDAStream(device_));
-    return event;
-  }
+  // The pool's next event, recorded now on the compute stream.
+  at::cuda::CUDAEvent& mark() { return events_.record(); }
 
-  c10::DeviceIndex device_;
-  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events_;  // unique_ptr: events do not move
-  std::size_t used_ = 0;
+  CudaEventPool events_;
   std::array<at::cuda::CUDAEvent*, kPhaseCount> opened_{};
   std::vector<Interval> intervals_;
   at::cuda::CUDAEvent* step_begin_ = nullptr;
