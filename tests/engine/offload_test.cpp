@@ -22,8 +22,6 @@ namespace {
 constexpr uint64_t kSeed = testing::kThreeLayerSeed;
 using testing::max_rel;
 
-LlamaDims dims3() { return testing::three_layer_dims(); }
-
 std::unordered_set<const c10::StorageImpl*> storages_of(const LlamaWeights& w) {
   std::unordered_set<const c10::StorageImpl*> out;
   auto add = [&](const at::Tensor& t) {
