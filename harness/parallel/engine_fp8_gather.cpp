@@ -9,6 +9,7 @@
 // element, and the gathered bytes with their scales go straight into the FP8 GEMMs.
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "harness/measure/nvtx.hpp"
 #include "harness/parallel/engine.hpp"
@@ -22,6 +23,19 @@ namespace shardbench {
 namespace {
 
 constexpr double kE4m3MaxFinite = 448.0;
+// fp32 elements per weight scale in the scale store: 16 bytes.
+constexpr int64_t kScaleStride = 4;
+
+// cuBLASLt runs FP8 GEMMs on 16-byte aligned pointers only (cuBLAS documentation,
+// cublasLtMatmul, "To use FP8 kernels"). The caching allocator's blocks are aligned further, so
+// a view is aligned when its offset into its storage is.
+void check_gemm_aligned(const at::Tensor& t, const char* what) {
+  if ((t.storage_offset() * static_cast<int64_t>(t.element_size())) % 16 != 0) {
+    throw std::logic_error(std::string(what) + " starts " +
+                           std::to_string(t.storage_offset() * t.element_size()) +
+                           " bytes into its buffer, not on a 16-byte boundary");
+  }
+}
 
 const GroupLabels kFp8GatherLabels{"all_gather_fp8", nvtx::Color::kComm};
 const GroupLabels kFp8GatherWaitLabels{"wait/all_gather_fp8", nvtx::Color::kWait};
@@ -60,7 +74,10 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
     g.fp8_shard = at::zeros({shard}, bytes);
     g.fp8_full = dp_ > 1 ? at::zeros({g.layout.padded_elems}, bytes) : g.fp8_shard;
   }
-  g.fp8_scale_inv = at::ones({fp8_count}, bytes.dtype(at::kFloat));
+  // One scale per 16 bytes. cuBLASLt's FP8 GEMMs run on 16-byte aligned operands; a 0-dim view
+  // 4 bytes into a packed scale vector made the H100 refuse the second weight's GEMM
+  // (CUBLAS_STATUS_NOT_SUPPORTED, 2026-12-05) while the first, at offset 0, ran.
+  g.fp8_scale_inv = at::ones({fp8_count, kScaleStride}, bytes.dtype(at::kFloat)).select(1, 0);
   for (size_t s = 0; s < g.layout.slots.size(); ++s) {
     const int k = g.fp8_index[s];
     if (k < 0) continue;
@@ -69,6 +86,8 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
     q.data = view_storage(g.fp8_full, slot.offset,
                           specs_[static_cast<size_t>(slot.spec_index)].shape, at::kFloat8_e4m3fn);
     q.scale_inv = g.fp8_scale_inv.select(0, k);
+    check_gemm_aligned(q.data, "FP8 weight");
+    check_gemm_aligned(q.scale_inv, "FP8 weight scale");
     g.fp8_weights.push_back(q);
   }
   if (dp_ == 1) return;  // one rank: the shard is the whole group, nothing is gathered

@@ -87,7 +87,9 @@ struct EngineGroup {
   std::vector<int> fp8_index;  // by slot: the weight's index among the unit's FP8 weights, or -1
   at::Tensor fp8_shard;        // uint8 [shard_elems]: this rank's bytes, cast after each step
   at::Tensor fp8_full;         // uint8 [padded_elems]: gathered (the shard itself with one rank)
-  at::Tensor fp8_scale_inv;    // fp32 [FP8 weights]: the same on every rank
+  // fp32 [FP8 weights], the same on every rank: a strided view of a [FP8 weights, 4] store, so
+  // that each weight's scale (a GEMM's scale pointer) starts on a 16-byte boundary.
+  at::Tensor fp8_scale_inv;
   std::vector<fp8::Quantized> fp8_weights;  // e4m3 views of fp8_full and their scales
   // The norms while gathered (more than one rank): the norm leaves view norm_full; each rank
   // sends the norm elements its shard holds, packed into norm_send, and norm_pieces say where

@@ -8,10 +8,13 @@
 #include "harness/parallel/process_group.hpp"
 
 #ifdef SHARDBENCH_WITH_NCCL
+#include <dlfcn.h>
+
 #include <ATen/cuda/MemPool.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -30,6 +33,63 @@ c10d::ProcessGroupNCCL* nccl_of(ProcessGroup& pg) {
   throw std::invalid_argument("ddp.nccl_ub=true: " + why + "; accepted: false");
 }
 
+// NCCL's allocation entry points (nccl.h, NCCL >= 2.19), looked up in the libnccl that
+// libtorch_cuda already loaded: shardbench does not link NCCL itself, and the symbols are in the
+// process's global scope through libtorch_cuda's own dependency on it.
+using MemAllocFn = ncclResult_t (*)(void**, size_t);
+using MemFreeFn = ncclResult_t (*)(void*);
+using GetVersionFn = ncclResult_t (*)(int*);
+
+struct NcclMemFns {
+  MemAllocFn alloc = nullptr;
+  MemFreeFn free = nullptr;
+  int version = 0;
+};
+
+NcclMemFns nccl_mem_fns() {
+  // The global scope first; then libnccl by name, if it is loaded but not global.
+  void* scope = RTLD_DEFAULT;
+  if (dlsym(scope, "ncclGetVersion") == nullptr) {
+    if (void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD)) scope = lib;
+  }
+  NcclMemFns f;
+  f.alloc = reinterpret_cast<MemAllocFn>(dlsym(scope, "ncclMemAlloc"));
+  f.free = reinterpret_cast<MemFreeFn>(dlsym(scope, "ncclMemFree"));
+  auto get_version = reinterpret_cast<GetVersionFn>(dlsym(scope, "ncclGetVersion"));
+  if (get_version != nullptr) get_version(&f.version);
+  return f;
+}
+
+// torch's pluggable allocator over ncclMemAlloc/ncclMemFree: the allocator Megatron's
+// nccl_allocator module builds for its MemPool. torch's ProcessGroupNCCL::getMemAllocator is not
+// used: in torch 2.11 it refuses unless the device supports NVLink multicast (what
+// symmetric-memory tensors need), which the shared machines turn off and local user-buffer
+// registration does not need.
+std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> nccl_allocator(int device_index) {
+  const NcclMemFns f = nccl_mem_fns();
+  if (f.alloc == nullptr || f.free == nullptr) {
+    refuse("the NCCL loaded by libtorch_cuda (version code " + std::to_string(f.version) +
+           ") has no ncclMemAlloc/ncclMemFree (NCCL 2.19 and newer have them), so it cannot "
+           "allocate registrable memory on cuda:" + std::to_string(device_index));
+  }
+  auto alloc = [fn = f.alloc](size_t bytes, int device, cudaStream_t) -> void* {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    void* ptr = nullptr;
+    const ncclResult_t rc = fn(&ptr, bytes);
+    if (rc != ncclSuccess) {
+      throw std::runtime_error("ddp.nccl_ub=true: ncclMemAlloc of " + std::to_string(bytes) +
+                               " bytes on cuda:" + std::to_string(device) +
+                               " failed with ncclResult_t " + std::to_string(rc));
+    }
+    return ptr;
+  };
+  auto release = [fn = f.free](void* ptr, size_t, int device, cudaStream_t) {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    fn(ptr);
+  };
+  return torch::cuda::CUDAPluggableAllocator::createCustomAllocator(alloc, release);
+}
+
 }  // namespace
 
 struct CommBufferPool::Impl {
@@ -39,26 +99,13 @@ struct CommBufferPool::Impl {
 
 CommBufferPool::CommBufferPool(ProcessGroup& pg, int device_index, bool symmetric)
     : impl_(std::make_unique<Impl>()), symmetric_(symmetric) {
-  c10d::ProcessGroupNCCL* nccl = nccl_of(pg);
-  if (nccl == nullptr) {
+  if (nccl_of(pg) == nullptr) {
     refuse(std::string("NCCL user buffers need the NCCL backend, and this group runs ") +
            to_string(pg.backend_kind()));
   }
   impl_->device = static_cast<c10::DeviceIndex>(device_index);
-  // The process group's allocator is torch's pluggable allocator over ncclMemAlloc/ncclMemFree
-  // (what torch.distributed hands Python as backend.mem_allocator). Not gated on
-  // ProcessGroupNCCL::supportsTensorAlloc: in torch 2.11 that asks whether the device supports
-  // NVLink multicast (symmetric-memory tensors), which the shared machines turn off and local
-  // user-buffer registration does not need.
-  std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> allocator;
-  try {
-    allocator = std::dynamic_pointer_cast<c10::cuda::CUDACachingAllocator::CUDAAllocator>(
-        nccl->getMemAllocator());
-  } catch (const std::exception& e) {
-    refuse("this NCCL cannot allocate registrable memory on cuda:" + std::to_string(device_index) +
-           " (" + e.what() + ")");
-  }
-  if (!allocator) refuse("the NCCL process group returned no CUDA allocator");
+  std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> allocator =
+      nccl_allocator(device_index);
   c10::cuda::CUDAGuard guard(impl_->device);
   impl_->pool = std::make_unique<at::cuda::MemPool>(allocator);
 }

@@ -178,6 +178,35 @@ TEST(Fp8ParamGatherTranspose, KeptOrRebuiltTrainAlike) {
   EXPECT_EQ(kept.losses, rebuilt.losses);
 }
 
+// cuBLASLt's FP8 GEMMs take 16-byte aligned pointers only: every gathered weight and every
+// weight's scale starts on a 16-byte boundary of its buffer (the allocator aligns the buffers).
+// One rank (the shard is the whole unit) and two.
+TEST(Fp8ParamGatherLayout, GemmOperandsStartOn16ByteBoundaries) {
+  for (int world : {1, 2}) {
+    run_on_ranks(world, [&](int, ProcessGroups& pgs) {
+      EngineOptions o;
+      o.wrapper = Wrapper::kMegatronFsdp;
+      o.strategy = "optim_grads_params";
+      o.compute_dtype = at::kBFloat16;
+      o.fp8_param_gather = true;
+      DataParallelEngine engine(gather_dims(), o, pgs);
+      int checked = 0;
+      const auto specs = llama_param_specs(gather_dims());
+      const auto leaves = testing::leaves_in_spec_order(engine.weights());
+      for (size_t i = 0; i < specs.size(); ++i) {
+        if (!is_fp8_linear_weight(specs[i])) continue;
+        const fp8::Quantized* q = engine.fp8_weight(leaves[i]);
+        ASSERT_NE(q, nullptr) << specs[i].name;
+        EXPECT_EQ(q->data.storage_offset() % 16, 0) << specs[i].name << " at world " << world;
+        EXPECT_EQ((q->scale_inv.storage_offset() * 4) % 16, 0)
+            << specs[i].name << " at world " << world;
+        ++checked;
+      }
+      EXPECT_GE(checked, 4 * 3) << "at least the four linears of each of the three layers";
+    });
+  }
+}
+
 // Refused where it is not implemented, naming the field and what is accepted.
 TEST(Fp8ParamGatherOptions, RefusedOutsideMegatronFsdpOptimGradsParams) {
   run_on_ranks(2, [&](int, ProcessGroups& pgs) {
