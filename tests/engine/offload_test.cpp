@@ -92,6 +92,35 @@ TEST(Offload, SameLossAndGradsAsStoredActivations) {
   EXPECT_EQ(f.model.activation_offload()->stats().offloaded_bytes, 2 * one_layer_bytes);
 }
 
+// An offloaded layer's device tensors are held until its copies are done, then dropped: by the
+// time the forward reaches the head none is held (on the GPU the head's peak would otherwise
+// still carry every offloaded layer), and a group released before its copy finished keeps its
+// tensors. On the CPU the copies are done when close() returns.
+TEST(Offload, DeviceTensorsAreReleasedBeforeTheHead) {
+  Fixture f;
+  f.model.set_offload_layers(3);
+  at::Tensor loss = f.model.forward_loss(f.w, f.tokens, f.labels, nullptr);
+  const OffloadStats s = f.model.activation_offload()->stats();
+  EXPECT_GT(s.offloaded_bytes, 0);
+  EXPECT_EQ(s.held_bytes, 0);
+  torch::autograd::backward({loss});
+
+  install_offload_autograd_engine();
+  at::Tensor a = at::randn({64, 32}, at::kFloat).requires_grad_(true);
+  ActivationOffload offload(at::kCPU);
+  offload.begin_forward(1);
+  at::Tensor y;
+  {
+    ActivationOffload::LayerScope scope(offload, 0, {});
+    y = (a.sin() * a.cos()).sum();
+  }
+  EXPECT_EQ(offload.stats().held_bytes, offload.stats().offloaded_bytes);
+  EXPECT_GT(offload.stats().held_bytes, 0);
+  offload.release_copied(/*wait=*/false);
+  EXPECT_EQ(offload.stats().held_bytes, 0);
+  torch::autograd::backward({y});
+}
+
 // The engine must be in place before the process's first backward (torch starts the autograd
 // device threads once, for the first engine that runs): loading the library installs it.
 // Deeper prefetch (shardbench.offload_prefetch_layers): reloads start earlier in backward, the

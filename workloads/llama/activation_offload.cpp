@@ -27,7 +27,7 @@ namespace {
 struct Counters {
   std::atomic<int64_t> packed_tensors{0}, offloaded_tensors{0}, offloaded_bytes{0},
       deduplicated_tensors{0}, kept_tensors{0}, reloaded_tensors{0}, reloaded_bytes{0},
-      sync_reloads{0};
+      sync_reloads{0}, held_bytes{0};
 };
 
 // The host copy: the source's strides where they describe a dense block, else contiguous (a
@@ -102,7 +102,7 @@ namespace {
 using Impl = ActivationOffload::Impl;
 
 struct OffloadEntry {
-  at::Tensor source;    // the saved tensor, until the group's offload copies it
+  at::Tensor source;    // the saved tensor, until the group is released after its copies
   at::Tensor host;      // its host copy; or, when `offloaded` is false, the kept tensor itself
   at::Tensor reloaded;  // the device copy, once the group's reload started
   SavedLayout layout;   // of the saved tensor
@@ -121,6 +121,9 @@ struct OffloadGroup {
 
   size_t pack(const at::Tensor& saved);
   void close();                 // end of the layer's forward: start the device-to-host copies
+  // Drops the device tensors the copies read. With `only_if_copied`, only when the copies have
+  // finished; otherwise the compute stream waits for them first. Callers hold `mu`.
+  bool release_sources_locked(bool only_if_copied);
   void reload(bool on_unpack);  // start the host-to-device copies (once)
   at::Tensor unpack(size_t index);
   void release(size_t index);
@@ -131,6 +134,7 @@ struct OffloadGroup {
   std::map<DedupKey, size_t> index_of;  // while the layer's forward runs
   std::unordered_set<const c10::StorageImpl*> keep;
   bool closed = false;
+  bool released = false;  // the device tensors the offload copied are dropped
   bool reload_started = false;
   std::optional<c10::Event> offload_done, reload_done;  // CUDA only
 };
@@ -197,12 +201,9 @@ void OffloadGroup::close() {
     e.layout = SavedLayout::of(e.source);
     e.host = host_copy_of(e.source, host_options.dtype(e.source.scalar_type()));
     e.host.copy_(e.source, /*non_blocking=*/cuda);
-    // The caching allocator must not hand the device block to the compute stream again before
-    // the copy has read it.
-    if (cuda) e.source.record_stream(*impl->d2h_stream);
     ++c.offloaded_tensors;
     c.offloaded_bytes += tensor_bytes(e.host);
-    e.source.reset();
+    c.held_bytes += tensor_bytes(e.host);
   }
   if (cuda) {
     offload_done.emplace(impl->device.type());
@@ -210,9 +211,32 @@ void OffloadGroup::close() {
   }
 }
 
+// The device tensors stay referenced until the group is released, not handed back with
+// record_stream: the caching allocator frees a block recorded on another stream only once a
+// later allocation on the host finds the copy's event complete, and the host runs the whole
+// forward ahead of the GPU, so no offloaded block was free by the time the head allocated (the
+// peak): offload lowered nothing. Released with the compute stream waiting for the copies, a
+// block is free on the host's timeline at once, and the compute stream, the only one that can
+// reuse it, runs nothing on it before the copies finished.
+bool OffloadGroup::release_sources_locked(bool only_if_copied) {
+  if (!closed || released) return released;
+  if (offload_done) {
+    if (only_if_copied && !offload_done->query()) return false;
+    offload_done->block(impl->current_stream());
+  }
+  for (auto& e : entries) {
+    if (!e.offloaded || !e.source.defined()) continue;
+    impl->counters.held_bytes -= tensor_bytes(e.source);
+    e.source.reset();
+  }
+  released = true;
+  return true;
+}
+
 void OffloadGroup::reload(bool on_unpack) {
   std::lock_guard<std::mutex> lock(mu);
   if (reload_started || !closed) return;
+  release_sources_locked(/*only_if_copied=*/false);
   reload_started = true;
   at::NoGradGuard no_grad;
   auto& c = impl->counters;
@@ -272,6 +296,12 @@ void OffloadGroup::release(size_t index) {
   std::lock_guard<std::mutex> lock(mu);
   OffloadEntry& e = entries.at(index);
   if (--e.live_hooks > 0) return;
+  if (e.source.defined() && e.offloaded) {
+    // Freed before the group's release (its node ran backward early): not held any more. The
+    // copy may still read it on the side stream.
+    if (offload_done) e.source.record_stream(*impl->d2h_stream);
+    impl->counters.held_bytes -= tensor_bytes(e.source);
+  }
   e.source.reset();
   e.host.reset();
   e.reloaded.reset();
@@ -357,6 +387,18 @@ ActivationOffload::LayerScope::~LayerScope() {
   if (group && std::uncaught_exceptions() == 0) group->close();
 }
 
+void ActivationOffload::release_copied(bool wait) {
+  std::vector<std::shared_ptr<OffloadGroup>> groups;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    groups = impl_->groups;
+  }
+  for (const auto& g : groups) {
+    std::lock_guard<std::mutex> lock(g->mu);
+    g->release_sources_locked(/*only_if_copied=*/!wait);
+  }
+}
+
 at::Tensor ActivationOffload::reload_before_backward(at::Tensor layer_output, int64_t layer,
                                                      int64_t prefetch) {
   // Nearest first: the copies queue on one stream in this order.
@@ -389,6 +431,7 @@ OffloadStats ActivationOffload::stats() const {
   s.reloaded_tensors = c.reloaded_tensors;
   s.reloaded_bytes = c.reloaded_bytes;
   s.sync_reloads = c.sync_reloads;
+  s.held_bytes = c.held_bytes;
   return s;
 }
 

@@ -30,6 +30,9 @@ struct OffloadStats {
   int64_t reloaded_tensors = 0;      // host-to-device copies
   int64_t reloaded_bytes = 0;
   int64_t sync_reloads = 0;  // groups reloaded by an unpack, not ahead of backward
+  // Device bytes whose host copy has started but which are not released yet (a gauge, not a
+  // counter: reset_stats() leaves it alone).
+  int64_t held_bytes = 0;
 };
 
 class ActivationOffload {
@@ -59,6 +62,12 @@ class ActivationOffload {
     ActivationOffload& offload_;
     int64_t layer_;
   };
+
+  // Drops the device tensors of the closed groups whose copies to the host have finished; with
+  // `wait`, of every closed group, the compute stream waiting for their copies (a GPU-side wait;
+  // the host goes on). Until then an offloaded layer's activations still occupy the device.
+  // LlamaModel releases finished groups at each layer and all of them before the head.
+  void release_copied(bool wait);
 
   // Marks `layer_output` so that when backward reaches it the layer's group is copied back and
   // the groups of the `prefetch` layers below it start copying too (1: one layer ahead,

@@ -423,6 +423,9 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     if (offload && l < offload_layers_ + offload_prefetch_) {
       x = offload_->reload_before_backward(x, l, offload_prefetch_);
     }
+    // Offloaded layers whose copies are done give their device memory back now; the rest
+    // before the head (the compute stream waits for their copies there).
+    if (offload) offload_->release_copied(/*wait=*/l + 1 == d.num_layers);
     if (hooks) x = hooks->post_forward(m, x);
     // After post_forward: the engine's pre-backward gather runs inside the layer's range.
     if (mark) x = BackwardRangeOpen::apply(x, l)[0];
