@@ -88,6 +88,7 @@ struct GroupState {
   bool param_sync_in_flight = false;
   double param_sync_end = 0;
   bool reduce_launched = false;
+  bool grad_full_live = false;  // the unsharded gradient buffer (transient_grads)
   std::string label;  // "unit_3", "root", "bucket_0"
 };
 
@@ -158,6 +159,7 @@ class Simulator {
       }
     }
     result.peak_live_units = peak_live_;
+    result.peak_transient_bytes = peak_temp_;
     return result;
   }
 
@@ -186,6 +188,15 @@ class Simulator {
     log_.push_back(c);
     return t_comm_;
   }
+  // Transient buffers alive, as the engine's track_temp.
+  void track(int64_t delta_bytes) {
+    live_temp_ += delta_bytes;
+    peak_temp_ = std::max(peak_temp_, live_temp_);
+  }
+  int64_t padded_bytes(int gi, int element_bytes) const {
+    return p_.groups[static_cast<size_t>(gi)].padded_elems * element_bytes;
+  }
+
   void wait(double end) {
     if (end > t_compute_) {
       exposed_ += end - t_compute_;
@@ -207,6 +218,7 @@ class Simulator {
     const int64_t bytes = p_.groups[static_cast<size_t>(gi)].padded_elems * p_.compute_bytes;
     g.gather_end = launch("all_gather/" + g.label, CollectiveOp::kAllGather, gi, bytes);
     g.gather_in_flight = true;
+    track(bytes);  // the unsharded compute weights, allocated at the launch
     peak_live_ = std::max(peak_live_, live_units());
   }
   void ensure_gathered(int gi) {
@@ -220,6 +232,7 @@ class Simulator {
   void release_gathered(GroupState& g) {
     if (!g.transient_weights || !g.gathered) return;
     g.gathered = false;
+    track(-padded_bytes(static_cast<int>(&g - groups_.data()), p_.compute_bytes));
   }
   void wait_param_sync(GroupState& g) {
     if (!g.param_sync_in_flight) return;
@@ -252,14 +265,29 @@ class Simulator {
     const double end = launch(name + g.label,
                               all_reduce ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter,
                               gi, elems * p_.grad_bytes);
-    pending_.push_back({elems, end});
+    // Sharded grads after the first micro-batch: the engine reduce-scatters into a new shard-sized
+    // buffer and adds it into the grad shard when the reduction completes.
+    int64_t accumulate_bytes = 0;
+    if (g.spec.grads_sharded && !all_reduce && microbatch_ > 0) {
+      accumulate_bytes = elems / dp_ * p_.grad_bytes;
+      track(accumulate_bytes);
+    }
+    pending_.push_back({elems, end, gi, accumulate_bytes});
     drain_reductions(p_.budgets.rs_queue_capacity_elems);
   }
   void drain_reductions(int64_t keep_in_flight_elems) {
     std::vector<int64_t> elems;
     for (const auto& r : pending_) elems.push_back(r.elems);
     const size_t done = schedule::reductions_to_complete(elems, keep_in_flight_elems);
-    for (size_t i = 0; i < done; ++i) wait(pending_[i].end);
+    for (size_t i = 0; i < done; ++i) {
+      wait(pending_[i].end);
+      track(-pending_[i].accumulate_bytes);
+      GroupState& g = groups_[static_cast<size_t>(pending_[i].group)];
+      if (g.grad_full_live) {
+        g.grad_full_live = false;
+        track(-padded_bytes(pending_[i].group, p_.grad_bytes));
+      }
+    }
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(done));
   }
   void slot_grad_done(int gi) {
@@ -301,6 +329,15 @@ class Simulator {
       if (hooked_[static_cast<size_t>(m)]) {
         for (int gi : module_groups_[static_cast<size_t>(m)]) ensure_gathered(gi);
         prefetch_units(m, -1);
+      }
+      // The first gradient of a group with sharded grads lands in its unsharded buffer, allocated
+      // then (the engine's grad_target); backward reaches the group's highest module first.
+      for (int gi : module_groups_[static_cast<size_t>(m)]) {
+        GroupState& g = groups_[static_cast<size_t>(gi)];
+        if (g.transient_grads && !g.grad_full_live && g.last_forward_module == m) {
+          g.grad_full_live = true;
+          track(padded_bytes(gi, p_.grad_bytes));
+        }
       }
       compute(p_.backward_s[static_cast<size_t>(m)]);
       // The groups whose last gradients this module's backward produced, in group order (DDP's
@@ -348,6 +385,8 @@ class Simulator {
   struct Pending {
     int64_t elems;
     double end;
+    int group = -1;
+    int64_t accumulate_bytes = 0;  // the reduce-scatter output added into the shard at the end
   };
 
   const StepPlan& p_;
@@ -361,6 +400,7 @@ class Simulator {
   double t_compute_ = 0, t_comm_ = 0;
   double step_begin_ = 0, exposed_ = 0, compute_ = 0, comm_busy_ = 0;
   int peak_live_ = 0;
+  int64_t live_temp_ = 0, peak_temp_ = 0;
   std::vector<Collective> log_;
 };
 

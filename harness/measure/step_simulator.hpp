@@ -78,6 +78,15 @@ struct StepResult {
   double exposed_comm_s = 0;  // compute-stream time spent waiting on collectives
   double comm_s = 0;          // communication-stream busy time in it
   int peak_live_units = 0;    // most units gathered or being gathered at once
+  // The most transient buffer bytes alive at once, counted as the engine's
+  // EngineMemory::temporary_peak_bytes counts them (engine_step.cpp's track_temp): a gathered
+  // group's compute weights (padded x compute_bytes) from its gather's launch to its release; a
+  // group's unsharded gradient buffer (padded x grad_bytes) from the backward of its highest
+  // module to the completion of its reduce-scatter; the reduce-scatter output that a later
+  // micro-batch adds into the grad shard (padded / dp x grad_bytes) until that completion.
+  // FSDP2's all-gather input and output staging and the autograd gradients it holds until the
+  // reduce-scatter copy-in are not counted. 0 at one rank, where nothing is gathered.
+  int64_t peak_transient_bytes = 0;
   std::vector<Collective> collectives;  // the last step's, in launch order
 };
 

@@ -188,6 +188,43 @@ TEST(StepSimulator, OneRankRunsNoGathersOrReduceScatters) {
   EXPECT_EQ(r.peak_live_units, 0);
 }
 
+TEST(StepSimulator, TransientPeakIsGatheredWeightsAndUnshardedGrads) {
+  // As the engine's temporary_peak_bytes: in the unit's backward the root's unsharded grad buffer
+  // (allocated at the head's backward, 2e6 bytes), the unit's regathered weights (2e6) and its
+  // unsharded grad buffer (2e6) are alive at once; the weights go when its grads are done.
+  StepPlan p = plan("optim_grads_params", {unit(1, 1'000'000), root({0, 2}, 1'000'000)},
+                    {1, 2, 1}, {1, 4, 2});
+  EXPECT_EQ(simulate_step(p).peak_transient_bytes, 6'000'000);
+  // optim_grads keeps its weights: only the two unsharded grad buffers.
+  p.spec = &sharding_spec("optim_grads");
+  EXPECT_EQ(simulate_step(p).peak_transient_bytes, 4'000'000);
+  // One rank: the shard is the unit, nothing transient.
+  p.spec = &sharding_spec("optim_grads_params");
+  p.placement = make_placement(1, 8);
+  EXPECT_EQ(simulate_step(p).peak_transient_bytes, 0);
+}
+
+TEST(StepSimulator, TransientPeakFollowsTheDoubleBuffer) {
+  // Three 1e6-element units (2e6 bytes gathered, 2e6 bytes of unsharded grads each) and a small
+  // root (2e3 bytes of grads), every unit within the prefetch budget. The peak is in the last
+  // unit's backward: the root's grads, the units gathered there (the unit itself and what the
+  // pre-backward hook prefetched) and the unit's grads. Without the double buffer all three
+  // units: 2e3 + 3 x 2e6 + 2e6. With it, two units live: 2e3 + 2 x 2e6 + 2e6.
+  StepPlan p = plan("optim_grads_params",
+                    {unit(1, 1'000'000), unit(2, 1'000'000), unit(3, 1'000'000),
+                     root({0, 4}, 1'000)},
+                    {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1});
+  p.budgets.ag_prefetch_elems = 10'000'000;
+  p.budgets.rs_queue_capacity_elems = 0;
+  const StepResult free_run = simulate_step(p);
+  EXPECT_EQ(free_run.peak_live_units, 3);
+  EXPECT_EQ(free_run.peak_transient_bytes, 2'000 + 3 * 2'000'000 + 2'000'000);
+  p.double_buffer = true;
+  const StepResult db = simulate_step(p);
+  EXPECT_EQ(db.peak_live_units, 2);
+  EXPECT_EQ(db.peak_transient_bytes, 2'000 + 2 * 2'000'000 + 2'000'000);
+}
+
 TEST(StepSimulator, Fsdp2PrefetchesByBlockCount) {
   // FSDP2 also shards the root (modules 0 and 3), kept after forward by default.
   StepPlan p = plan("torch_fsdp2",
