@@ -10,6 +10,7 @@
 #include "harness/config/field_registry.hpp"
 #include "harness/engine/bench_run.hpp"
 #include "harness/measure/collective_fit.hpp"
+#include "harness/measure/projected_memory.hpp"
 #include "harness/measure/projection.hpp"
 #include "harness/parallel/projection_groups.hpp"
 #include "harness/report/atomic_write.hpp"
@@ -106,6 +107,28 @@ ProjectionKnobs knobs_from(const ConfigContainer& c) {
   return k;
 }
 
+// memory.projected_peak: the measured peak breakdown rebuilt at the target world size
+// (harness/measure/projected_memory.hpp).
+json peak_memory_json(const json& r, const std::string& where, const MeasuredRun& m,
+                      const ConfigContainer& config, const sim::StepResult& result,
+                      const Options& o) {
+  const LlamaDims d = llama_dims_from(config);
+  const std::vector<ParamGroup> groups = decoder_param_groups(decoder_param_counts(
+      DecoderDims{d.num_layers, d.hidden, d.ffn, d.heads, d.kv_heads, d.head_dim, d.vocab}));
+  PeakMemoryInputs in;
+  in.wrapper = m.wrapper;
+  in.strategy = measured_spec(m).memory;
+  in.groups = groups;
+  const json& params = r["identity"].value("num_parameters", json(nullptr));
+  in.num_parameters = params.is_number_integer() ? params.get<int64_t>() : 0;
+  in.compute_dtype = m.compute_dtype;
+  in.fp32_main_grads = config.ddp.grad_reduce_in_fp32 || m.compute_dtype == "fp32";
+  in.measured_world = m.world_size;
+  in.target_world = o.world;
+  in.simulated_transient_bytes = result.peak_transient_bytes;
+  return projected_peak_json(project_peak_memory(read_measured_memory(r, where), in));
+}
+
 int run(const Options& o, std::ostream& out) {
   if (o.world < 1) throw InputError("-ng " + std::to_string(o.world) + ": expected >= 1");
   const int gpus_per_node = o.gpus_per_node > 0 ? o.gpus_per_node : o.world;
@@ -143,7 +166,9 @@ int run(const Options& o, std::ostream& out) {
           engine_group_shapes(llama_dims_from(config), m.wrapper, measured_spec(m), shape);
       const sim::StepPlan plan = projection_plan(m, knobs_from(config), groups, target);
       const sim::StepResult result = sim::simulate_step(plan);
-      runs.push_back(projected_run_json(m, target, plan, result));
+      json projected = projected_run_json(m, target, plan, result);
+      projected["memory"] = {{"projected_peak", peak_memory_json(r, where, m, config, result, o)}};
+      runs.push_back(std::move(projected));
     } catch (const InputError&) {
       throw;
     } catch (const std::exception& e) {
@@ -171,7 +196,13 @@ int run(const Options& o, std::ostream& out) {
     for (const json& r : runs) {
       out << "perf-project: " << r["label"].get<std::string>() << " at " << o.world
           << " ranks: step " << r["step_ms"].get<double>() << " ms, exposed communication "
-          << r["exposed_comm_ms"].get<double>() << " ms\n";
+          << r["exposed_comm_ms"].get<double>() << " ms";
+      const json& peak = r["memory"]["projected_peak"];
+      if (peak["max_allocated_bytes"].is_number()) {
+        out << ", peak memory " << peak["max_allocated_bytes"].get<double>() / (1 << 30)
+            << " GiB per GPU";
+      }
+      out << "\n";
     }
   }
   return 0;

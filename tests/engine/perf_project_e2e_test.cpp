@@ -54,6 +54,21 @@ TEST_F(PerfProject, ProjectsEveryRunAndMarksItProjected) {
   }
   // FSDP at 2 ranks gathers its units; the 1-rank run gathered nothing.
   EXPECT_EQ(j["runs"][0]["collectives"][0]["name"], "all_gather/unit_0");
+  // Peak memory per GPU at 2 ranks (docs/projection.md "Peak memory per GPU"): FSDP's static
+  // buffers below the 1-rank run's, its transient buffers the simulator's; the CPU report has no
+  // allocator peak, so no total.
+  for (const auto& run : j["runs"]) {
+    const auto& peak = run["memory"]["projected_peak"];
+    EXPECT_EQ(peak["world_size"], 2) << run["label"];
+    EXPECT_GT(peak["static_bytes"].get<int64_t>(), 0) << run["label"];
+    EXPECT_LT(peak["static_bytes"].get<int64_t>(),
+              peak["measured"]["predicted_static_bytes"].get<int64_t>())
+        << run["label"];
+    EXPECT_EQ(peak["saved_activation_bytes"], peak["measured"]["saved_activation_bytes"]);
+    EXPECT_TRUE(peak["max_allocated_bytes"].is_null()) << run["label"];
+  }
+  EXPECT_EQ(j["runs"][0]["memory"]["projected_peak"]["transient_source"], "step_simulator");
+  EXPECT_GT(j["runs"][0]["memory"]["projected_peak"]["transient_buffer_bytes"].get<int64_t>(), 0);
 }
 
 TEST_F(PerfProject, BadInputIsOneLineAndExitTwo) {
