@@ -116,9 +116,27 @@ TEST(Offload, DeviceTensorsAreReleasedBeforeTheHead) {
   }
   EXPECT_EQ(offload.stats().held_bytes, offload.stats().offloaded_bytes);
   EXPECT_GT(offload.stats().held_bytes, 0);
-  offload.release_copied(/*wait=*/false);
+  offload.release_copied(/*through_layer=*/-1);  // none due: released because its copy is done
   EXPECT_EQ(offload.stats().held_bytes, 0);
   torch::autograd::backward({y});
+}
+
+// The release windows are Transformer Engine's layer_window_map (cpu_offload.py,
+// AsyncDoubleBufferGroupOffloadHandler), worked out by hand from its formula: evenly spread, the
+// first layers % offloaded windows one layer longer, the last one on the model's last layer.
+TEST(Offload, ReleaseWindowsAreTransformerEnginesWindowMap) {
+  const auto windows = [](int64_t layers, int64_t offloaded) {
+    std::vector<int64_t> w;
+    for (int64_t g = 0; g < offloaded; ++g) w.push_back(offload_release_layer(layers, offloaded, g));
+    return w;
+  };
+  EXPECT_EQ(windows(16, 5), (std::vector<int64_t>{3, 6, 9, 12, 15}));
+  EXPECT_EQ(windows(16, 6), (std::vector<int64_t>{2, 5, 8, 11, 13, 15}));
+  EXPECT_EQ(windows(32, 4), (std::vector<int64_t>{7, 15, 23, 31}));
+  EXPECT_EQ(windows(4, 1), (std::vector<int64_t>{3}));
+  EXPECT_EQ(windows(4, 3), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_THROW(offload_release_layer(4, 5, 0), std::invalid_argument);
+  EXPECT_THROW(offload_release_layer(4, 2, 2), std::invalid_argument);
 }
 
 // The engine must be in place before the process's first backward (torch starts the autograd

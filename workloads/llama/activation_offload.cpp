@@ -350,6 +350,20 @@ torch::autograd::Engine& shardbench_autograd_engine() {
 
 }  // namespace
 
+int64_t offload_release_layer(int64_t layers, int64_t offloaded, int64_t group) {
+  if (offloaded < 1 || offloaded > layers || group < 0 || group >= offloaded) {
+    throw std::invalid_argument("offload_release_layer: group " + std::to_string(group) + " of " +
+                                std::to_string(offloaded) + " offloaded in " +
+                                std::to_string(layers) + " layers");
+  }
+  // TE: window[i] = (layers / offloaded) * (i + 1) - 1, plus i + 1 for the first
+  // layers % offloaded groups and, after them, the last such shift (0 when none): the last
+  // group's window is always the last layer.
+  const int64_t base = layers / offloaded, extra = layers % offloaded;
+  const int64_t shift = group < extra ? group + 1 : extra;
+  return base * (group + 1) - 1 + shift;
+}
+
 ActivationOffload::ActivationOffload(at::Device device) : impl_(std::make_shared<Impl>(device)) {}
 
 ActivationOffload::~ActivationOffload() = default;
@@ -387,15 +401,16 @@ ActivationOffload::LayerScope::~LayerScope() {
   if (group && std::uncaught_exceptions() == 0) group->close();
 }
 
-void ActivationOffload::release_copied(bool wait) {
+void ActivationOffload::release_copied(int64_t through_layer) {
   std::vector<std::shared_ptr<OffloadGroup>> groups;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     groups = impl_->groups;
   }
-  for (const auto& g : groups) {
-    std::lock_guard<std::mutex> lock(g->mu);
-    g->release_sources_locked(/*only_if_copied=*/!wait);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::lock_guard<std::mutex> lock(groups[g]->mu);
+    groups[g]->release_sources_locked(
+        /*only_if_copied=*/static_cast<int64_t>(g) > through_layer);
   }
 }
 

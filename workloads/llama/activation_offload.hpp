@@ -35,6 +35,12 @@ struct OffloadStats {
   int64_t held_bytes = 0;
 };
 
+// The layer at the end of whose forward offloaded group `group` (of `offloaded` groups, in a
+// model of `layers` layers) is released: Transformer Engine's window map for Megatron's
+// double-buffered CPU offload (AsyncDoubleBufferGroupOffloadHandler.layer_window_map), which
+// spreads the releases evenly over the forward so that the last one falls on the last layer.
+int64_t offload_release_layer(int64_t layers, int64_t offloaded, int64_t group);
+
 class ActivationOffload {
  public:
   // `device`: where the model computes. On CUDA the copies go to pinned host memory on side
@@ -63,11 +69,11 @@ class ActivationOffload {
     int64_t layer_;
   };
 
-  // Drops the device tensors of the closed groups whose copies to the host have finished; with
-  // `wait`, of every closed group, the compute stream waiting for their copies (a GPU-side wait;
-  // the host goes on). Until then an offloaded layer's activations still occupy the device.
-  // LlamaModel releases finished groups at each layer and all of them before the head.
-  void release_copied(bool wait);
+  // Drops the device tensors of the closed groups of layers 0..`through_layer`, the compute
+  // stream waiting for their copies first (a GPU-side wait; the host goes on), and of any later
+  // closed group whose copies have already finished. Until then an offloaded layer's activations
+  // still occupy the device. LlamaModel releases on offload_release_layer()'s schedule.
+  void release_copied(int64_t through_layer);
 
   // Marks `layer_output` so that when backward reaches it the layer's group is copied back and
   // the groups of the `prefetch` layers below it start copying too (1: one layer ahead,

@@ -423,9 +423,18 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     if (offload && l < offload_layers_ + offload_prefetch_) {
       x = offload_->reload_before_backward(x, l, offload_prefetch_);
     }
-    // Offloaded layers whose copies are done give their device memory back now; the rest
-    // before the head (the compute stream waits for their copies there).
-    if (offload) offload_->release_copied(/*wait=*/l + 1 == d.num_layers);
+    // Offloaded groups whose release window ends with this layer give their device memory back
+    // now, the compute stream waiting for their copies (Transformer Engine's window map, spread
+    // over the forward; the last one on the last layer); groups whose copies are already done go
+    // too.
+    if (offload) {
+      int64_t due = -1;
+      while (due + 1 < offload_layers_ &&
+             offload_release_layer(d.num_layers, offload_layers_, due + 1) <= l) {
+        ++due;
+      }
+      offload_->release_copied(due);
+    }
     if (hooks) x = hooks->post_forward(m, x);
     // After post_forward: the engine's pre-backward gather runs inside the layer's range.
     if (mark) x = BackwardRangeOpen::apply(x, l)[0];
