@@ -250,6 +250,8 @@ using StringMap = std::map<std::string, std::string>;
     "Output layer + loss fused, this many tokens per chunk (no full logits); 0: off")            \
   X(bool, recompute_swiglu, false,                                                                \
     "SwiGLU's output computed again in fc2's backward instead of kept (layers not under -rl)")   \
+  X(int64_t, recompute_fc1_layers, 0,                                                             \
+    "First N layers: the MLP keeps only its input (fc1 and SwiGLU outputs computed again)")      \
   X(int64_t, offload_prefetch_layers, 1,                                                          \
     "-ol: groups reloaded ahead of backward (1: Megatron's double buffer)")                      \
   X(bool, log_per_step, true, "Print a Megatron-style line per step")                              \

@@ -218,6 +218,19 @@ void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckCo
                m.recompute_granularity.value_or("null") + ")",
            "model.recompute_granularity=selective, or the default [\"core_attn\"]");
   }
+  if (c.shardbench.recompute_fc1_layers > 0) {
+    const int64_t fc1 = c.shardbench.recompute_fc1_layers;
+    if (fc1 > c.model.num_layers) {
+      refuse("shardbench.recompute_fc1_layers", fc1, p,
+             "more layers than the model's " + std::to_string(c.model.num_layers),
+             "0.." + std::to_string(c.model.num_layers));
+    }
+    if (c.mixed_precision.fp8) {
+      refuse("shardbench.recompute_fc1_layers", fc1, p,
+             "the MLP recompute in front of the FP8 linears is not implemented",
+             "0 with FP8 compute");
+    }
+  }
   const bool output_recompute = selective || c.shardbench.recompute_swiglu;
   if (output_recompute && c.mixed_precision.fp8) {
     refuse(selective ? "model.recompute_modules" : "shardbench.recompute_swiglu",

@@ -280,6 +280,11 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
            .at_most(kMaxCount)},
       {"shardbench.recompute_swiglu",
        honoured("output-discarding recompute of SwiGLU before fc2 (docs/activation-memory.md)")},
+      {"shardbench.recompute_fc1_layers",
+       honoured("the first N layers' MLP keeps only its input; fc1's and SwiGLU's outputs are "
+                "computed again in backward (docs/activation-memory.md)")
+           .at_least(0)
+           .at_most(kMaxCount)},
       {"shardbench.offload_prefetch_layers", honoured().at_least(1).at_most(kMaxCount)},
       {"shardbench.log_per_step", honoured()},
       {"shardbench.unit_timing",

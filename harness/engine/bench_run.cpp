@@ -427,6 +427,7 @@ void configure_model(LlamaModel& model, const ConfigContainer& config,
   // Selective recompute (field_checks.cpp admits layernorm only) and SwiGLU's output.
   model.set_output_recompute(config.model.recompute_granularity.value_or("") == "selective",
                              config.shardbench.recompute_swiglu);
+  model.set_recompute_fc1_layers(config.shardbench.recompute_fc1_layers);
   const Fp8Choice fp8_choice = fp8_from(config, options, dims, mbs);
   // Weights that stay put for the step are cast to FP8 once per step when the step has several
   // micro-batches (keeping the copies costs memory and buys nothing with one); gathered weights

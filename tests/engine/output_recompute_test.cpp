@@ -79,6 +79,39 @@ TEST(OutputRecompute, SameGradientsAndExactlyTheOutputsNoLongerKept) {
   f.model.set_output_recompute(false, false);
 }
 
+// shardbench.recompute_fc1_layers: in the first N layers the MLP keeps only its input. Beyond
+// that input the ATen MLP keeps fc1's output [gate | up], silu(gate) and SwiGLU's output: 4 ffn
+// values per token. With the norms recomputed too, the pre-MLP norm runs inside and its kept
+// parts go as well. Layers past N are as before.
+TEST(OutputRecompute, Fc1LayersKeepOnlyTheMlpInput) {
+  Fixture f;
+  const auto ref = f.run();
+  const LlamaDims& d = f.d;
+  const int64_t t = Fixture::kBatch * d.seq_length, fp32 = 4;
+  const int64_t per_norm = t * fp32 + 2 * t * d.hidden * fp32;
+  const int64_t mlp = 4 * t * d.ffn * fp32;
+  for (const bool norms : {false, true}) {
+    SCOPED_TRACE(std::string("norms ") + (norms ? "on" : "off"));
+    f.model.set_output_recompute(norms, false);
+    f.model.set_recompute_fc1_layers(1);
+    const auto got = f.run();
+    EXPECT_LE(max_rel(got.loss, ref.loss), 1e-7);
+    for (size_t i = 0; i < ref.grads.size(); ++i) {
+      ASSERT_TRUE(got.grads[i].defined()) << f.specs[i].name;
+      EXPECT_LE(max_rel(got.grads[i], ref.grads[i]), 1e-6) << f.specs[i].name;
+    }
+    const int64_t norms_less = norms ? 2 * per_norm : 0;
+    EXPECT_EQ(layer_bytes(got.census, 0), layer_bytes(ref.census, 0) - norms_less - mlp);
+    for (int64_t l = 1; l < d.num_layers; ++l) {
+      EXPECT_EQ(layer_bytes(got.census, l), layer_bytes(ref.census, l) - norms_less)
+          << "layer " << l;
+    }
+  }
+  f.model.set_output_recompute(false, false);
+  f.model.set_recompute_fc1_layers(0);
+  EXPECT_THROW(f.model.set_recompute_fc1_layers(d.num_layers + 1), std::invalid_argument);
+}
+
 // Through the engines, with and without gradient-accumulation fusion (the weight gradient then
 // goes to the main-grad buffer from the recompute's backward).
 struct EngineCase {
@@ -94,6 +127,8 @@ TEST_P(OutputRecomputeEngines, TrainLikeKeepingTheOutputs) {
     return [&, recompute](DataParallelEngine& engine, LlamaModel& model) {
       if (c.wgrad_fusion) model.set_gradient_accumulation_fusion(&engine);
       model.set_output_recompute(recompute, recompute);
+      // And the MLP of the first layer keeping only its input.
+      model.set_recompute_fc1_layers(recompute ? 1 : 0);
     };
   };
   auto options = [&](EngineOptions& o) { o.gradient_accumulation_fusion = c.wgrad_fusion; };

@@ -113,6 +113,13 @@ TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
        "shardbench.recompute_swiglu=true (from override shardbench.recompute_swiglu=true): output "
        "recompute in front of the FP8 linears is not implemented; accepted: false with FP8 "
        "compute"},
+      {{"shardbench.recompute_fc1_layers=99"},
+       "shardbench.recompute_fc1_layers=99 (from override shardbench.recompute_fc1_layers=99): "
+       "more layers than the model's 2; accepted: 0..2"},
+      {{"-c", "fp8_cs", "shardbench.recompute_fc1_layers=1"},
+       "shardbench.recompute_fc1_layers=1 (from override shardbench.recompute_fc1_layers=1): the "
+       "MLP recompute in front of the FP8 linears is not implemented; accepted: 0 with FP8 "
+       "compute"},
       {{"--device", "cuda"},
        "shardbench.device=cuda (from CLI flag --device): no CUDA device is visible on this "
        "machine; accepted: cpu or auto"},

@@ -311,12 +311,22 @@ ModuleHooks* LlamaModel::wgrad_hooks(const at::Tensor& w) const {
   return main_grads_ && w.requires_grad() ? main_grads_ : nullptr;
 }
 
-at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x) const {
+void LlamaModel::set_recompute_fc1_layers(int64_t n) {
+  if (n < 0 || n > dims_.num_layers) {
+    throw std::invalid_argument("recompute fc1 layers " + std::to_string(n) + ": accepted 0.." +
+                                std::to_string(dims_.num_layers));
+  }
+  recompute_fc1_layers_ = n;
+}
+
+at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x,
+                                     bool recompute_mlp) const {
   const auto& d = dims_;
   const int64_t b = x.size(0), s = x.size(1);
   const bool fusable = fused::supports(x);
   // Attention block.
-  if ((recompute_norms_ || recompute_swiglu_) && fp8_ && x.scalar_type() == at::kBFloat16) {
+  if ((recompute_norms_ || recompute_swiglu_ || recompute_mlp) && fp8_ &&
+      x.scalar_type() == at::kBFloat16) {
     throw std::logic_error("LlamaModel: output recompute with FP8 linears is not implemented");
   }
   census::region("input_norm");
@@ -344,9 +354,19 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x)
   auto x1 = x + linear(attn, w.proj);
   // SwiGLU MLP: fc1 holds [gate; up] as Megatron's fused linear_fc1.
   census::region("post_norm");
+  const bool fused_swiglu = fusable && fused_.swiglu;
+  if (recompute_mlp) {
+    if (recompute_norms_) {
+      return x1 + recompute::mlp(x1, w.post_norm, d.norm_eps, w.fc1, d.ffn, fused_swiglu, w.fc2,
+                                 wgrad_hooks(w.fc1), wgrad_hooks(w.fc2));
+    }
+    const at::Tensor h = at::rms_norm(x1, {d.hidden}, w.post_norm, d.norm_eps);
+    census::region("fc1");
+    return x1 + recompute::mlp(h, at::Tensor(), d.norm_eps, w.fc1, d.ffn, fused_swiglu, w.fc2,
+                               wgrad_hooks(w.fc1), wgrad_hooks(w.fc2));
+  }
   const at::Tensor gate_up = norm_then_linear(x1, w.post_norm, w.fc1, "fc1");
   census::region("swiglu");
-  const bool fused_swiglu = fusable && fused_.swiglu;
   if (recompute_swiglu_) {
     return x1 + recompute::swiglu_linear(gate_up, d.ffn, fused_swiglu, w.fc2, wgrad_hooks(w.fc2));
   }
@@ -414,9 +434,9 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
       ActivationOffload::LayerScope scope(
           *offload_, l,
           {lw.input_norm, lw.qkv, lw.proj, lw.post_norm, lw.fc1, lw.fc2, rope_cos_, rope_sin_});
-      x = layer_forward(lw, x);
+      x = layer_forward(lw, x, l < recompute_fc1_layers_);
     } else {
-      x = layer_forward(w.layers[l], x);
+      x = layer_forward(w.layers[l], x, l < recompute_fc1_layers_);
     }
     // Layer l's group comes back when backward reaches its output, and l-1's starts behind it;
     // the first layer above the offloaded ones only prefetches the last group.

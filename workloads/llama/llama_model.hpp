@@ -169,6 +169,12 @@ class LlamaModel {
     recompute_swiglu_ = swiglu;
   }
   bool recompute_norms() const { return recompute_norms_; }
+
+  // In the first `n` layers the MLP keeps only its input: fc1's output is computed again in
+  // backward as well as SwiGLU's (shardbench.recompute_fc1_layers; docs/activation-memory.md).
+  // With norms, the pre-MLP RMSNorm runs inside the recompute too. Not with FP8 linears.
+  void set_recompute_fc1_layers(int64_t n);
+  int64_t recompute_fc1_layers() const { return recompute_fc1_layers_; }
   bool recompute_swiglu() const { return recompute_swiglu_; }
 
   // CPU activation offload of the first `n` layers (Megatron's -ol N: cpu_offloading_num_layers,
@@ -210,7 +216,10 @@ class LlamaModel {
                           double backward_scale = 1.0) const;
 
  private:
-  at::Tensor layer_forward(const LayerWeights& w, const at::Tensor& x) const;
+  // `recompute_mlp`: the MLP keeps only its input (recompute::mlp), as in the first
+  // recompute_fc1_layers() layers.
+  at::Tensor layer_forward(const LayerWeights& w, const at::Tensor& x,
+                           bool recompute_mlp = false) const;
 
   at::Tensor apply_rope(const at::Tensor& x) const;  // x: [B, S, H, D]
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w) const;
@@ -234,6 +243,7 @@ class LlamaModel {
   int64_t recompute_layers_ = 0;
   bool recompute_norms_ = false;
   bool recompute_swiglu_ = false;
+  int64_t recompute_fc1_layers_ = 0;
   int64_t offload_layers_ = 0;
   int64_t offload_prefetch_ = 1;
   std::shared_ptr<ActivationOffload> offload_;

@@ -1,5 +1,7 @@
 #include "workloads/llama/output_recompute.hpp"
 
+#include <array>
+
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -101,6 +103,98 @@ struct SwigluLinearFn : torch::autograd::Function<SwigluLinearFn> {
   }
 };
 
+// fc1, SwiGLU and fc2 with only the MLP's input kept: fc1's output (twice the size of SwiGLU's)
+// is computed again in backward too. `Norm`: the pre-MLP RMSNorm runs inside as well and `x` is
+// its input (the residual); else `x` is fc1's input. (Two functions: autograd takes no undefined
+// tensor as an input.)
+void save_mlp(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& norm_w,
+              const at::Tensor& w1, const at::Tensor& w2, double eps, int64_t ffn, bool fused,
+              int64_t hooks1, int64_t hooks2) {
+  if (norm_w.defined()) ctx->saved_data["norm_w"] = norm_w;
+  ctx->saved_data["w1"] = w1;
+  ctx->saved_data["w2"] = w2;
+  ctx->saved_data["eps"] = eps;
+  ctx->saved_data["ffn"] = ffn;
+  ctx->saved_data["fused"] = fused;
+  ctx->saved_data["hooks1"] = hooks1;
+  ctx->saved_data["hooks2"] = hooks2;
+  ctx->save_for_backward({x});
+}
+
+at::Tensor mlp_forward(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& w1,
+                       const at::Tensor& w2, double eps, int64_t ffn, bool fused) {
+  const at::Tensor h = norm_w.defined() ? at::rms_norm(x, {x.size(-1)}, norm_w, eps) : x;
+  return at::linear(swiglu_of(at::linear(h, w1), ffn, fused), w2);
+}
+
+// {d x, d norm_w (undefined without the norm), d w1, d w2}.
+std::array<at::Tensor, 4> mlp_backward(AutogradContext* ctx, const at::Tensor& dy, bool norm) {
+  const at::Tensor x = ctx->get_saved_variables()[0];
+  const at::Tensor norm_w = norm ? ctx->saved_data["norm_w"].toTensor() : at::Tensor();
+  const at::Tensor w1 = ctx->saved_data["w1"].toTensor();
+  const at::Tensor w2 = ctx->saved_data["w2"].toTensor();
+  const double eps = ctx->saved_data["eps"].toDouble();
+  const int64_t ffn = ctx->saved_data["ffn"].toInt();
+  const bool fused = ctx->saved_data["fused"].toBool();
+  auto* hooks1 = reinterpret_cast<ModuleHooks*>(ctx->saved_data["hooks1"].toInt());
+  auto* hooks2 = reinterpret_cast<ModuleHooks*>(ctx->saved_data["hooks2"].toInt());
+  const at::Tensor x_leaf = x.detach().requires_grad_(norm);
+  const at::Tensor nw_leaf =
+      norm ? norm_w.detach().requires_grad_(norm_w.requires_grad()) : at::Tensor();
+  at::Tensor h = x_leaf;
+  if (norm) {
+    at::AutoGradMode grad_mode(true);
+    h = at::rms_norm(x_leaf, {x.size(-1)}, nw_leaf, eps);
+  }
+  at::Tensor gu_leaf;
+  {
+    at::NoGradGuard no_grad;
+    gu_leaf = at::linear(h.detach(), w1);
+  }
+  gu_leaf.requires_grad_(true);
+  at::Tensor act;
+  {
+    at::AutoGradMode grad_mode(true);
+    act = swiglu_of(gu_leaf, ffn, fused);
+  }
+  auto [d_act, dw2] = linear_backward(dy, act.detach(), w2, hooks2);
+  const at::Tensor d_gu = torch::autograd::grad({act}, {gu_leaf}, {d_act})[0];
+  auto [dh, dw1] = linear_backward(d_gu, h.detach(), w1, hooks1);
+  if (!norm) return {dh, at::Tensor(), dw1, dw2};
+  std::vector<at::Tensor> inputs{x_leaf};
+  if (nw_leaf.requires_grad()) inputs.push_back(nw_leaf);
+  const variable_list g = torch::autograd::grad({h}, inputs, {dh});
+  return {g[0], nw_leaf.requires_grad() ? g[1] : at::Tensor(), dw1, dw2};
+}
+
+struct MlpFn : torch::autograd::Function<MlpFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1,
+                            const at::Tensor& w2, double eps, int64_t ffn, bool fused,
+                            int64_t hooks1, int64_t hooks2) {
+    save_mlp(ctx, x, at::Tensor(), w1, w2, eps, ffn, fused, hooks1, hooks2);
+    return mlp_forward(x, at::Tensor(), w1, w2, eps, ffn, fused);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto g = mlp_backward(ctx, grads[0], /*norm=*/false);
+    return {g[0],         g[2],         g[3],         at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct NormMlpFn : torch::autograd::Function<NormMlpFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& norm_w,
+                            const at::Tensor& w1, const at::Tensor& w2, double eps, int64_t ffn,
+                            bool fused, int64_t hooks1, int64_t hooks2) {
+    save_mlp(ctx, x, norm_w, w1, w2, eps, ffn, fused, hooks1, hooks2);
+    return mlp_forward(x, norm_w, w1, w2, eps, ffn, fused);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto g = mlp_backward(ctx, grads[0], /*norm=*/true);
+    return {g[0],         g[1],         g[2],         g[3],        at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor norm_linear(const at::Tensor& x, const at::Tensor& norm_weight, double eps,
@@ -111,6 +205,18 @@ at::Tensor norm_linear(const at::Tensor& x, const at::Tensor& norm_weight, doubl
 at::Tensor swiglu_linear(const at::Tensor& gate_up, int64_t ffn, bool fused, const at::Tensor& w,
                          ModuleHooks* hooks) {
   return SwigluLinearFn::apply(gate_up, w, ffn, fused, reinterpret_cast<int64_t>(hooks));
+}
+
+}  // namespace shardbench::recompute
+
+namespace shardbench::recompute {
+
+at::Tensor mlp(const at::Tensor& x, const at::Tensor& norm_weight, double eps, const at::Tensor& w1,
+               int64_t ffn, bool fused, const at::Tensor& w2, ModuleHooks* hooks1,
+               ModuleHooks* hooks2) {
+  const auto h1 = reinterpret_cast<int64_t>(hooks1), h2 = reinterpret_cast<int64_t>(hooks2);
+  if (norm_weight.defined()) return NormMlpFn::apply(x, norm_weight, w1, w2, eps, ffn, fused, h1, h2);
+  return MlpFn::apply(x, w1, w2, eps, ffn, fused, h1, h2);
 }
 
 }  // namespace shardbench::recompute

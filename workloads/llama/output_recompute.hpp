@@ -8,6 +8,7 @@
 //   output (the linear's input) is not kept. Megatron's `recompute_modules=["layernorm"]`.
 // - swiglu_linear: SwiGLU followed by fc2. Keeps fc1's output [gate | up] (SwiGLU needs it for its
 //   own backward); SwiGLU's output (fc2's input, half its size) is not kept.
+// - mlp: fc1, SwiGLU and fc2 keeping only the MLP's input (shardbench.recompute_fc1_layers).
 //
 // The linear's weight gradient goes where LlamaModel::linear would put it: into the engine's
 // main-grad buffer under gradient-accumulation fusion (`hooks` non-null, wgrad_linear.hpp), else
@@ -31,6 +32,13 @@ at::Tensor norm_linear(const at::Tensor& x, const at::Tensor& norm_weight, doubl
 // shardbench's kernel (fused::swiglu) in both passes, else ATen's silu * up.
 at::Tensor swiglu_linear(const at::Tensor& gate_up, int64_t ffn, bool fused, const at::Tensor& w,
                          ModuleHooks* hooks);
+
+// The MLP (fc2(swiglu(fc1(h)))) keeping only its input: fc1's output and SwiGLU's are both
+// computed again in backward, at the cost of one more fc1 GEMM. With `norm_weight` defined, h is
+// rms_norm(x) and runs inside too (x the residual); else h = x. shardbench.recompute_fc1_layers.
+at::Tensor mlp(const at::Tensor& x, const at::Tensor& norm_weight, double eps, const at::Tensor& w1,
+               int64_t ffn, bool fused, const at::Tensor& w2, ModuleHooks* hooks1,
+               ModuleHooks* hooks2);
 
 }  // namespace recompute
 }  // namespace shardbench
