@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +14,7 @@
 #include "harness/measure/collective_fit.hpp"
 #include "harness/measure/projected_memory.hpp"
 #include "harness/measure/projection.hpp"
+#include "harness/measure/projection_sweep.hpp"
 #include "harness/parallel/projection_groups.hpp"
 #include "harness/report/atomic_write.hpp"
 
@@ -24,6 +27,8 @@ constexpr const char* kDescription =
     "perf-project: project a measured report to another world size and interconnect.\n"
     "  perf-project REPORT -ng N [-gn G] -g DEVICE (--interconnect INTRA[,INTER] | "
     "--collectives BENCH.json) [-gb GBS] [--run LABEL] [-o OUT]\n"
+    "  perf-project REPORT --sweep N1,N2,... [-gn G] -g DEVICE --interconnect SPEC[;SPEC...] "
+    "[--exposed_threshold F] [-o OUT] [--html PAGE]\n"
     "REPORT's runs need shardbench.unit_timing=true. Every run (or --run's) is replayed by the\n"
     "step simulator with the engine's schedule at N ranks, G to a node; the output's runs say\n"
     "\"projected\": true in their identity. Exit: 0 projected, 2 bad input.";
@@ -33,8 +38,12 @@ struct Options {
   int world = 0;
   int gpus_per_node = 0;
   std::string device;
-  std::string interconnect;
+  std::vector<std::string> interconnects;  // --interconnect, repeated or ';'-separated (--sweep)
   std::string collectives;
+  std::string sweep;  // --sweep N1,N2,...
+  bool sweep_given = false;
+  double exposed_threshold = 0.05;
+  std::string html;
   std::string run_label;
   std::string output;
   int64_t global_batch_size = 0;
@@ -54,8 +63,8 @@ json read_json_file(const std::string& path, const char* what) {
   }
 }
 
-CollectiveModel collective_model_for(const Options& o) {
-  if (!o.collectives.empty() && !o.interconnect.empty()) {
+CollectiveModel collective_model_for(const Options& o, const std::string& spec) {
+  if (!o.collectives.empty() && !spec.empty()) {
     throw InputError("--collectives and --interconnect both given; accepted: one of them");
   }
   if (!o.collectives.empty()) {
@@ -67,18 +76,18 @@ CollectiveModel collective_model_for(const Options& o) {
       throw InputError(e.what());
     }
   }
-  if (o.interconnect.empty()) {
+  if (spec.empty()) {
     throw InputError(
         "no interconnect; accepted: --interconnect INTRA[,INTER] (nvlink4, nvlink5, ib_ndr, "
         "ib_xdr) or --collectives BENCH.json");
   }
-  const size_t comma = o.interconnect.find(',');
-  const std::string intra = o.interconnect.substr(0, comma);
-  const std::string inter = comma == std::string::npos ? "ib_ndr" : o.interconnect.substr(comma + 1);
+  const size_t comma = spec.find(',');
+  const std::string intra = spec.substr(0, comma);
+  const std::string inter = comma == std::string::npos ? "ib_ndr" : spec.substr(comma + 1);
   try {
     return table_model(interconnect(intra), interconnect(inter));
   } catch (const std::invalid_argument& e) {
-    throw InputError("--interconnect " + o.interconnect + ": " + e.what());
+    throw InputError("--interconnect " + spec + ": " + e.what());
   }
 }
 
@@ -111,7 +120,7 @@ ProjectionKnobs knobs_from(const ConfigContainer& c) {
 // (harness/measure/projected_memory.hpp).
 json peak_memory_json(const json& r, const std::string& where, const MeasuredRun& m,
                       const ConfigContainer& config, const sim::StepResult& result,
-                      const Options& o) {
+                      const ProjectionTarget& target) {
   const LlamaDims d = llama_dims_from(config);
   const std::vector<ParamGroup> groups = decoder_param_groups(decoder_param_counts(
       DecoderDims{d.num_layers, d.hidden, d.ffn, d.heads, d.kv_heads, d.head_dim, d.vocab}));
@@ -124,27 +133,35 @@ json peak_memory_json(const json& r, const std::string& where, const MeasuredRun
   in.compute_dtype = m.compute_dtype;
   in.fp32_main_grads = config.ddp.grad_reduce_in_fp32 || m.compute_dtype == "fp32";
   in.measured_world = m.world_size;
-  in.target_world = o.world;
+  in.target_world = target.world;
   in.simulated_transient_bytes = result.peak_transient_bytes;
   return projected_peak_json(project_peak_memory(read_measured_memory(r, where), in));
 }
 
-int run(const Options& o, std::ostream& out) {
-  if (o.world < 1) throw InputError("-ng " + std::to_string(o.world) + ": expected >= 1");
-  const int gpus_per_node = o.gpus_per_node > 0 ? o.gpus_per_node : o.world;
-  ProjectionTarget target;
-  target.world = o.world;
-  target.gpus_per_node = gpus_per_node;
-  target.device = o.device;
-  target.collectives = collective_model_for(o);
-  target.global_batch_size = o.global_batch_size;
-  const json report = read_json_file(o.report, "report");
+json read_report(const Options& o) {
+  json report = read_json_file(o.report, "report");
   if (!report.is_object() || !report.contains("runs") || !report["runs"].is_array()) {
     throw InputError("report '" + o.report + "': runs is " +
                      (report.is_object() && report.contains("runs") ? report["runs"].dump()
                                                                     : std::string("missing")) +
                      "; expected an array of runs (a perf-launch report)");
   }
+  return report;
+}
+
+ProjectionTarget target_for(const Options& o, int world, const CollectiveModel& collectives) {
+  ProjectionTarget target;
+  target.world = world;
+  target.gpus_per_node = o.gpus_per_node > 0 ? o.gpus_per_node : world;
+  target.device = o.device;
+  target.collectives = collectives;
+  target.global_batch_size = o.global_batch_size;
+  return target;
+}
+
+// The one projection path: every run of `report` (or --run's) at `target`, as perf-project's
+// "runs". The sweep calls it once per world size and interconnect.
+json project_runs(const Options& o, const json& report, const ProjectionTarget& target) {
   json runs = json::array();
   std::string labels;
   for (size_t i = 0; i < report["runs"].size(); ++i) {
@@ -158,7 +175,7 @@ int run(const Options& o, std::ostream& out) {
       check_device(o, m, where);
       const ConfigContainer config = config_from_json(m.config);
       GroupShapeOptions shape;
-      shape.dp = o.world;
+      shape.dp = target.world;
       shape.bucket_size_elems = config.ddp.bucket_size.value_or(0);
       shape.overlap_grad_reduce = config.ddp.overlap_grad_reduce;
       shape.align_elems = m.device == "cpu" ? 1 : 128;  // as engine_options_from
@@ -167,7 +184,8 @@ int run(const Options& o, std::ostream& out) {
       const sim::StepPlan plan = projection_plan(m, knobs_from(config), groups, target);
       const sim::StepResult result = sim::simulate_step(plan);
       json projected = projected_run_json(m, target, plan, result);
-      projected["memory"] = {{"projected_peak", peak_memory_json(r, where, m, config, result, o)}};
+      projected["memory"] = {
+          {"projected_peak", peak_memory_json(r, where, m, config, result, target)}};
       runs.push_back(std::move(projected));
     } catch (const InputError&) {
       throw;
@@ -179,6 +197,90 @@ int run(const Options& o, std::ostream& out) {
     throw InputError("report '" + o.report + "': no run labelled \"" + o.run_label +
                      "\"; the report's runs: " + (labels.empty() ? "(none)" : labels));
   }
+  return runs;
+}
+
+void write_output(const std::string& path, const std::string& text, const char* what) {
+  try {
+    write_file_atomically(path, text);
+  } catch (const std::exception& e) {
+    throw InputError(std::string("cannot write ") + what + ": " + e.what());
+  }
+}
+
+// --sweep: every run at every (world size, interconnect), through project_runs.
+int run_sweep(const Options& o, std::ostream& out) {
+  if (o.world != 0) {
+    throw InputError("-ng " + std::to_string(o.world) +
+                     " with --sweep; accepted: one of them (--sweep lists the world sizes)");
+  }
+  if (!(o.exposed_threshold > 0 && o.exposed_threshold < 1)) {
+    throw InputError("--exposed_threshold " + std::to_string(o.exposed_threshold) +
+                     ": accepted: a fraction of the step, > 0 and < 1 (default 0.05)");
+  }
+  std::vector<int> worlds;
+  std::vector<std::string> specs;
+  try {
+    worlds = parse_sweep_worlds(o.sweep, o.gpus_per_node);
+    specs = split_interconnect_specs(o.interconnects);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());
+  }
+  // Every model is built (and every name checked) before anything is projected.
+  std::vector<std::pair<std::string, CollectiveModel>> models;
+  if (specs.empty()) {
+    models.emplace_back(o.collectives.empty() ? std::string() : "collectives:" + o.collectives,
+                        collective_model_for(o, ""));
+  }
+  for (const std::string& spec : specs) models.emplace_back(spec, collective_model_for(o, spec));
+  const json report = read_report(o);
+  // Grouped by run (in the report's order), then interconnect, then world size.
+  std::vector<std::pair<std::tuple<size_t, size_t, int>, SweepEntry>> cells;
+  for (size_t mi = 0; mi < models.size(); ++mi) {
+    for (int world : worlds) {
+      const json runs = project_runs(o, report, target_for(o, world, models[mi].second));
+      for (size_t ri = 0; ri < runs.size(); ++ri) {
+        cells.push_back({{ri, mi, world}, sweep_entry(runs[ri], world, models[mi].first)});
+      }
+    }
+  }
+  std::stable_sort(cells.begin(), cells.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<SweepEntry> entries;
+  for (auto& c : cells) entries.push_back(std::move(c.second));
+  json doc = {{"kind", "shardbench_projection_sweep"},
+              {"projected", true},
+              {"from_report", o.report},
+              {"command", "perf-project --sweep"},
+              {"gpus_per_node", o.gpus_per_node > 0 ? json(o.gpus_per_node) : json(nullptr)}};
+  doc.update(sweep_json(entries, o.exposed_threshold));
+  const std::string html =
+      o.html.empty() ? std::string()
+                     : sweep_html(entries, o.exposed_threshold,
+                                  "perf-project sweep of " + o.report +
+                                      ": exposed communication against world size");
+  if (!o.html.empty()) write_output(o.html, html, "--html");
+  if (!o.output.empty()) write_output(o.output, doc.dump(2) + "\n", "output");
+  out << sweep_text_table(entries, o.exposed_threshold);
+  return 0;
+}
+
+int run(const Options& o, std::ostream& out) {
+  if (o.sweep_given) return run_sweep(o, out);
+  if (o.world < 1) {
+    throw InputError("-ng " + std::to_string(o.world) +
+                     ": expected a world size >= 1 (or --sweep N1,N2,...)");
+  }
+  if (o.interconnects.size() > 1 ||
+      (o.interconnects.size() == 1 && o.interconnects[0].find(';') != std::string::npos)) {
+    throw InputError("--interconnect given more than once; accepted: several interconnects only "
+                     "with --sweep");
+  }
+  if (!o.html.empty()) throw InputError("--html without --sweep; accepted: --html with --sweep");
+  const ProjectionTarget target = target_for(
+      o, o.world, collective_model_for(o, o.interconnects.empty() ? "" : o.interconnects[0]));
+  const json report = read_report(o);
+  const json runs = project_runs(o, report, target);
   json doc = {{"kind", "shardbench_projection"},
               {"projected", true},
               {"from_report", o.report},
@@ -215,19 +317,29 @@ int perf_project_main(const std::vector<std::string>& args, std::ostream& out, s
   Options o;
   app.add_option("report", o.report, "A perf-launch report with shardbench.unit_timing=true")
       ->required();
-  app.add_option("-n,--num_gpus", o.world, "Target world size (ranks); also -ng")->required();
+  app.add_option("-n,--num_gpus", o.world, "Target world size (ranks); also -ng");
   app.add_option("--gpus_per_node", o.gpus_per_node,
                  "Ranks per node (default: all on one); also -gn");
   app.add_option("-g,--gpu", o.device, "Target device; must be the measured one (cpu, h100, h200)")
       ->required();
-  app.add_option("--interconnect", o.interconnect,
-                 "INTRA[,INTER] from the interconnect table (nvlink4, nvlink5, ib_ndr, ib_xdr)");
+  app.add_option("--interconnect", o.interconnects,
+                 "INTRA[,INTER] from the interconnect table (nvlink4, nvlink5, ib_ndr, ib_xdr); "
+                 "with --sweep repeated or ';'-separated")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--sweep", o.sweep,
+                 "World sizes N1,N2,... : project every run at each, on every --interconnect");
+  app.add_option("--exposed_threshold", o.exposed_threshold,
+                 "Crossover: exposed communication above this fraction of the step (0.05)");
+  app.add_option("--html", o.html, "With --sweep: write an HTML chart of the sweep here");
   app.add_option("--collectives", o.collectives,
                  "collectives_bench JSON measured on the target (replaces the intra-node model)");
   app.add_option("--global_batch_size", o.global_batch_size,
                  "Target global batch; also -gb (default: weak scaling, as perf-launch)");
   app.add_option("--run", o.run_label, "Only the run with this label");
-  app.add_option("-o,--output", o.output, "Write the projection here (default: stdout)");
+  app.add_option("-o,--output", o.output,
+                 "Write the projection (with --sweep: the sweep table) here (default: stdout; "
+                 "with --sweep: not written)");
   // perf-launch's spellings -ng and -gn (CLI11 short options are one letter).
   std::vector<std::string> reversed;
   for (auto it = args.rbegin(); it != args.rend(); ++it) {  // CLI11 takes argv reversed
@@ -238,6 +350,7 @@ int perf_project_main(const std::vector<std::string>& args, std::ostream& out, s
   }
   try {
     app.parse(reversed);
+    o.sweep_given = app.count("--sweep") > 0;
     return run(o, out);
   } catch (const CLI::CallForHelp&) {
     out << app.help();

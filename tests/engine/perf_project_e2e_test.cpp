@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -88,6 +89,146 @@ TEST_F(PerfProject, BadInputIsOneLineAndExitTwo) {
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line: " << r.output;
+  }
+}
+
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// docs/projection.md "Sweep": every cell of the sweep is the single-target projection of the same
+// report at the same world size and interconnect, number for number.
+TEST_F(PerfProject, SweepEntriesEqualSingleTargetProjections) {
+  const std::string report = (dir_ / "ws1.json").string();
+  const std::string out = (dir_ / "sweep.json").string();
+  const std::string page = (dir_ / "sweep.html").string();
+  const auto r = project(report + " --sweep 4,1,2 -g cpu --interconnect 'nvlink4;nvlink5,ib_xdr'" +
+                         " --interconnect nvlink4,ib_ndr -o " + out + " --html " + page);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("crossover (exposed > 5% of the step)"), std::string::npos) << r.output;
+  const nlohmann::json j = read_json(out);
+  EXPECT_EQ(j["kind"], "shardbench_projection_sweep");
+  EXPECT_EQ(j["exposed_threshold"], 0.05);
+  ASSERT_EQ(j["sweep"].size(), 2U * 3U * 3U);  // runs x interconnects x world sizes
+  ASSERT_EQ(j["crossover"].size(), 2U * 3U);
+  size_t checked = 0;
+  for (const std::string ic : {"nvlink4", "nvlink5,ib_xdr", "nvlink4,ib_ndr"}) {
+    for (int n : {1, 2, 4}) {
+      const std::string single = (dir_ / ("single_" + std::to_string(n) + ".json")).string();
+      const auto s = project(report + " -ng " + std::to_string(n) + " -g cpu --interconnect " +
+                             ic + " -o " + single);
+      ASSERT_EQ(s.exit_code, 0) << s.output;
+      const nlohmann::json projection = read_json(single);
+      for (const auto& run : projection["runs"]) {
+        for (const auto& e : j["sweep"]) {
+          if (e["label"] != run["label"] || e["interconnect"] != ic || e["world_size"] != n) {
+            continue;
+          }
+          ++checked;
+          EXPECT_EQ(e["step_ms"], run["step_ms"]) << ic << " " << n;
+          EXPECT_EQ(e["exposed_comm_ms"], run["exposed_comm_ms"]) << ic << " " << n;
+          EXPECT_EQ(e["exposed_fraction"].get<double>(),
+                    run["exposed_comm_ms"].get<double>() / run["step_ms"].get<double>());
+          EXPECT_EQ(e["tokens_per_s_per_rank"], run["tokens_per_s_per_rank"]);
+          EXPECT_EQ(e["peak_max_allocated_bytes"],
+                    run["memory"]["projected_peak"]["max_allocated_bytes"]);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, j["sweep"].size());
+  // The page: one series per run and interconnect, nothing fetched from elsewhere.
+  std::ifstream in(page);
+  std::stringstream html;
+  html << in.rdbuf();
+  const std::string h = html.str();
+  size_t series = 0;
+  for (size_t at = h.find("class=\"series\""); at != std::string::npos;
+       at = h.find("class=\"series\"", at + 1)) {
+    ++series;
+  }
+  EXPECT_EQ(series, 2U * 3U);
+  for (const char* external : {"http:", "https:", "<script", "src=", "href=", "url(", "<link"}) {
+    EXPECT_EQ(h.find(external), std::string::npos) << external;
+  }
+}
+
+// A report whose answer is known: with the measured compute (modules and optimizer) scaled down
+// 10^4 times, one rank exposes nothing (nothing is gathered or reduced) and from 2 ranks on
+// communication is most of the step, so the crossover is N = 2; scaled up 10^4 times, no world
+// size crosses.
+TEST_F(PerfProject, SweepCrossoverIsTheFirstWorldOverTheThreshold) {
+  for (const double scale : {1e-4, 1e4}) {
+    nlohmann::json report = read_json((dir_ / "ws1.json").string());
+    for (auto& run : report["runs"]) {
+      for (const char* key : {"forward_ms", "backward_ms"}) {
+        for (auto& module : run["unit_timing"][key]) {
+          for (auto& t : module) t = t.get<double>() * scale;
+        }
+      }
+      for (const char* key : {"optimizer_ms", "optimizer_ns_per_byte"}) {
+        auto& t = run["unit_timing"][key];
+        ASSERT_TRUE(t.is_number()) << key;
+        t = t.get<double>() * scale;
+      }
+    }
+    const std::string path = (dir_ / "scaled.json").string();
+    std::ofstream(path) << report.dump();
+    const std::string out = (dir_ / "scaled_sweep.json").string();
+    const auto r = project(path + " --sweep 1,2,4,8 -g cpu --interconnect nvlink4 -o " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json j = read_json(out);
+    ASSERT_EQ(j["crossover"].size(), 2U);
+    for (const auto& c : j["crossover"]) {
+      if (scale < 1) {
+        EXPECT_EQ(c["world_size"], 2) << c;
+      } else {
+        EXPECT_TRUE(c["world_size"].is_null()) << c;
+      }
+    }
+    for (const auto& e : j["sweep"]) {
+      if (scale > 1) continue;
+      if (e["world_size"] == 1) {
+        EXPECT_LE(e["exposed_fraction"].get<double>(), 0.05) << e;
+      } else {
+        EXPECT_GT(e["exposed_fraction"].get<double>(), 0.05) << e;
+      }
+    }
+  }
+}
+
+TEST_F(PerfProject, SweepBadInputIsOneLineExitTwoAndWritesNothing) {
+  const std::string report = (dir_ / "ws1.json").string();
+  const std::string out = (dir_ / "bad_sweep.json").string();
+  const std::string page = (dir_ / "bad_sweep.html").string();
+  struct Case {
+    std::string args, expected;
+  };
+  const Case cases[] = {
+      {"--sweep '' --interconnect nvlink4", "--sweep '': the list is empty"},
+      {"--sweep 8,0 --interconnect nvlink4", "--sweep '8,0': '0' is not a world size"},
+      {"--sweep 8,-8 --interconnect nvlink4", "'-8' is not a world size"},
+      {"--sweep 8,12 -gn 8 --interconnect nvlink4", "12 is not a multiple of -gn 8"},
+      {"--sweep 2,4 --interconnect 'nvlink4;nvlink9'", "--interconnect nvlink9"},
+      {"--sweep 2,4 --interconnect nvlink4 --interconnect ib_ndr,nvlink9", "nvlink9"},
+      {"--sweep 2,4 --interconnect 'nvlink4;'", "an empty spec"},
+      {"--sweep 2,4 --interconnect nvlink4 --exposed_threshold 1.5", "--exposed_threshold"},
+      {"--sweep 2,4 -ng 2 --interconnect nvlink4", "with --sweep"},
+      {"-ng 2 --interconnect nvlink4 --interconnect nvlink5", "only with --sweep"},
+      {"-ng 2 --interconnect nvlink4", "--html without --sweep"},
+  };
+  for (const Case& c : cases) {
+    const auto r = project(report + " -g cpu " + c.args + " -o " + out + " --html " + page);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_TRUE(r.output.find("accepted") != std::string::npos ||
+                r.output.find("expected") != std::string::npos)
+        << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line: " << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out)) << c.args;
+    EXPECT_FALSE(std::filesystem::exists(page)) << c.args;
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "harness/measure/projection_sweep.hpp"
 #include "harness/measure/step_simulator.hpp"
 
 namespace shardbench::sim {
@@ -259,6 +260,101 @@ TEST(StepSimulator, RefusesBadPlansNamingTheField) {
   p = plan("ddp", {bucket({0}, 10)}, {1, 1}, {1, 1});
   p.microbatches = 0;
   EXPECT_THROW(simulate_step(p), std::invalid_argument);
+}
+
+
+// perf-project --sweep (harness/measure/projection_sweep.hpp): hand-made sweep entries.
+SweepEntry cell(const std::string& label, const std::string& ic, int world, double fraction) {
+  SweepEntry e;
+  e.label = label;
+  e.interconnect = ic;
+  e.world = world;
+  e.step_ms = 100;
+  e.exposed_comm_ms = 100 * fraction;
+  e.exposed_fraction = fraction;
+  e.tokens_per_s_per_rank = 1000.0;
+  e.peak_bytes = nullptr;
+  return e;
+}
+
+TEST(StepSimulator, SweepCrossoverIsTheFirstWorldOverTheThreshold) {
+  // Out of order; 16 is at the threshold (not over it), 32 the first over, 128 over as well.
+  const std::vector<SweepEntry> fsdp = {cell("fsdp", "nvlink4", 128, 0.30),
+                                        cell("fsdp", "nvlink4", 8, 0.01),
+                                        cell("fsdp", "nvlink4", 32, 0.06),
+                                        cell("fsdp", "nvlink4", 16, 0.05)};
+  EXPECT_EQ(crossover_world(fsdp, 0.05), 32);
+  EXPECT_EQ(crossover_world(fsdp, 0.005), 8);
+  EXPECT_EQ(crossover_world(fsdp, 0.5), std::nullopt);
+  std::vector<SweepEntry> all = fsdp;
+  for (int n : {8, 16, 32, 128}) all.push_back(cell("ddp", "nvlink5,ib_xdr", n, 0.04));
+  const nlohmann::json j = sweep_json(all, 0.05);
+  ASSERT_EQ(j["sweep"].size(), 8U);
+  EXPECT_EQ(j["sweep"][1]["world_size"], 8);
+  EXPECT_EQ(j["sweep"][1]["exposed_fraction"], 0.01);
+  ASSERT_EQ(j["crossover"].size(), 2U);
+  EXPECT_EQ(j["crossover"][0]["label"], "fsdp");
+  EXPECT_EQ(j["crossover"][0]["world_size"], 32);
+  EXPECT_EQ(j["crossover"][1]["interconnect"], "nvlink5,ib_xdr");
+  EXPECT_TRUE(j["crossover"][1]["world_size"].is_null());
+  const std::string table = sweep_text_table(all, 0.05);
+  EXPECT_NE(table.find("fsdp on nvlink4: N = 32"), std::string::npos) << table;
+  EXPECT_NE(table.find("ddp on nvlink5,ib_xdr: none in the sweep"), std::string::npos) << table;
+}
+
+TEST(StepSimulator, SweepRefusesBadWorldListsAndInterconnects) {
+  struct Case {
+    std::string list;
+    int gpus_per_node;
+    std::string expected;
+  };
+  const Case cases[] = {{"", 0, "the list is empty"},     {" , ", 0, "the list is empty"},
+                        {"8,0", 0, "'0' is not"},          {"8,-16", 0, "'-16' is not"},
+                        {"8,x", 0, "'x' is not"},          {"8,16,", 0, "'' is not"},
+                        {"8,12", 8, "12 is not a multiple of -gn 8"}, {"8,8", 0, "8 repeats"}};
+  for (const Case& c : cases) {
+    try {
+      parse_sweep_worlds(c.list, c.gpus_per_node);
+      ADD_FAILURE() << "accepted --sweep '" << c.list << "'";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("--sweep '" + c.list + "'", 0), 0U) << m;
+      EXPECT_NE(m.find(c.expected), std::string::npos) << m;
+      EXPECT_NE(m.find("accepted:"), std::string::npos) << m;
+    }
+  }
+  EXPECT_EQ(parse_sweep_worlds("64,8, 16", 8), (std::vector<int>{8, 16, 64}));
+  EXPECT_EQ(split_interconnect_specs({"nvlink4;nvlink5,ib_xdr", "nvlink4,ib_ndr"}),
+            (std::vector<std::string>{"nvlink4", "nvlink5,ib_xdr", "nvlink4,ib_ndr"}));
+  EXPECT_THROW(split_interconnect_specs({"nvlink4;;nvlink5"}), std::invalid_argument);
+  EXPECT_THROW(split_interconnect_specs({"nvlink4;"}), std::invalid_argument);
+  EXPECT_THROW(split_interconnect_specs({""}), std::invalid_argument);
+}
+
+TEST(StepSimulator, SweepHtmlIsSelfContainedWithOneSeriesPerRunAndInterconnect) {
+  std::vector<SweepEntry> all;
+  for (const std::string run : {"megatron_fsdp/optim_grads_params", "ddp<&>"}) {
+    for (const std::string ic : {"nvlink4", "nvlink5,ib_xdr", "nvlink4,ib_ndr"}) {
+      for (int n : {8, 64, 1024}) all.push_back(cell(run, ic, n, n / 2048.0));
+    }
+  }
+  const std::string html = sweep_html(all, 0.05, "sweep");
+  size_t series = 0;
+  for (size_t at = html.find("class=\"series\""); at != std::string::npos;
+       at = html.find("class=\"series\"", at + 1)) {
+    ++series;
+  }
+  EXPECT_EQ(series, 6U);  // 2 runs x 3 interconnects
+  for (const char* external : {"http:", "https:", "//", "<script", "src=", "href=", "url(",
+                               "<link", "@import", "@font-face"}) {
+    EXPECT_EQ(html.find(external), std::string::npos) << external;
+  }
+  EXPECT_NE(html.find("class=\"threshold\""), std::string::npos);
+  EXPECT_NE(html.find("world size N (GPUs, log2 scale)"), std::string::npos);
+  EXPECT_NE(html.find("exposed communication / step"), std::string::npos);
+  EXPECT_NE(html.find(">1024</text>"), std::string::npos);
+  EXPECT_NE(html.find("ddp&lt;&amp;&gt; / nvlink4,ib_ndr"), std::string::npos);  // escaped
+  EXPECT_EQ(html.find("ddp<&>"), std::string::npos);
 }
 
 }  // namespace
