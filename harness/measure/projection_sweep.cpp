@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "harness/compare/svg_chart.hpp"
+
 namespace shardbench {
 namespace {
 
@@ -37,29 +39,6 @@ std::vector<SweepEntry> series_of(const std::vector<SweepEntry>& es,
   }
   std::sort(out.begin(), out.end(),
             [](const SweepEntry& a, const SweepEntry& b) { return a.world < b.world; });
-  return out;
-}
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
   return out;
 }
 
