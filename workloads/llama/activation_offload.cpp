@@ -123,7 +123,7 @@ struct OffloadGroup {
   void close();                 // end of the layer's forward: start the device-to-host copies
   // Drops the device tensors the copies read. With `only_if_copied`, only when the copies have
   // finished; otherwise the compute stream waits for them first. Callers hold `mu`.
-  bool release_sources_locked(bool only_if_copied);
+  void release_sources_locked(bool only_if_copied);
   void reload(bool on_unpack);  // start the host-to-device copies (once)
   at::Tensor unpack(size_t index);
   void release(size_t index);
@@ -218,10 +218,10 @@ void OffloadGroup::close() {
 // peak): offload lowered nothing. Released with the compute stream waiting for the copies, a
 // block is free on the host's timeline at once, and the compute stream, the only one that can
 // reuse it, runs nothing on it before the copies finished.
-bool OffloadGroup::release_sources_locked(bool only_if_copied) {
-  if (!closed || released) return released;
+void OffloadGroup::release_sources_locked(bool only_if_copied) {
+  if (!closed || released) return;
   if (offload_done) {
-    if (only_if_copied && !offload_done->query()) return false;
+    if (only_if_copied && !offload_done->query()) return;
     offload_done->block(impl->current_stream());
   }
   for (auto& e : entries) {
@@ -230,7 +230,6 @@ bool OffloadGroup::release_sources_locked(bool only_if_copied) {
     e.source.reset();
   }
   released = true;
-  return true;
 }
 
 void OffloadGroup::reload(bool on_unpack) {
@@ -412,6 +411,19 @@ void ActivationOffload::release_copied(int64_t through_layer) {
     groups[g]->release_sources_locked(
         /*only_if_copied=*/static_cast<int64_t>(g) > through_layer);
   }
+}
+
+void ActivationOffload::release_after_layer(int64_t layer, int64_t model_layers) {
+  int64_t offloaded = 0;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    offloaded = static_cast<int64_t>(impl_->groups.size());
+  }
+  int64_t due = -1;
+  while (due + 1 < offloaded && offload_release_layer(model_layers, offloaded, due + 1) <= layer) {
+    ++due;
+  }
+  release_copied(due);
 }
 
 at::Tensor ActivationOffload::reload_before_backward(at::Tensor layer_output, int64_t layer,

@@ -72,8 +72,12 @@ class ActivationOffload {
   // Drops the device tensors of the closed groups of layers 0..`through_layer`, the compute
   // stream waiting for their copies first (a GPU-side wait; the host goes on), and of any later
   // closed group whose copies have already finished. Until then an offloaded layer's activations
-  // still occupy the device. LlamaModel releases on offload_release_layer()'s schedule.
+  // still occupy the device.
   void release_copied(int64_t through_layer);
+
+  // At the end of the forward of `layer` (of `model_layers`): release_copied() through the last
+  // group whose offload_release_layer() window has ended.
+  void release_after_layer(int64_t layer, int64_t model_layers);
 
   // Marks `layer_output` so that when backward reaches it the layer's group is copied back and
   // the groups of the `prefetch` layers below it start copying too (1: one layer ahead,

@@ -447,14 +447,7 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     // now, the compute stream waiting for their copies (Transformer Engine's window map, spread
     // over the forward; the last one on the last layer); groups whose copies are already done go
     // too.
-    if (offload) {
-      int64_t due = -1;
-      while (due + 1 < offload_layers_ &&
-             offload_release_layer(d.num_layers, offload_layers_, due + 1) <= l) {
-        ++due;
-      }
-      offload_->release_copied(due);
-    }
+    if (offload) offload_->release_after_layer(l, d.num_layers);
     if (hooks) x = hooks->post_forward(m, x);
     // After post_forward: the engine's pre-backward gather runs inside the layer's range.
     if (mark) x = BackwardRangeOpen::apply(x, l)[0];
