@@ -118,10 +118,11 @@ std::vector<FlagSpec> general_training_parallel_slurm_flags() {
        not_supported(kTokenizerData), NI},
       {"", "--offline", "Training", K::kSwitch, "", "false", "Hugging Face offline mode", false,
        not_supported(kTokenizerData), NI},
-      // ---- Parallelism (values other than 1 are rejected after parsing, see parse.cpp)
+      // ---- Parallelism (values other than 1 are rejected after parsing, see supported.cpp;
+      // -tp is checked against the model at resolution, harness/config/tensor_parallel.hpp)
       {"-tp", "--tensor_model_parallel_size", "Parallelism", K::kValue, "INT", "None",
        "Tensor parallel size (also sets sequence_parallel = tp > 1)", false,
-       integer(&LaunchArgs::tensor_model_parallel_size), NI, "1"},
+       integer(&LaunchArgs::tensor_model_parallel_size), H},
       {"-pp", "--pipeline_model_parallel_size", "Parallelism", K::kValue, "INT", "None",
        "Pipeline parallel size", false, integer(&LaunchArgs::pipeline_model_parallel_size), NI,
        "1"},

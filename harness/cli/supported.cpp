@@ -23,7 +23,8 @@ void require_one(const LaunchArgs& a, const std::optional<int64_t>& size,
                  const std::string& long_name, const std::string& what) {
   if (size && *size != 1) {
     unsupported(a, long_name,
-                what + " is not implemented (the engine is data-parallel only); accepted: 1");
+                what + " is not implemented (the engine runs data and tensor parallelism only); "
+                "accepted: 1");
   }
 }
 
@@ -62,8 +63,6 @@ void check_supported(const LaunchArgs& a) {
     unsupported(a, "--use_recipes",
                 "only the flat perf recipes exist (see -mr in --help); drop the flag");
   }
-  require_one(a, a.tensor_model_parallel_size, "--tensor_model_parallel_size",
-              "tensor parallelism");
   require_one(a, a.pipeline_model_parallel_size, "--pipeline_model_parallel_size",
               "pipeline parallelism");
   require_one(a, a.context_parallel_size, "--context_parallel_size", "context parallelism");

@@ -28,7 +28,12 @@ constexpr double kMaxWidth = 1 << 24;       // hidden, ffn, vocabulary
 constexpr double kMaxSeqLength = 1 << 22;   // tokens per sequence
 constexpr double kMaxIters = 2147483647.0;  // step numbers are 32-bit in the report
 
-const std::string kDataParallelOnly = "the engine is data-parallel only";
+const std::string kNoPipeline = "the engine has no pipeline parallelism";
+const std::string kNoContextParallel = "the engine has no context parallelism";
+const std::string kTensorParallel =
+    "with model.sequence_parallel; heads, query groups, FFN size, padded vocabulary and sequence "
+    "length divisible by it; refused with FP8, chunked linear cross-entropy, norm or MLP "
+    "recompute, CPU offload and NCCL user buffers (docs/tensor-parallel.md)";
 const std::string kLlama = "the Llama workload is fixed to Llama 3's architecture";
 const std::string kNoMoe = "the Llama recipes are dense; MoE is not implemented";
 const std::string kNoCudaGraphs = "CUDA graph capture is not implemented";
@@ -69,15 +74,17 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.bf16", info(kComputeDtype)},
       {"model.fp16", not_impl("fp16 compute is not implemented")},
       {"model.params_dtype", info(kComputeDtype)},
-      {"model.tensor_model_parallel_size", not_impl(kDataParallelOnly)},
-      {"model.pipeline_model_parallel_size", not_impl(kDataParallelOnly)},
-      {"model.context_parallel_size", not_impl(kDataParallelOnly)},
-      {"model.virtual_pipeline_model_parallel_size", not_impl(kDataParallelOnly)},
-      {"model.pipeline_model_parallel_layout", not_impl(kDataParallelOnly)},
+      {"model.tensor_model_parallel_size", honoured(kTensorParallel).at_least(1).at_most(kMaxCount)},
+      {"model.pipeline_model_parallel_size", not_impl(kNoPipeline)},
+      {"model.context_parallel_size", not_impl(kNoContextParallel)},
+      {"model.virtual_pipeline_model_parallel_size", not_impl(kNoPipeline)},
+      {"model.pipeline_model_parallel_layout", not_impl(kNoPipeline)},
       {"model.expert_model_parallel_size", not_impl(kNoMoe)},
       {"model.expert_tensor_parallel_size", not_impl(kNoMoe).only_values({nullptr, 1})},
       {"model.num_moe_experts", not_impl(kNoMoe)},
-      {"model.sequence_parallel", not_impl(kDataParallelOnly + " (no tensor parallelism)")},
+      {"model.sequence_parallel",
+       honoured("must equal model.tensor_model_parallel_size > 1, as -tp N sets it: tensor "
+                "parallelism runs with sequence parallelism only (docs/tensor-parallel.md)")},
       {"model.recompute_granularity", honoured().only_values({nullptr, "full", "selective"})},
       {"model.recompute_method",
        honoured("uniform recompute is not implemented").only_values({nullptr, "block"})},
@@ -208,7 +215,8 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"dist.use_megatron_fsdp", honoured()},
       {"dist.use_torch_fsdp2", honoured()},
       {"dist.torch_fsdp2_reshard_after_forward", honoured()},
-      {"dist.use_tp_pp_dp_mapping", not_impl(kDataParallelOnly)},
+      {"dist.use_tp_pp_dp_mapping",
+       not_impl("ranks are ordered tp-cp-ep-dp-pp (docs/parallel-layout.md)")},
       {"dist.distributed_backend", builtin_only("the backend is shardbench.backend (--backend)")},
       {"dist.distributed_timeout_minutes", positive_int().at_most(525600)},  // a year
       // ---- checkpoint
@@ -261,7 +269,8 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"rerun_state_machine.check_for_nan_in_loss", honoured("docs/failure_checks.md")},
       // ---- comm_overlap
       {"comm_overlap.defer_embedding_wgrad_compute", not_impl("embedding wgrad is not deferred")},
-      {"comm_overlap.tp_comm_overlap", not_impl(kDataParallelOnly)},
+      {"comm_overlap.tp_comm_overlap",
+       not_impl("tensor-parallel communication/GEMM overlap is not implemented")},
       // ---- shardbench
       {"shardbench.device", honoured()},
       {"shardbench.backend", honoured()},

@@ -1,8 +1,11 @@
 #include "harness/config/resolve.hpp"
 
+#include <algorithm>
+
 #include "harness/cli/parse.hpp"
 #include "harness/config/field_checks.hpp"
 #include "harness/config/overrides.hpp"
+#include "harness/config/tensor_parallel.hpp"
 #include "harness/config/text.hpp"
 #include "workloads/recipes.hpp"
 
@@ -44,7 +47,14 @@ struct Resolver {
     before = out.config;
     recipe.perf_row(out.config);
     out.provenance.record_differences(before, out.config, source);
+    const auto& m = out.config.model;
+    recipe_model_parallel = m.tensor_model_parallel_size * m.pipeline_model_parallel_size *
+                            m.context_parallel_size;
   }
+
+  // TP * PP * CP of the recipe's own row: its batch sizes were tuned for base_num_gpus / this
+  // many data-parallel ranks.
+  int64_t recipe_model_parallel = 1;
 
   void flag_sets() {
     if (args.use_megatron_fsdp.value_or(false)) apply_set("megatron_fsdp");
@@ -116,10 +126,12 @@ struct Resolver {
 
   // run_script.py::_apply_flat_cli_environment_compatibility: overriding TP or CP changes the
   // kernel-ordering needs, so CUDA_DEVICE_MAX_CONNECTIONS follows (32 on Blackwell parts; 1 when
-  // TP or CP > 1 elsewhere, for comm/compute ordering; else 8).
+  // TP or CP > 1 elsewhere, for comm/compute ordering; else 8). A CPU run (-g cpu) launches no
+  // CUDA kernels: nothing is set, and FSDP's refusal of 1 does not stop a gloo TP run.
   void cuda_device_max_connections() {
     const auto& a = args;
     if (!a.tensor_model_parallel_size && !a.context_parallel_size) return;
+    if (a.gpu == "cpu") return;
     const bool blackwell = a.gpu == "b200" || a.gpu == "b300" || a.gpu == "gb200" ||
                            a.gpu == "gb300" || a.gpu == "vr200";
     const bool model_parallel =
@@ -188,7 +200,7 @@ struct Resolver {
       if (entries[i].key == "train.global_batch_size") return;
     }
     const int64_t dp = data_parallel_size(out.config, args.num_gpus);
-    const int64_t base_dp = out.recipe_base_num_gpus;  // the recipes are DP-only
+    const int64_t base_dp = out.recipe_base_num_gpus / std::max<int64_t>(1, recipe_model_parallel);
     if (dp == base_dp) return;
     const int64_t gbs = weak_scaled_global_batch_size(base_gbs, dp, base_dp);
     editor.set("train.global_batch_size", gbs,
@@ -240,6 +252,9 @@ ResolvedConfig resolve(const LaunchArgs& args, const ValidationContext& context)
     r.out.notices.push_back(std::move(notice));
   }
   check_field_support(r.out.config, r.out.provenance);
+  if (auto warning = tp_fsdp_connections_warning(r.out.config, args.gpu)) {
+    r.out.notices.push_back(std::move(*warning));
+  }
   r.out.world_size = static_cast<int>(args.num_gpus);
   r.out.data_parallel_size = static_cast<int>(data_parallel_size(r.out.config, args.num_gpus));
   r.out.gpus_per_node =

@@ -5,6 +5,7 @@
 
 #include "harness/config/errors.hpp"
 #include "harness/config/field_registry.hpp"
+#include "harness/config/tensor_parallel.hpp"
 #include "harness/config/text.hpp"
 #include "harness/config/wrappers.hpp"
 #include "harness/measure/step_injection.hpp"
@@ -536,6 +537,9 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   cpu_offload_rules(config);
   model_shape_rules(config);
   parallel_and_batch_rules(config, context.num_gpus);
+  // After the world size's divisibility by TP * PP * CP, the preset's copies
+  // (ddp.fp8_param_gather) and the syncs: the tensor-parallel settings the run will have.
+  check_tensor_parallel(config, provenance);
   profiling_rules(r);
   shardbench_rules(config);
   step_injection_rules(config.shardbench);

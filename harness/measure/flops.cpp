@@ -1,5 +1,9 @@
 #include "harness/measure/flops.hpp"
 
+#include <stdexcept>
+#include <string>
+#include <utility>
+
 namespace shardbench {
 
 double model_flops_per_step(const DecoderDims& d, int64_t batch, int64_t seq) {
@@ -35,6 +39,59 @@ DecoderParamCounts decoder_param_counts(const DecoderDims& d) {
   c.output_head = d.vocab_size * h;
   c.num_layers = d.num_layers;
   return c;
+}
+
+DecoderParamCounts decoder_param_counts(const DecoderDims& d, int tp) {
+  if (tp < 1) {
+    throw std::invalid_argument("tensor-parallel size " + std::to_string(tp) +
+                                ": accepted 1 or more");
+  }
+  const std::pair<const char*, int64_t> split[] = {{"model.num_attention_heads", d.num_attention_heads},
+                                                   {"model.num_query_groups", d.num_query_groups},
+                                                   {"model.ffn_hidden_size", d.ffn_hidden_size},
+                                                   {"model.vocab_size", d.vocab_size}};
+  for (const auto& [field, value] : split) {
+    if (value % tp != 0) {
+      throw std::invalid_argument(std::string(field) + "=" + std::to_string(value) +
+                                  ": tensor parallelism over " + std::to_string(tp) +
+                                  " ranks needs a multiple of " + std::to_string(tp));
+    }
+  }
+  DecoderParamCounts c = decoder_param_counts(d);
+  const int64_t norms = 2 * d.hidden_size;  // replicated in the TP group
+  c.embedding /= tp;
+  c.per_layer = (c.per_layer - norms) / tp + norms;
+  c.output_head /= tp;
+  return c;
+}
+
+int64_t tp_replicated_params(const DecoderDims& d) {
+  return (2 * d.num_layers + 1) * d.hidden_size;
+}
+
+int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, bool should_pad) {
+  if (!should_pad || divisible_by <= 1) return vocab;
+  return (vocab + divisible_by - 1) / divisible_by * divisible_by;
+}
+
+double megatron_layer_activation_bytes(const DecoderDims& d, int64_t seq, int64_t micro_batch,
+                                       int tp) {
+  const double sbh = static_cast<double>(seq) * static_cast<double>(micro_batch) *
+                     static_cast<double>(d.hidden_size);
+  const double ffn_ratio =
+      static_cast<double>(d.ffn_hidden_size) / static_cast<double>(d.hidden_size);
+  return sbh * (18 + 4 * ffn_ratio) / tp;
+}
+
+double megatron_activation_bytes(const DecoderDims& d, int64_t seq, int64_t micro_batch, int tp) {
+  const double sb = static_cast<double>(seq) * static_cast<double>(micro_batch);
+  const double h = static_cast<double>(d.hidden_size);
+  double bytes = megatron_layer_activation_bytes(d, seq, micro_batch, 1) *
+                 static_cast<double>(d.num_layers);
+  bytes += 8 * sb;  // the embedding's input (token ids)
+  bytes += sb * h;  // the embedding's output (Megatron counts its dropout mask)
+  bytes += sb * h * 4 * (1 + static_cast<double>(d.vocab_size) / h);  // output layer and loss
+  return bytes / tp;
 }
 
 }  // namespace shardbench

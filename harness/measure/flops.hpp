@@ -45,4 +45,37 @@ struct DecoderParamCounts {
 
 DecoderParamCounts decoder_param_counts(const DecoderDims& dims);
 
+// The same counts for one of `tp` tensor-parallel ranks (docs/tensor-parallel.md, "Memory model
+// and FLOPs"): every matrix is split over the TP ranks (column-parallel qkv and fc1, row-parallel
+// proj and fc2, vocab-parallel embedding and output layer), the RMSNorm weights are whole on every
+// rank. per_layer, embedding, final_norm and output_head are then a rank's elements; tp = 1 is
+// decoder_param_counts(dims). Throws std::invalid_argument when tp < 1 or does not divide the
+// heads, the query groups, the FFN size or the vocabulary (validation refuses those first).
+DecoderParamCounts decoder_param_counts(const DecoderDims& dims, int tp);
+
+// Elements of one TP rank's parameters that every TP rank holds whole (the RMSNorm weights:
+// 2 per layer and the final norm), which the gradient norm must count once, not tp times.
+int64_t tp_replicated_params(const DecoderDims& dims);
+
+// The vocabulary the embedding table holds: `vocab` rounded up to a multiple of
+// `divisible_by` when `should_pad` (model.should_pad_vocab, model.make_vocab_size_divisible_by),
+// as the engine pads it (harness/engine/bench_run.cpp, llama_dims_from).
+int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, bool should_pad);
+
+// Megatron-LM's activation memory per rank with sequence parallelism
+// (megatron/training/theoretical_memory_usage.py, compute_activation_memory; Table 2 of Korthikanti
+// et al., "Reducing Activation Recomputation in Large Transformer Models", arXiv 2205.05198), in
+// bytes, for one micro-batch of `micro_batch` sequences of `seq` tokens, pipeline size 1:
+//   L * s*b*h*(18 + 4*ffn/h) + 8*s*b + s*b*h + 4*s*b*h*(1 + V/h),   all divided by tp.
+// With sequence parallelism every activation of a layer is split over the TP ranks (the norms,
+// the residual stream and dropout along the sequence, the attention and MLP along heads and FFN
+// columns), so the whole sum divides by tp. The per-layer term is Megatron's (it assumes 16-bit
+// activations and selective recompute of the attention core; it ignores GQA's narrower K and V):
+// a model, not the census (memory.saved_activations measures what this engine keeps).
+double megatron_activation_bytes(const DecoderDims& dims, int64_t seq, int64_t micro_batch,
+                                 int tp);
+// The per-layer term alone, s*b*h*(18 + 4*ffn/h) / tp.
+double megatron_layer_activation_bytes(const DecoderDims& dims, int64_t seq, int64_t micro_batch,
+                                       int tp);
+
 }  // namespace shardbench

@@ -216,9 +216,11 @@ TEST(FieldSupport, NotImplementedFlagsKeepTheirDefault) {
             "re-run a failed golden-value check");
   EXPECT_EQ(error_of({"--deterministic"}), "(accepted)");  // docs/determinism.md
   EXPECT_EQ(error_of({"--nccl_ub", "false"}), "(accepted)");
-  EXPECT_EQ(error_of({"-tp", "2"}),
-            "-tp/--tensor_model_parallel_size=2 is not supported by shardbench yet: tensor "
-            "parallelism is not implemented (the engine is data-parallel only); accepted: 1");
+  EXPECT_EQ(error_of({"-tp", "2"}), "(accepted)");  // docs/tensor-parallel.md
+  EXPECT_EQ(error_of({"-cp", "2"}),
+            "-cp/--context_parallel_size=2 is not supported by shardbench yet: context "
+            "parallelism is not implemented (the engine runs data and tensor parallelism only); "
+            "accepted: 1");
   // Golden-value flags are honoured (the perf-launch gate reads them).
   EXPECT_EQ(error_of({"--timing_threshold", "0.1", "--memory_threshold", "0.2",
                       "--skip_first_percent_time", "0.5"}),

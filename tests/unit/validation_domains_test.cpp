@@ -149,8 +149,9 @@ TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
        "a finite number > 0 and <= 1000"},
       // Issue 14: fields nothing read.
       {{"model.tensor_model_parallel_size=2"},
-       "model.tensor_model_parallel_size=2 (from override model.tensor_model_parallel_size=2): "
-       "not implemented by shardbench: the engine is data-parallel only; accepted: 1"},
+       "model.sequence_parallel=false: the engine implements tensor parallelism with sequence "
+       "parallelism only (model.tensor_model_parallel_size=2); accepted: true with "
+       "tensor_model_parallel_size > 1 (-tp N sets sequence_parallel = N > 1)"},
       {{"optimizer.optimizer_cpu_offload=true"},
        "optimizer.optimizer_cpu_offload=true (from override optimizer.optimizer_cpu_offload="
        "true): not implemented by shardbench: optimizer state stays on the device; accepted: "
@@ -160,8 +161,8 @@ TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
        "shardbench: the Llama recipes are dense; MoE is not implemented; accepted: null"},
       {{"model.pipeline_model_parallel_layout=Et|tL"},
        "model.pipeline_model_parallel_layout=Et|tL (from override "
-       "model.pipeline_model_parallel_layout=Et|tL): not implemented by shardbench: the engine is "
-       "data-parallel only; accepted: null"},
+       "model.pipeline_model_parallel_layout=Et|tL): not implemented by shardbench: the engine has "
+       "no pipeline parallelism; accepted: null"},
       {{"dist.distributed_backend=nccl"},
        "dist.distributed_backend=nccl (from override dist.distributed_backend=nccl): this run "
        "communicates over gloo (shardbench.backend, --backend); accepted: gloo"},

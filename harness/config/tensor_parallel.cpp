@@ -1,0 +1,140 @@
+#include "harness/config/tensor_parallel.hpp"
+
+#include <cstdint>
+
+#include "harness/config/errors.hpp"
+#include "harness/config/field_checks.hpp"
+#include "harness/measure/flops.hpp"
+
+namespace shardbench {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void refuse(const std::string& key, const json& value, const Provenance& provenance,
+                         const std::string& problem, const std::string& accepted) {
+  const auto source = provenance.last_source(key);
+  throw UsageError(key + "=" + message_value(value) + (source ? " (from " + *source + ")" : "") +
+                   ": " + problem + "; accepted: " + accepted);
+}
+
+std::string tp_text(int64_t tp) { return "model.tensor_model_parallel_size=" + std::to_string(tp); }
+
+// A dimension the TP ranks split: it must be a multiple of tp.
+void divisible(const std::string& key, int64_t value, int64_t tp, const std::string& what,
+               const Provenance& p) {
+  if (value % tp == 0) return;
+  refuse(key, value, p,
+         "not divisible by " + tp_text(tp) + " (" + what + " are split over the TP ranks)",
+         "a multiple of " + std::to_string(tp) + ", or a tensor-parallel size that divides it");
+}
+
+// A feature the tensor-parallel engine does not implement.
+[[noreturn]] void not_with_tp(const std::string& key, const json& value, int64_t tp,
+                              const std::string& what, const std::string& accepted,
+                              const Provenance& p) {
+  refuse(key, value, p, what + " is not implemented with tensor parallelism (" + tp_text(tp) + ")",
+         accepted + ", or model.tensor_model_parallel_size=1");
+}
+
+}  // namespace
+
+void check_tensor_parallel(const ConfigContainer& c, const Provenance& p) {
+  const auto& m = c.model;
+  const int64_t tp = m.tensor_model_parallel_size;
+  if (tp < 1) {
+    refuse("model.tensor_model_parallel_size", tp, p, "out of range", "an integer >= 1");
+  }
+  if (tp == 1) {
+    // MCore ModelParallelConfig.__post_init__, which Megatron-Bridge's model provider runs.
+    if (m.sequence_parallel) {
+      refuse("model.sequence_parallel", true, p,
+             "Can not use sequence paralllelism without tensor parallelism (" + tp_text(tp) + ")",
+             "false with one TP rank, or model.tensor_model_parallel_size > 1 (-tp N sets both)");
+    }
+    return;
+  }
+  if (!m.sequence_parallel) {
+    refuse("model.sequence_parallel", false, p,
+           "the engine implements tensor parallelism with sequence parallelism only (" +
+               tp_text(tp) + ")",
+           "true with tensor_model_parallel_size > 1 (-tp N sets sequence_parallel = N > 1)");
+  }
+  divisible("model.num_attention_heads", m.num_attention_heads, tp, "attention heads", p);
+  divisible("model.num_query_groups", m.num_query_groups.value_or(m.num_attention_heads), tp,
+            "query groups", p);
+  divisible("model.ffn_hidden_size", m.ffn_hidden_size.value_or(4 * m.hidden_size), tp,
+            "the MLP's columns", p);
+  const int64_t vocab = m.vocab_size.value_or(0);
+  const int64_t padded =
+      padded_vocab_size(vocab, m.make_vocab_size_divisible_by, m.should_pad_vocab);
+  if (padded % tp != 0) {
+    refuse("model.vocab_size", vocab, p,
+           (padded == vocab ? std::string("the vocabulary")
+                            : "the padded vocabulary (" + std::to_string(padded) +
+                                  ", model.make_vocab_size_divisible_by=" +
+                                  std::to_string(m.make_vocab_size_divisible_by) + ")") +
+               " is not divisible by " + tp_text(tp) +
+               " (the embedding and output layer are split by vocabulary rows)",
+           "a vocabulary whose " + std::string(m.should_pad_vocab ? "padded " : "") +
+               "size is a multiple of " + std::to_string(tp) +
+               (m.should_pad_vocab ? " (or model.make_vocab_size_divisible_by a multiple of it)"
+                                   : "") +
+               ", or model.tensor_model_parallel_size=1");
+  }
+  divisible("model.seq_length", m.seq_length, tp,
+            "each sequence's tokens", p);
+
+  if (c.mixed_precision.fp8) {
+    not_with_tp("mixed_precision.fp8", *c.mixed_precision.fp8, tp, "FP8 compute",
+                "null (bf16 compute: -c bf16)", p);
+  }
+  if (c.ddp.fp8_param_gather) {
+    not_with_tp("ddp.fp8_param_gather", true, tp, "the FP8 parameter gather", "false", p);
+  }
+  if (c.shardbench.linear_cross_entropy_chunk > 0) {
+    not_with_tp("shardbench.linear_cross_entropy_chunk", c.shardbench.linear_cross_entropy_chunk,
+                tp, "the chunked output layer and loss", "0", p);
+  }
+  if (m.recompute_granularity.value_or("") == "selective") {
+    for (const std::string& module : m.recompute_modules) {
+      if (module == "layernorm") {
+        not_with_tp("model.recompute_modules", json(m.recompute_modules), tp,
+                    "selective recompute of the RMSNorm outputs",
+                    "full recompute (-rl N) or no recompute", p);
+      }
+    }
+  }
+  if (c.shardbench.recompute_fc1_layers > 0) {
+    not_with_tp("shardbench.recompute_fc1_layers", c.shardbench.recompute_fc1_layers, tp,
+                "the MLP recompute", "0", p);
+  }
+  if (m.cpu_offloading || m.cpu_offloading_num_layers > 0) {
+    const bool flag = m.cpu_offloading;
+    not_with_tp(flag ? "model.cpu_offloading" : "model.cpu_offloading_num_layers",
+                flag ? json(true) : json(m.cpu_offloading_num_layers), tp,
+                "CPU activation offload (-ol)", flag ? "false" : "0", p);
+  }
+  if (c.ddp.nccl_ub) {
+    not_with_tp("ddp.nccl_ub", true, tp, "NCCL user buffers", "false (--nccl_ub false)", p);
+  }
+}
+
+std::optional<std::string> tp_fsdp_connections_warning(const ConfigContainer& c,
+                                                       const std::string& gpu) {
+  // CUDA_DEVICE_MAX_CONNECTIONS requirement no longer exists since the Blackwell architecture.
+  const bool before_blackwell = gpu == "h100" || gpu == "h200";
+  const bool model_parallel =
+      c.model.tensor_model_parallel_size > 1 || c.model.context_parallel_size > 1;
+  const bool fsdp2 = c.dist.use_torch_fsdp2;
+  const bool megatron_fsdp = c.ddp.use_megatron_fsdp || c.dist.use_megatron_fsdp;
+  if (!before_blackwell || !model_parallel || !(fsdp2 || megatron_fsdp)) return std::nullopt;
+  const std::string impl = fsdp2 ? "Torch-FSDP2" : "Megatron-FSDP";
+  return "Using tensor model parallelism or context parallelism with " + impl +
+         " together. Try not to using them together since they require different "
+         "CUDA_MAX_CONNECTIONS settings for best performance. sequence parallelism requires "
+         "setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1 while " + impl +
+         " requires not setting CUDA_DEVICE_MAX_CONNECTIONS=1 for better parallelization.";
+}
+
+}  // namespace shardbench

@@ -1,0 +1,33 @@
+// Tensor and sequence parallelism at resolution time (docs/tensor-parallel.md, "Validation"):
+// the settings the engine implements, checked before any worker starts, and Megatron-LM's
+// CUDA_DEVICE_MAX_CONNECTIONS warning for tensor parallelism with an FSDP. Torch-free.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "harness/config/config.hpp"
+#include "harness/config/provenance.hpp"
+
+namespace shardbench {
+
+// Refuses what the tensor-parallel engine does not run, with one UsageError naming the field,
+// its value, the source that set it and what is accepted:
+//  - model.sequence_parallel must equal tensor_model_parallel_size > 1 (the engine implements
+//    tensor parallelism with sequence parallelism only; MCore's ModelParallelConfig refuses
+//    sequence parallelism without tensor parallelism);
+//  - heads, query groups, FFN size, the padded vocabulary and the sequence length must be
+//    multiples of the TP size;
+//  - with TP > 1: no FP8 compute, FP8 parameter gather, chunked linear cross-entropy, selective
+//    recompute of the norms, MLP recompute (shardbench.recompute_fc1_layers), CPU activation
+//    offload or NCCL user buffers.
+// Context and pipeline parallelism and HSDP stay refused by their fields' support status.
+void check_tensor_parallel(const ConfigContainer& config, const Provenance& provenance);
+
+// Megatron-LM's validate_args warning for tensor or context parallelism together with Megatron
+// FSDP or Torch FSDP2 on GPUs before Blackwell (`gpu` is perf-launch's -g: h100 and h200), in
+// its own words; nullopt where it does not apply.
+std::optional<std::string> tp_fsdp_connections_warning(const ConfigContainer& config,
+                                                       const std::string& gpu);
+
+}  // namespace shardbench
