@@ -90,11 +90,20 @@ void llama3_70b_perf(ConfigContainer& c) {
   h100_dp_env(c);
 }
 
-// The 405B H100 rows use GBS 768-1536 with MBS 1; we take 1536 on 1024 GPUs.
+// Megatron-Bridge's Llama3.1-405B FSDP rows (128-GPU B300/GB300 bf16; the 256-GPU rows double
+// the global batch): TP 2 with sequence parallelism, PP 1, CP 1, MBS 1, GBS 768 on 128 GPUs,
+// that is DP 64. Weak scaling keeps 12 sequences per data-parallel rank (768 * DP / 64), which
+// is a multiple of DP * MBS at every even GPU count: 256 GPUs give GBS 1536, as upstream.
+// --use_megatron_fsdp true adds the FSDP set (overrides/megatron_fsdp.set). The upstream rows
+// also offload 40 layers' activations to the host; tensor parallelism with CPU offload is not
+// implemented (docs/tensor-parallel.md), so the recipe leaves offload off. The env is the FSDP
+// rows': CUDA_DEVICE_MAX_CONNECTIONS=32 and no expandable segments.
 void llama31_405b_perf(ConfigContainer& c) {
+  c.model.tensor_model_parallel_size = 2;
+  c.model.sequence_parallel = true;
   c.train.micro_batch_size = 1;
-  c.train.global_batch_size = 1536;
-  h100_dp_env(c);
+  c.train.global_batch_size = 768;  // 128 GPUs
+  c.env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32";
 }
 
 // docs/targets.md 1, the single-GPU bench workload: 1.498e9 parameters, head dim 64.
@@ -152,7 +161,7 @@ const std::vector<RecipeSpec>& recipes() {
        llama3_8b_canonical, llama3_8b_perf},
       {"llama3_70b", "llama", 64, "Llama3-70B, 64-GPU H100 bf16 perf row (DP only)",
        llama3_70b_canonical, llama3_70b_perf},
-      {"llama31_405b", "llama", 1024, "Llama3.1-405B, H100 bf16 perf row (DP only)",
+      {"llama31_405b", "llama", 128, "Llama3.1-405B, 128-GPU FSDP row (TP 2, sequence parallel)",
        llama31_405b_canonical, llama31_405b_perf},
       {"llama3_bench_1p5b", "llama", 1, "Llama3 1.5B-class single-H200 bench (docs/targets.md)",
        llama3_bench_1p5b_canonical, llama3_bench_1p5b_perf},

@@ -1,6 +1,7 @@
 // Perf recipes: what model and batch a run trains, mirroring Megatron-Bridge's flat perf recipes
-// (MB:src/megatron/bridge/perf_recipes/llama/<gpu>/llama3.py, docs/recipes.md 1-2) for
-// data-parallel-only runs, plus shardbench's single-H200 bench workload and a tiny CPU model.
+// (MB:src/megatron/bridge/perf_recipes/llama/<gpu>/llama3.py, docs/recipes.md 1-2): the 8B and
+// 70B rows data-parallel only, the 405B row with tensor parallelism 2 as Megatron-Bridge's FSDP
+// rows; plus shardbench's single-H200 bench workload and a tiny CPU model.
 //
 // A recipe is built in Megatron-Bridge's order: the canonical model recipe (`canonical`), the
 // precision set, the common perf set (overrides/precision_<c>.set, overrides/common_perf.set),
@@ -18,7 +19,9 @@ namespace shardbench {
 struct RecipeSpec {
   std::string name;           // -mr value, e.g. "llama3_8b"
   std::string family;         // -m value it belongs to, e.g. "llama"
-  int64_t base_num_gpus = 1;  // GPU count its batch sizes were tuned for (GBS weak scaling base)
+  // GPU count its batch sizes were tuned for; the weak-scaling base DP is this over the row's
+  // TP * PP * CP.
+  int64_t base_num_gpus = 1;
   std::string description;
   void (*canonical)(ConfigContainer&) = nullptr;
   void (*perf_row)(ConfigContainer&) = nullptr;

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <tuple>
 
 #include "harness/config/errors.hpp"
 #include "harness/config/resolve.hpp"
@@ -86,6 +87,55 @@ TEST(DryrunAcceptance, MegatronFsdpOnLlama3_8b) {
             std::string::npos);
   EXPECT_NE(row("optimizer.use_distributed_optimizer").find("validation: megatron_fsdp_v1"),
             std::string::npos);
+}
+
+// The two-dimensional acceptance case: -mr llama31_405b -ng 128|256 -g h100 --use_megatron_fsdp
+// true --dryrun prints TP 2, DP 64 (128) and the FSDP set with provenance.
+TEST(DryrunAcceptance, MegatronFsdpWithTensorParallelOnLlama31_405b) {
+  for (const auto& [gpus, dp, gbs] : {std::tuple{"128", 64, 768}, std::tuple{"256", 128, 1536}}) {
+    const ResolvedConfig r = resolve_from_args({"-m", "llama", "-mr", "llama31_405b", "-ng", gpus,
+                                                "-g", "h100", "--use_megatron_fsdp", "true",
+                                                "--dryrun"},
+                                               clean_env());
+    const std::string text = dryrun_text(r);
+    const size_t end_of_json = text.find("\n\n");
+    ASSERT_NE(end_of_json, std::string::npos);
+    const auto json = nlohmann::json::parse(text.substr(0, end_of_json));
+    EXPECT_EQ(json["world_size"], std::stoi(gpus));
+    EXPECT_EQ(json["data_parallel_size"], dp);
+    EXPECT_EQ(json["config"]["model"]["tensor_model_parallel_size"], 2);
+    EXPECT_EQ(json["config"]["model"]["sequence_parallel"], true);
+    EXPECT_EQ(json["config"]["train"]["global_batch_size"], gbs);
+    EXPECT_EQ(json["config"]["ddp"]["data_parallel_sharding_strategy"], "optim_grads_params");
+    const std::string table = text.substr(end_of_json);
+    const auto row = [&](const std::string& key) {
+      const size_t at = table.find("\n" + key + " ");
+      return at == std::string::npos ? std::string()
+                                     : table.substr(at + 1, table.find('\n', at + 1) - at - 1);
+    };
+    const std::string recipe = "recipe llama31_405b_pretrain_" + std::string(gpus) +
+                               "gpu_h100_bf16_config";
+    EXPECT_NE(row("model.tensor_model_parallel_size").find(recipe), std::string::npos)
+        << row("model.tensor_model_parallel_size");
+    EXPECT_NE(row("model.sequence_parallel").find(recipe), std::string::npos);
+    for (const char* key : {"ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy",
+                            "ddp.average_in_collective", "model.init_model_with_meta_device",
+                            "model.gradient_accumulation_fusion"}) {
+      EXPECT_NE(row(key).find("override set megatron_fsdp"), std::string::npos) << key;
+    }
+    EXPECT_NE(row("ddp.use_distributed_optimizer").find("validation: megatron_fsdp_v1"),
+              std::string::npos);
+    if (std::string(gpus) == "256") {
+      EXPECT_NE(row("train.global_batch_size").find("weak scaling (768 * DP 128 / base DP 64)"),
+                std::string::npos)
+          << row("train.global_batch_size");
+    }
+    // Tensor parallelism with FSDP on Hopper: Megatron-LM's warning, in the notices.
+    EXPECT_NE(text.find("Notices:"), std::string::npos);
+    EXPECT_NE(text.find("Using tensor model parallelism or context parallelism with "
+                        "Megatron-FSDP together."),
+              std::string::npos);
+  }
 }
 
 TEST(DryrunPipeline, FsdpFalseDoesNotApplyTheSet) {

@@ -1,5 +1,7 @@
 // Recipes: dims of docs/recipes.md 1, the bench workload of docs/targets.md 1, flat names and
 // GBS weak scaling (reference 1.2).
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include "harness/config/errors.hpp"
@@ -124,12 +126,62 @@ TEST(Recipes, WeakScaling) {
   EXPECT_EQ(resolve_recipe("llama3_8b", "4", {"train.global_batch_size=8"})
                 .config.train.global_batch_size,
             8);
+  // The base DP of a tensor-parallel row is its GPU count over TP: 405B's is 128 / 2.
+  const ResolvedConfig r405 = resolve_recipe("llama31_405b", "32");
+  EXPECT_EQ(r405.config.train.global_batch_size, 192);
+  EXPECT_EQ(r405.provenance.last_source("train.global_batch_size"),
+            "weak scaling (768 * DP 16 / base DP 64)");
+}
+
+// Megatron-Bridge's 405B FSDP rows (docs/recipes.md 2): TP 2 with sequence parallelism, MBS 1,
+// GBS 768 on 128 GPUs, 1536 on 256.
+TEST(Recipes, Llama31_405bIsTheFsdpRow) {
+  for (const auto& [gpus, dp, gbs] : {std::tuple{"128", 64, 768}, std::tuple{"256", 128, 1536}}) {
+    const ResolvedConfig r = resolve_recipe("llama31_405b", gpus, {"--use_megatron_fsdp", "true"});
+    const std::string recipe = "recipe llama31_405b_pretrain_" + std::string(gpus) +
+                               "gpu_h100_bf16_config";
+    EXPECT_EQ(r.config.model.tensor_model_parallel_size, 2) << gpus;
+    EXPECT_TRUE(r.config.model.sequence_parallel) << gpus;
+    EXPECT_EQ(r.provenance.last_source("model.tensor_model_parallel_size"), recipe);
+    EXPECT_EQ(r.data_parallel_size, dp) << gpus;
+    EXPECT_EQ(r.config.train.micro_batch_size, 1);
+    EXPECT_EQ(r.config.train.global_batch_size, gbs) << gpus;
+    EXPECT_TRUE(r.config.ddp.use_megatron_fsdp);
+    EXPECT_EQ(r.config.ddp.data_parallel_sharding_strategy, "optim_grads_params");
+    EXPECT_EQ(r.provenance.last_source("ddp.data_parallel_sharding_strategy"),
+              "override set megatron_fsdp");
+    EXPECT_FALSE(r.config.model.cpu_offloading);  // not with TP (docs/tensor-parallel.md)
+    EXPECT_EQ(r.config.env.at("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
+    EXPECT_EQ(r.config.env.count("PYTORCH_CUDA_ALLOC_CONF"), 0u);  // as upstream's FSDP rows
+  }
+  EXPECT_EQ(resolve_recipe("llama31_405b", "128").provenance.last_source(
+                "train.global_batch_size"),
+            "recipe llama31_405b_pretrain_128gpu_h100_bf16_config");
+}
+
+// Weak scaling stays valid wherever the recipe runs: every GPU count TP 2 divides.
+TEST(Recipes, Llama31_405bWeakScalingStaysValid) {
+  for (int gpus : {2, 4, 6, 8, 10, 16, 24, 64, 96, 128, 200, 256, 512, 1024, 2048}) {
+    for (const char* gpu : {"h100", "gb300"}) {
+      try {
+        const ResolvedConfig r = resolve_from_args(
+            {"-m", "llama", "-mr", "llama31_405b", "-ng", std::to_string(gpus), "-g", gpu},
+            clean_env());
+        const auto& t = r.config.train;
+        EXPECT_EQ(r.data_parallel_size, gpus / 2);
+        EXPECT_EQ(t.global_batch_size, 12 * (gpus / 2)) << gpus;
+        EXPECT_EQ(t.global_batch_size % (t.micro_batch_size * r.data_parallel_size), 0) << gpus;
+      } catch (const UsageError& e) {
+        ADD_FAILURE() << gpus << " " << gpu << ": " << e.what();
+      }
+    }
+  }
   try {
-    resolve_recipe("llama31_405b", "1");
+    resolve_recipe("llama31_405b", "127");
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("1536 * DP 1 / base DP 1024 is not an integer"),
-              std::string::npos);
+    EXPECT_EQ(std::string(e.what()),
+              "Requested 127 GPUs is not divisible by TP * PP * CP (2 * 1 * 1 = 2)");
   }
 }
 

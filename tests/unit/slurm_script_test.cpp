@@ -4,6 +4,9 @@
 // A change here is a change users see in every job they submit: update the text deliberately.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
 #include "harness/config/resolve.hpp"
 #include "harness/slurm/job_spec.hpp"
 #include "harness/slurm/sbatch_script.hpp"
@@ -232,6 +235,60 @@ srun --nodes=1 --ntasks-per-node=2 --kill-on-bad-exit=1 \
   EXPECT_EQ(script_for({"-m", "llama", "-mr", "llama3_tiny_cpu", "-ng", "2", "-g", "cpu", "-a",
                         "test", "--executor", "slurm"}),
             expected);
+}
+
+// Megatron-Bridge's 405B FSDP row on 16 and 32 H100 nodes: TP 2 comes from the recipe (no -tp on
+// the srun line), the FSDP rows' 32 connections and no expandable segments.
+TEST(SlurmScriptGolden, Llama31_405bTensorParallelFsdpOn128And256H100) {
+  for (const char* gpus : {"128", "256"}) {
+    const std::string nodes = std::string(gpus) == "128" ? "16" : "32";
+    std::string expected = R"SCRIPT(#!/bin/bash
+# shardbench pretrain_llama31_405b_bf16_gpus@GPUS@_h100: @NODES@ nodes x 8 tasks, one rank per GPU.
+# Written by perf-launch --executor slurm; the job folder keeps it, the log and the report.
+#SBATCH --job-name=pretrain_llama31_405b_bf16_gpus@GPUS@_h100
+#SBATCH --account=acct
+#SBATCH --partition=batch
+#SBATCH --time=00:30:00
+#SBATCH --nodes=@NODES@
+#SBATCH --ntasks-per-node=8
+#SBATCH --gpus-per-node=8
+#SBATCH --exclusive
+#SBATCH --mem=0
+#SBATCH --output=/shared/results/slurm/job/log_%j.out
+set -euo pipefail
+
+export SHARDBENCH_JOB_DIR=/shared/results/slurm/job
+# Left over from the submitting shell, these would outrank Slurm's rank variables.
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK TORCHELASTIC_RUN_ID SHARDBENCH_LAUNCHER SHARDBENCH_HEARTBEAT_FD
+
+# Recipe environment; a value the submitting shell exports wins (as in Megatron-Bridge's bootstrap.py).
+export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS-32}"
+export TORCH_NCCL_HIGH_PRIORITY="${TORCH_NCCL_HIGH_PRIORITY-1}"
+
+# Rendezvous: srun places task 0 on the first node of the allocation.
+export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))
+
+# Where the job ran and on what, for the report (it keeps SHARDBENCH_* variables).
+export SHARDBENCH_SLURM_NODELIST="$SLURM_JOB_NODELIST"
+export SHARDBENCH_SLURM_NODE_GPUS="$(srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 bash -c 'echo "$SLURMD_NODENAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | sort -u | paste -sd /)"' | sort | paste -sd ';')"
+
+# One task per rank; each reads its rank from SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID.
+srun --nodes=@NODES@ --ntasks-per-node=8 --kill-on-bad-exit=1 \
+  bash -c 'exec numactl --cpunodebind=$((SLURM_LOCALID / 4)) "$@"' shardbench-task \
+  /opt/shardbench/bin/perf-launch -m llama -mr llama31_405b -ng @GPUS@ -g h100 -a acct -p batch --use_megatron_fsdp true --executor slurm shardbench.report_dir=/shared/results/slurm/job
+)SCRIPT";
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"@GPUS@", gpus},
+                                     {"@NODES@", nodes}}) {
+      for (size_t at = expected.find(key); at != std::string::npos; at = expected.find(key)) {
+        expected.replace(at, key.size(), value);
+      }
+    }
+    EXPECT_EQ(script_for({"-m", "llama", "-mr", "llama31_405b", "-ng", gpus, "-g", "h100", "-a",
+                          "acct", "-p", "batch", "--use_megatron_fsdp", "true", "--executor",
+                          "slurm", "-d"}),
+              expected);
+  }
 }
 
 TEST(SlurmScriptRender, EnvironmentQuoting) {
