@@ -6,6 +6,7 @@
 #include <map>
 
 #include "harness/compare/golden_input.hpp"
+#include "harness/report/comparison.hpp"
 
 namespace shardbench {
 namespace {
@@ -90,6 +91,8 @@ std::string short_name(const json& identity, const std::string& label) {
   if (identity.contains("gpu")) name += " " + identity.at("gpu").get<std::string>();
   if (identity.contains("compute_dtype"))
     name += " " + identity.at("compute_dtype").get<std::string>();
+  if (identity.contains("parallel_layout") && identity.at("parallel_layout").is_string())
+    name += " " + identity.at("parallel_layout").get<std::string>();
   return name;
 }
 
@@ -271,6 +274,9 @@ RunView run_view_of(const LoadedReport& report, const json& environment, std::si
       v.ranks_per_gpu = identity.at("ranks_per_gpu").get<int64_t>();
     }
     if (v.ranks_per_gpu != 1) id["ranks_per_gpu"] = v.ranks_per_gpu;
+    // A run that splits the model (tensor parallelism, ...) matches only runs of its layout, and
+    // its name says which; data-parallel-only runs keep the key older reports have.
+    if (splits_beyond_data_parallel(run)) id["parallel_layout"] = parallel_layout_text(run);
     for (const std::string& field : options.ignore_fields) id.erase(field);
     v.identity = id;
     v.key = report.golden ? "golden:" + file : id.dump();

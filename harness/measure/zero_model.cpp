@@ -67,6 +67,12 @@ StaticMemoryBytes zero_static_memory(int64_t num_params, int world_size, MemoryS
   return m;
 }
 
+int64_t params_per_tp_rank(int64_t num_params, int64_t replicated, int tp) {
+  if (tp <= 1) return num_params;
+  replicated = std::clamp<int64_t>(replicated, 0, num_params);
+  return ceil_div(num_params - replicated, tp) + replicated;
+}
+
 std::vector<ParamGroup> decoder_param_groups(const DecoderParamCounts& counts) {
   std::vector<ParamGroup> groups(static_cast<std::size_t>(counts.num_layers),
                                  ParamGroup{counts.per_layer, true});

@@ -83,6 +83,14 @@ struct StaticMemoryBytes {
 StaticMemoryBytes zero_static_memory(int64_t num_params, int world_size, MemoryStrategy strategy,
                                      const DtypePolicy& policy);
 
+// Tensor parallelism (docs/tensor-parallel.md, "Memory model and FLOPs"): the parameters one TP
+// rank holds, num_params split over `tp` ranks except `replicated` elements that every TP rank
+// holds whole (the RMSNorm weights, tp_replicated_params in flops.hpp). A data-parallel strategy
+// then shards this count over the data-parallel ranks, world / (tp * pp): call
+// zero_static_memory(params_per_tp_rank(...), dp, ...), or fsdp_static_memory over
+// decoder_param_groups(decoder_param_counts(dims, tp)) at dp ranks.
+int64_t params_per_tp_rank(int64_t num_params, int64_t replicated, int tp);
+
 // One Megatron-FSDP parameter group (bucket): an FSDP unit (a transformer layer) or a module
 // outside the units (embedding, final norm, output head).
 struct ParamGroup {

@@ -49,7 +49,7 @@ std::string percent(double fraction) {
   return buffer;
 }
 
-std::string run_name(const json& run) {
+std::string wrapper_name(const json& run) {
   const json& id = run.at("identity");
   const WrapperSpec* wrapper = find_wrapper(id.value("wrapper", ""));
   if (wrapper == nullptr) return run.value("label", "run");
@@ -57,9 +57,23 @@ std::string run_name(const json& run) {
   return wrapper_display_name(id) + " " + id.value("strategy", "");
 }
 
+int layout_size(const json& layout, const char* key) {
+  return layout.contains(key) && layout.at(key).is_number_integer() ? layout.at(key).get<int>()
+                                                                    : 1;
+}
+
+// The run's name in a comparison line, with its layout when either side of the comparison
+// splits beyond data parallelism (`with_layout`).
+std::string run_name(const json& run, bool with_layout = false) {
+  const std::string name = wrapper_name(run);
+  const std::string layout = parallel_layout_text(run);
+  return with_layout && !layout.empty() ? name + " (" + layout + ")" : name;
+}
+
 std::string verdict(const json& head, const json& base, const json& metrics, double band) {
-  const std::string head_name = run_name(head);
-  const std::string base_name = run_name(base);
+  const bool layouts = splits_beyond_data_parallel(head) || splits_beyond_data_parallel(base);
+  const std::string head_name = run_name(head, layouts);
+  const std::string base_name = run_name(base, layouts);
   if (head.value("status", "") != "ok" || base.value("status", "") != "ok") {
     return "no verdict: " + std::string(head.value("status", "") != "ok" ? head_name : base_name) +
            " failed";
@@ -120,6 +134,35 @@ std::vector<std::pair<long long, std::optional<double>>> losses(const json& run)
 }
 
 }  // namespace
+
+std::string parallel_layout_text(const json& run) {
+  if (!run.is_object() || !run.contains("parallel_layout") ||
+      !run.at("parallel_layout").is_object()) {
+    return "";
+  }
+  const json& l = run.at("parallel_layout");
+  std::string out = "tp" + std::to_string(layout_size(l, "tp"));
+  for (const char* key : {"cp", "pp"}) {
+    if (layout_size(l, key) > 1) out += " " + std::string(key) + std::to_string(layout_size(l, key));
+  }
+  out += " dp" + std::to_string(layout_size(l, "dp"));
+  if (layout_size(l, "dp_instances") > 1) {
+    out += " instances" + std::to_string(layout_size(l, "dp_instances"));
+  }
+  return out;
+}
+
+bool splits_beyond_data_parallel(const json& run) {
+  if (!run.is_object() || !run.contains("parallel_layout") ||
+      !run.at("parallel_layout").is_object()) {
+    return false;
+  }
+  const json& l = run.at("parallel_layout");
+  for (const char* key : {"tp", "cp", "pp", "dp_instances"}) {
+    if (layout_size(l, key) > 1) return true;
+  }
+  return false;
+}
 
 std::string wrapper_display_name(const json& identity) {
   const std::string name = identity.value("wrapper", "");
@@ -245,10 +288,16 @@ json compare_runs(const json& head, std::size_t head_index, const json& base,
     line += "; LOSS MISMATCH: " + run_name(head) + " does not train like " + run_name(base) + " (" +
             parity.at("summary").get<std::string>() + ")";
   }
+  const auto layout_json = [](const json& run) {
+    const std::string text = parallel_layout_text(run);
+    return text.empty() ? json(nullptr) : json(text);
+  };
   return {{"head_index", head_index},
           {"baseline_index", baseline_index},
           {"head_label", head.value("label", "")},
           {"baseline_label", base.value("label", "")},
+          {"head_parallel_layout", layout_json(head)},
+          {"baseline_parallel_layout", layout_json(base)},
           {"valid", valid},
           {"sign_convention", "relative_change = head / baseline - 1"},
           {"metrics", metrics},

@@ -17,6 +17,14 @@ inline constexpr double kMinNoiseBand = 0.01;
 // report's run "identity": "DDP", "DDP+distopt", "FSDP" (Megatron FSDP) or "FSDP2".
 std::string wrapper_display_name(const nlohmann::json& identity);
 
+// A run's parallel layout as the comparison names it (run "parallel_layout", docs/
+// parallel-layout.md): "tp2 dp4", with "cp", "pp" and "instances" where they are above 1; empty
+// when the report recorded none.
+std::string parallel_layout_text(const nlohmann::json& run);
+// Whether the run splits the model (tensor, context or pipeline size above 1) or its data-
+// parallel ranks (HSDP instances): then the comparison's lines name both sides' layouts.
+bool splits_beyond_data_parallel(const nlohmann::json& run);
+
 // Compares two run objects of the report (run_to_json). Every metric holds
 // {"baseline", "head", "relative_change" = head / baseline - 1 (null when either is missing or
 // the baseline is 0), "better": "lower" | "higher"}:
@@ -24,7 +32,9 @@ std::string wrapper_display_name(const nlohmann::json& identity);
 //   mean_tokens_per_sec_per_gpu (evaluate.py's evaluation-window means), engine_<class>_bytes for
 //   each engine buffer class, and allocator_max_allocated_bytes / allocator_max_reserved_bytes.
 // "noise_band" = max(kMinNoiseBand, cv of either run's step time); "loss_parity" (below);
-// "verdict" is one line.
+// "head_parallel_layout" / "baseline_parallel_layout" (parallel_layout_text, null when not
+// recorded); "verdict" is one line, which names each side's layout when either side splits beyond
+// data parallelism ("FSDP optim_grads_params (tp2 dp4) vs DDP+distopt (tp2 dp4): ...").
 nlohmann::json compare_runs(const nlohmann::json& head_run, std::size_t head_index,
                             const nlohmann::json& baseline_run, std::size_t baseline_index);
 

@@ -155,15 +155,30 @@ std::string format_comparison_summary(const json& report) {
       {"max reserved per rank", "allocator_max_reserved_bytes", "%.3f", true},
   };
   const int world_size = base.at("identity").value("world_size", 0);
+  // Each side's parallel layout, where any side splits beyond data parallelism.
+  bool layouts = splits_beyond_data_parallel(base);
+  for (const json& cmp : cmps) {
+    layouts = layouts ||
+              splits_beyond_data_parallel(runs.at(cmp.at("head_index").get<std::size_t>()));
+  }
+  const auto with_layout = [&](const std::string& title, const json& run) {
+    const std::string layout = parallel_layout_text(run);
+    return layouts && !layout.empty() ? title + " (" + layout + ")" : title;
+  };
+  for (std::size_t i = 0; i < cmps.size(); ++i) {
+    head_titles[i] =
+        with_layout(head_titles[i], runs.at(cmps[i].at("head_index").get<std::size_t>()));
+  }
+  const std::string base_title = with_layout(base_name, base);
   std::string out;
   if (cmps.size() == 1) {
     out = printf_string("%s vs %s, world size %d (change = %s / %s - 1)\n", head_titles[0].c_str(),
-                        base_name.c_str(), world_size, head_names[0].c_str(), base_name.c_str());
+                        base_title.c_str(), world_size, head_names[0].c_str(), base_name.c_str());
   } else {
     std::string titles;
     for (const std::string& t : head_titles) titles += (titles.empty() ? "" : ", ") + t;
     out = printf_string("%s vs %s, world size %d (change = run / %s - 1)\n", titles.c_str(),
-                        base_name.c_str(), world_size, base_name.c_str());
+                        base_title.c_str(), world_size, base_name.c_str());
   }
   out += printf_string("  %-34s %14s", "metric", base_name.c_str());
   for (const std::string& name : head_names) {

@@ -220,24 +220,56 @@ json policy_json(const DtypePolicy& p) {
           {"optimizer_state_bytes", p.optimizer_state_bytes}};
 }
 
+int64_t config_int(const json& config, const char* section, const char* key) {
+  if (!config.is_object() || !config.contains(section) || !config.at(section).is_object()) return 0;
+  const json& s = config.at(section);
+  return s.contains(key) && s.at(key).is_number_integer() ? s.at(key).get<int64_t>() : 0;
+}
+
+// How the run's parameters are laid out over its ranks (docs/tensor-parallel.md, "Memory model
+// and FLOPs"): a TP rank holds 1/tp of every matrix and the whole RMSNorm weights, (2L + 1) * h
+// elements; the data-parallel strategy shards that over world / (tp * pp) ranks.
+struct RankParams {
+  int tp = 1;
+  int shard_ranks = 1;
+  int64_t params = 0;
+};
+RankParams rank_params(const RunRecord& run) {
+  RankParams r{1, run.world_size, run.num_parameters};
+  if (const auto& l = run.parallel_layout) {
+    r.tp = l->tp;
+    r.shard_ranks = l->dp * l->cp;
+    const int64_t replicated = (2 * config_int(run.config, "model", "num_layers") + 1) *
+                               config_int(run.config, "model", "hidden_size");
+    r.params = params_per_tp_rank(run.num_parameters, replicated, r.tp);
+  }
+  return r;
+}
+
 json predicted_json(const RunRecord& run) {
   const std::optional<DtypePolicy> policy =
       run.dtype_policy ? run.dtype_policy : DtypePolicy::for_compute_dtype(run.compute_dtype);
   std::optional<StaticMemoryBytes> predicted = run.predicted_memory;
   std::string source = "engine";
+  const RankParams layout = rank_params(run);
   if (!predicted) {
     const ShardingSpec* row =
         find_strategy_row(run.wrapper, run.strategy, run.distributed_optimizer);
     const std::optional<MemoryStrategy> strategy =
         row ? std::optional<MemoryStrategy>(row->memory) : std::nullopt;
-    if (!strategy || !policy || run.num_parameters <= 0 || run.world_size <= 0) return nullptr;
-    predicted = zero_static_memory(run.num_parameters, run.world_size, *strategy, *policy);
+    if (!strategy || !policy || layout.params <= 0 || layout.shard_ranks <= 0) return nullptr;
+    predicted = zero_static_memory(layout.params, layout.shard_ranks, *strategy, *policy);
     source = "zero_paper_model";
   }
   json j = classes_json(predicted->model_weight_bytes, predicted->main_weight_bytes,
                         predicted->main_grad_bytes, predicted->optimizer_state_bytes);
   j["source"] = source;
   j["dtype_policy"] = policy ? policy_json(*policy) : json(nullptr);
+  // The paper model's inputs: parameters of one tensor-parallel rank, sharded over this many
+  // data-parallel ranks.
+  j["tensor_parallel_size"] = layout.tp;
+  j["params_per_tensor_parallel_rank"] = layout.params;
+  j["sharded_over_ranks"] = layout.shard_ranks;
   return j;
 }
 
