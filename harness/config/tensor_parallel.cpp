@@ -65,22 +65,17 @@ void check_tensor_parallel(const ConfigContainer& c, const Provenance& p) {
             "query groups", p);
   divisible("model.ffn_hidden_size", m.ffn_hidden_size.value_or(4 * m.hidden_size), tp,
             "the MLP's columns", p);
+  // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP
+  // (padded_vocab_size), so only an unpadded vocabulary can fail to split.
   const int64_t vocab = m.vocab_size.value_or(0);
   const int64_t padded =
-      padded_vocab_size(vocab, m.make_vocab_size_divisible_by, m.should_pad_vocab);
+      padded_vocab_size(vocab, m.make_vocab_size_divisible_by, m.should_pad_vocab, tp);
   if (padded % tp != 0) {
     refuse("model.vocab_size", vocab, p,
-           (padded == vocab ? std::string("the vocabulary")
-                            : "the padded vocabulary (" + std::to_string(padded) +
-                                  ", model.make_vocab_size_divisible_by=" +
-                                  std::to_string(m.make_vocab_size_divisible_by) + ")") +
-               " is not divisible by " + tp_text(tp) +
+           "the vocabulary is not divisible by " + tp_text(tp) +
                " (the embedding and output layer are split by vocabulary rows)",
-           "a vocabulary whose " + std::string(m.should_pad_vocab ? "padded " : "") +
-               "size is a multiple of " + std::to_string(tp) +
-               (m.should_pad_vocab ? " (or model.make_vocab_size_divisible_by a multiple of it)"
-                                   : "") +
-               ", or model.tensor_model_parallel_size=1");
+           "a vocabulary whose size is a multiple of " + std::to_string(tp) +
+               ", model.should_pad_vocab=true, or model.tensor_model_parallel_size=1");
   }
   divisible("model.seq_length", m.seq_length, tp,
             "each sequence's tokens", p);

@@ -53,8 +53,6 @@ void invalid_unless(bool ok, const std::string& field, const std::string& value,
   if (!ok) throw std::invalid_argument(field + "=" + value + " is invalid; accepted: " + accepted);
 }
 
-int64_t round_up(int64_t v, int64_t m) { return m > 0 ? (v + m - 1) / m * m : v; }
-
 // Failure drills for the launcher's fail-fast path: SHARDBENCH_FAULT="kill:<rank>:<step>" makes
 // that rank SIGKILL itself when the step starts, "hang:<rank>:<step>" makes it stop forever.
 void maybe_inject_fault(int rank, int64_t step) {
@@ -167,7 +165,8 @@ LlamaDims llama_dims_from(const ConfigContainer& c) {
   d.head_dim = m.kv_channels.value_or(m.hidden_size / std::max<int64_t>(1, m.num_attention_heads));
   const int64_t vocab = m.vocab_size.value_or(0);
   // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by * TP.
-  d.vocab = m.should_pad_vocab ? round_up(vocab, m.make_vocab_size_divisible_by) : vocab;
+  d.vocab = padded_vocab_size(vocab, m.make_vocab_size_divisible_by, m.should_pad_vocab,
+                              static_cast<int>(m.tensor_model_parallel_size));
   d.seq_length = m.seq_length;
   d.rope_base = m.rotary_base;
   d.norm_eps = m.layernorm_epsilon;
@@ -404,7 +403,7 @@ RunRecord describe_run(const ConfigContainer& config, const nlohmann::json& prov
         c10::elementSize(options.exp_avg_dtype) + c10::elementSize(options.exp_avg_sq_dtype);
   }
   rec.deterministic = config.model.deterministic_mode;
-  // Validation refused every layout but pure data parallelism; the record says which it was.
+  // Validation refused context and pipeline parallelism; the record says how the ranks split.
   rec.parallel_layout = ParallelLayout::make(
       ctx.world_size, static_cast<int>(config.model.tensor_model_parallel_size),
       static_cast<int>(config.model.context_parallel_size),
@@ -432,7 +431,7 @@ void configure_model(LlamaModel& model, const ConfigContainer& config,
   // Weights that stay put for the step are cast to FP8 once per step when the step has several
   // micro-batches (keeping the copies costs memory and buys nothing with one); gathered weights
   // are cast after each gather.
-  const int64_t micro_batches = gbs / std::max<int64_t>(1, mbs * ctx.world_size);
+  const int64_t micro_batches = gbs / std::max<int64_t>(1, mbs * ctx.dp);
   const bool persistent_weights =
       micro_batches > 1 &&
       !strategy_row(options.wrapper, options.strategy, options.use_distributed_optimizer)
@@ -492,7 +491,9 @@ void record_engine(RunRecord& rec, const LlamaModel& model, const DataParallelEn
   // optimizer state itself, and validation turns the flag off).
   rec.distributed_optimizer =
       uses_distributed_optimizer(options.wrapper, options.use_distributed_optimizer);
-  rec.num_parameters = engine.num_parameters();
+  // The model's parameters (under tensor parallelism the engine holds one TP rank's parts).
+  rec.num_parameters = 0;
+  for (const ParamSpec& spec : llama_param_specs(dims)) rec.num_parameters += spec.numel();
   rec.sdpa_backend =
       sdpa_backend_name(dims, config.train.micro_batch_size, options.compute_dtype, ctx.device);
 }
@@ -745,10 +746,10 @@ void record_memory(RunRecord& rec, const DataParallelEngine& engine,
   if (options.wrapper != Wrapper::kMegatronFsdp || !rec.dtype_policy) return;
   if (const ShardingSpec* row = find_strategy_row(rec.wrapper, rec.strategy, true)) {
     const MemoryStrategy strategy = row->memory;
+    // Under tensor parallelism: one TP rank's parts, sharded over the data-parallel ranks.
     const std::vector<ParamGroup> groups =
-        decoder_param_groups(decoder_param_counts(decoder_dims(dims)));
-    rec.predicted_memory =
-        fsdp_static_memory(groups, ctx.world_size, strategy, *rec.dtype_policy).resident;
+        decoder_param_groups(decoder_param_counts(decoder_dims(dims), ctx.tp));
+    rec.predicted_memory = fsdp_static_memory(groups, ctx.dp, strategy, *rec.dtype_policy).resident;
     rec.memory.predicted_static_bytes = rec.predicted_memory->total_bytes();
   }
 }
@@ -801,7 +802,10 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   reset_allocator_peaks(ctx.device);
   LlamaModel model(dims, ctx.device);
   configure_model(model, config, options, dims, ctx, rec);
-  DataParallelEngine engine(dims, options, ctx.pgs);
+  if (ctx.tp > 1) {
+    model.set_tensor_parallel({ctx.tp, ctx.engine_pgs.tp->rank(), ctx.engine_pgs.tp});
+  }
+  DataParallelEngine engine(dims, options, ctx.engine_pgs);
   if (options.gradient_accumulation_fusion) model.set_gradient_accumulation_fusion(&engine);
   if (engine.gathers_fp8()) model.set_fp8_weights(&engine);
   rec.fp8_param_gather = engine.gathers_fp8();
@@ -863,7 +867,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   record_activation_offload(rec, model, static_cast<int64_t>(my_step_ms.size()), ctx);
   record_memory(rec, engine, options, dims, ctx);
   rec.unit_timing = probes.units().record(config.train.global_batch_size /
-                                          (config.train.micro_batch_size * ctx.world_size));
+                                          (config.train.micro_batch_size * ctx.dp));
   rec.checkpoint = checkpoints.record();
   return rec;
 }

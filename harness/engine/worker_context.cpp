@@ -15,6 +15,7 @@
 #include "harness/engine/device_runtime.hpp"
 #include "harness/launch/heartbeat.hpp"
 #include "harness/launch/worker_command.hpp"
+#include "harness/parallel/parallel_layout.hpp"
 
 namespace shardbench {
 namespace {
@@ -133,13 +134,39 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
   ctx.pgs.all_gather = ProcessGroup::create(ctx.store, "all_gather", env.rank, env.world_size, po);
   ctx.pgs.reduce_scatter =
       ProcessGroup::create(ctx.store, "reduce_scatter", env.rank, env.world_size, po);
+  const ParallelLayout layout = ParallelLayout::make(
+      env.world_size, static_cast<int>(config.model.tensor_model_parallel_size),
+      static_cast<int>(config.model.context_parallel_size), 1,
+      static_cast<int>(config.model.pipeline_model_parallel_size));
+  ctx.tp = layout.tp;
+  ctx.dp = layout.dp;
+  if (layout.tp == 1) {
+    ctx.engine_pgs = ctx.pgs;
+  } else {
+    // Each group under its own store keys, named by its kind and first rank; a rank creates
+    // only the groups it belongs to, in the same order on every rank.
+    auto group = [&](const std::string& kind, const std::string& name) {
+      const std::vector<int> members = layout.group_of(kind, env.rank);
+      const int me =
+          static_cast<int>(std::find(members.begin(), members.end(), env.rank) - members.begin());
+      return ProcessGroup::create(ctx.store, kind + std::to_string(members.front()) + "/" + name,
+                                  me, static_cast<int>(members.size()), po);
+    };
+    ctx.engine_pgs.world = group("dp", "world");
+    ctx.engine_pgs.all_gather = group("dp", "all_gather");
+    ctx.engine_pgs.reduce_scatter = group("dp", "reduce_scatter");
+    ctx.engine_pgs.tp = group("tp", "tp");
+  }
   heartbeat("process groups ready");
   return ctx;
 }
 
 void destroy_process_groups(WorkerContext& ctx, bool failed) {
+  // Without tensor parallelism the engine's groups are the run's: shut down once.
+  if (ctx.engine_pgs.world == ctx.pgs.world) ctx.engine_pgs = ProcessGroups{};
   for (std::shared_ptr<ProcessGroup>* group :
-       {&ctx.pgs.reduce_scatter, &ctx.pgs.all_gather, &ctx.pgs.world}) {
+       {&ctx.engine_pgs.tp, &ctx.engine_pgs.reduce_scatter, &ctx.engine_pgs.all_gather,
+        &ctx.engine_pgs.world, &ctx.pgs.reduce_scatter, &ctx.pgs.all_gather, &ctx.pgs.world}) {
     if (!*group) continue;
     try {
       failed ? (*group)->abort() : (*group)->shutdown();

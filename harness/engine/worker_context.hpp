@@ -20,15 +20,22 @@ struct WorkerContext {
   at::Device device = at::kCPU;
   CommBackend backend = CommBackend::kGloo;
   c10::intrusive_ptr<c10d::Store> store;
-  ProcessGroups pgs;
+  ProcessGroups pgs;  // over the whole run: barriers, metrics, checkpoints
+  // The engine's communicators: its data-parallel groups and, under tensor parallelism, this
+  // rank's TP group (docs/tensor-parallel.md). The same groups as `pgs` without it.
+  ProcessGroups engine_pgs;
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int tp = 1;  // model.tensor_model_parallel_size
+  int dp = 1;  // world_size / tp: the ranks that split the global batch
 };
 
 // Picks the device (shardbench.device; auto: CUDA when present) and backend (shardbench.backend;
 // auto: NCCL on CUDA, gloo otherwise), connects to the store (rank 0 hosts it unless torchrun's
-// agent already does) and creates the world, all-gather and reduce-scatter groups.
+// agent already does) and creates the world, all-gather and reduce-scatter groups; under tensor
+// parallelism also this rank's data-parallel groups and TP group, in Megatron's rank order
+// (ParallelLayout).
 // A rendezvous that fails (the store's port taken, rank 0 unreachable within the timeout) throws
 // std::runtime_error with one line naming the address, not c10's stack trace.
 WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv& env);

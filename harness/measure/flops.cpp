@@ -1,5 +1,6 @@
 #include "harness/measure/flops.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -69,9 +70,10 @@ int64_t tp_replicated_params(const DecoderDims& d) {
   return (2 * d.num_layers + 1) * d.hidden_size;
 }
 
-int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, bool should_pad) {
-  if (!should_pad || divisible_by <= 1) return vocab;
-  return (vocab + divisible_by - 1) / divisible_by * divisible_by;
+int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, bool should_pad, int tp) {
+  const int64_t multiple = std::max<int64_t>(1, divisible_by) * std::max(1, tp);
+  if (!should_pad || multiple <= 1) return vocab;
+  return (vocab + multiple - 1) / multiple * multiple;
 }
 
 double megatron_layer_activation_bytes(const DecoderDims& d, int64_t seq, int64_t micro_batch,

@@ -36,6 +36,10 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
     : dims_(dims), options_(std::move(options)), pgs_(std::move(groups)) {
   dp_ = pgs_.world->world();
   rank_ = pgs_.world->rank();
+  if (pgs_.tp) {
+    tp_ = pgs_.tp->world();
+    tp_rank_ = pgs_.tp->rank();
+  }
   grad_checker_ = GradChecker(options_.check_for_nan_in_grad, options_.check_for_large_grads);
   spec_ = &strategy_row(options_.wrapper, options_.strategy, options_.use_distributed_optimizer);
   if (options_.wrapper == Wrapper::kTorchFsdp2 && options_.prefetch_blocks < 0) {
@@ -75,7 +79,7 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
     comm_pool_ = std::make_unique<CommBufferPool>(*pgs_.world, options_.device.index(),
                                                   options_.nccl_ub_symmetric);
   }
-  specs_ = llama_param_specs(dims_);
+  specs_ = llama_param_specs(dims_, tp_);
   for (const auto& s : specs_) num_parameters_ += s.numel();
   leaves_.resize(specs_.size());
   build_groups();
@@ -304,7 +308,7 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
   for (const auto& slot : g.layout.slots) {
     const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
     auto full = at::empty(spec.shape, dev.dtype(at::kFloat));
-    init_param(spec, slot.spec_index, options_.seed, full);
+    init_param_part(spec, dims_, slot.spec_index, options_.seed, tp_, tp_rank_, full);
     auto flat = full.view({-1});
     g.model_full.narrow(0, slot.offset, slot.numel).copy_(flat);
     if (g.main_aliases_model) continue;
@@ -373,6 +377,24 @@ void DataParallelEngine::build_views(EngineGroup& g) {
   g.owned_grad = g.spec.main_weights_sharded && !g.spec.grads_sharded
                      ? g.grad.narrow(0, lo, g.layout.shard_elems)
                      : g.grad;
+  // Where the TP-split parameters lie in owned_grad (tensor parallelism's gradient norm).
+  g.tp_split_ranges.clear();
+  const bool owned_is_shard = g.layout.per_param_dim0 || g.spec.main_weights_sharded;
+  for (const auto& slot : g.layout.slots) {
+    if (specs_[static_cast<size_t>(slot.spec_index)].tp_dim < 0) continue;
+    int64_t begin = 0, end = 0;
+    if (g.layout.per_param_dim0) {
+      begin = slot.shard_offset;  // its chunk in every rank's shard (the whole with one rank)
+      end = slot.shard_offset + slot.shard_numel;
+    } else if (owned_is_shard) {
+      begin = std::max<int64_t>(slot.offset - lo, 0);
+      end = std::min<int64_t>(slot.offset + slot.numel - lo, g.layout.shard_elems);
+    } else {
+      begin = slot.offset;
+      end = slot.offset + slot.numel;
+    }
+    if (end > begin) g.tp_split_ranges.emplace_back(begin, end - begin);
+  }
   // FSDP2 keeps no compute-dtype copy: each all-gather casts the updated fp32 shard (copy-in).
   if (g.main_aliases_model || g.layout.per_param_dim0) {
     g.owned_model = at::Tensor();

@@ -100,10 +100,16 @@ struct EngineOptions {
   bool nccl_ub_manual_registration = false;
 };
 
+// The engine's communicators. world, all_gather and reduce_scatter span the engine's
+// data-parallel group (the whole run without tensor parallelism).
 struct ProcessGroups {
   std::shared_ptr<ProcessGroup> world;           // all-reduce, barriers, metrics
   std::shared_ptr<ProcessGroup> all_gather;      // parameter gathers
   std::shared_ptr<ProcessGroup> reduce_scatter;  // gradient reductions
+  // Tensor parallelism (docs/tensor-parallel.md): this rank's TP group. The engine's parameters
+  // are then this TP rank's parts (llama_param_specs(dims, tp size)), initialised as parts of
+  // the single-rank model, and the gradient norm sums over it. Null: no tensor parallelism.
+  std::shared_ptr<ProcessGroup> tp;
 };
 
 struct EngineGroup;
@@ -141,7 +147,9 @@ class DataParallelEngine final : public ModuleHooks {
   // Whether the optimizer step runs shardbench's flat AdamW kernel (else ATen's fused AdamW).
   bool optimizer_uses_kernel() const;
   int dp() const { return dp_; }
-  int rank() const { return rank_; }
+  int rank() const { return rank_; }  // in the data-parallel group
+  int tp() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
 
   // Micro-batch `index` of `count` is about to run forward and backward.
   void begin_microbatch(int index, int count);
@@ -157,7 +165,8 @@ class DataParallelEngine final : public ModuleHooks {
   // gradients. Returns the global gradient norm before clipping (a device scalar).
   at::Tensor optimizer_step(double lr);
 
-  // The full fp32 main weights, one tensor per parameter spec (collective over the DP group).
+  // The full fp32 main weights, one tensor per parameter spec (collective over the DP group);
+  // under tensor parallelism each is this TP rank's part (tp_part_indices).
   std::vector<at::Tensor> gather_main_weights();
 
   // Checkpointing (checkpoint.hpp). The state that makes the next steps bit-identical, per
@@ -322,6 +331,8 @@ class DataParallelEngine final : public ModuleHooks {
   ProcessGroups pgs_;
   int dp_ = 1;
   int rank_ = 0;
+  int tp_ = 1;
+  int tp_rank_ = 0;
   const ShardingSpec* spec_ = nullptr;
   std::vector<ParamSpec> specs_;
   // Declared before groups_: destroyed after the buffers allocated from it.

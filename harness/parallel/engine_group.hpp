@@ -2,6 +2,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -57,6 +58,9 @@ struct EngineGroup {
   std::vector<at::Tensor> slot_grads;
   at::Tensor owned_grad;
   at::Tensor owned_model;
+  // Tensor parallelism: (offset, length) in owned_grad of the parameters that the TP ranks split;
+  // the rest (the RMSNorm weights, padding) is the same on every TP rank.
+  std::vector<std::pair<int64_t, int64_t>> tp_split_ranges;
   bool grad_full_live = false;
   int pending_grads = 0;  // parameters whose grad has not arrived in this micro-batch
   bool reduce_launched = false;

@@ -404,11 +404,23 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
   at::Tensor sq_part[2] = {sq_local.select(0, 0), sq_local.select(0, 1)};
   bool any_sharded = false;
   for (const auto& g : groups_) {
+    auto& part = sq_part[g->spec.main_weights_sharded ? 1 : 0];
+    any_sharded = any_sharded || g->spec.main_weights_sharded;
+    if (tp_rank_ > 0) {
+      // Tensor parallelism: the norms' weights are whole on every TP rank and count once, on
+      // TP rank 0; the other TP ranks add their parts of the split parameters only.
+      for (const auto& [offset, length] : g->tp_split_ranges) {
+        part.add_(at::linalg_vector_norm(g->owned_grad.narrow(0, offset, length), 2, std::nullopt,
+                                         false, at::kFloat)
+                      .square());
+      }
+      continue;
+    }
     // One fp32-accumulating read of the grads (no upcast copy).
     auto sq = at::linalg_vector_norm(g->owned_grad, 2, std::nullopt, false, at::kFloat).square();
-    sq_part[g->spec.main_weights_sharded ? 1 : 0].add_(sq);
-    any_sharded = any_sharded || g->spec.main_weights_sharded;
+    part.add_(sq);
   }
+  if (tp_ > 1) wait_comm(pgs_.tp->all_reduce(sq_local, Reduction::kSum), "grad-norm TP all-reduce");
   if (any_sharded && dp_ > 1) {
     auto sharded_part = sq_local.narrow(0, 1, 1);
     at::Tensor buf = sharded_part.clone();

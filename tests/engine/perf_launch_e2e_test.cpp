@@ -80,6 +80,57 @@ TEST_P(PerfLaunchE2E, FsdpRunAndDdpBaselineWriteOneReport) {
 
 INSTANTIATE_TEST_SUITE_P(Gloo, PerfLaunchE2E, ::testing::Values(2, 4));
 
+// Tensor parallelism end to end (docs/tensor-parallel.md): 8 ranks as TP 2 x DP 4, Megatron FSDP
+// and its DDP baseline, against the same run as pure data parallelism over 4 ranks. Same global
+// batch, same data per data-parallel rank, fp32: the TP run trains the same model to the same
+// losses, and the report says how the ranks split.
+TEST(PerfLaunchTensorParallel, Tp2Dp4TrainsLikeDp4AndRecordsTheLayout) {
+  const auto tp_report = temp_report("tp2_dp4.json");
+  const auto dp_report = temp_report("dp4.json");
+  const std::string common =
+      " -m llama -mr llama3_tiny_cpu -g cpu --use_megatron_fsdp true -gb 8 -ms 3 -mb 1 "
+      "shardbench.report_path=";
+  const Result tp = run("-ng 8 -tp 2" + common + tp_report.string());
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  const Result dp = run("-ng 4" + common + dp_report.string());
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  std::ifstream tp_in(tp_report), dp_in(dp_report);
+  const auto t = nlohmann::json::parse(tp_in);
+  const auto d = nlohmann::json::parse(dp_in);
+  ASSERT_EQ(t["runs"].size(), 2u);
+  ASSERT_EQ(d["runs"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& run_tp = t["runs"][i];
+    const auto& run_dp = d["runs"][i];
+    EXPECT_EQ(run_tp["status"], "ok");
+    EXPECT_EQ(run_tp["parallel_layout"]["tp"], 2);
+    EXPECT_EQ(run_tp["parallel_layout"]["dp"], 4);
+    EXPECT_EQ(run_tp["identity"]["world_size"], 8);
+    // The model's parameters, not one TP rank's parts.
+    EXPECT_EQ(run_tp["identity"]["num_parameters"], run_dp["identity"]["num_parameters"]);
+    ASSERT_EQ(run_tp["steps"].size(), 3u);
+    for (size_t step = 0; step < 3; ++step) {
+      const double want = run_dp["steps"][step]["loss"].get<double>();
+      EXPECT_NEAR(run_tp["steps"][step]["loss"].get<double>(), want, 1e-5 * std::abs(want))
+          << run_tp["identity"]["label"] << ", step " << step + 1;
+    }
+    // Every TP rank holds half of each split parameter: a rank's weights are about half of the
+    // data-parallel run's (the norms are whole on both).
+    const double ratio = run_tp["memory"]["per_rank"][0]["model_weight_bytes"].get<double>() /
+                         run_dp["memory"]["per_rank"][0]["model_weight_bytes"].get<double>();
+    EXPECT_GT(ratio, 0.45) << run_tp["identity"]["label"];
+    EXPECT_LT(ratio, 0.56) << run_tp["identity"]["label"];
+  }
+  // Megatron FSDP's prediction over one TP rank's parameters sharded over DP 4 (the row-aligned
+  // shards' padding, which the model leaves out, weighs more at this tiny size).
+  const auto& memory = t["runs"][0]["memory"];
+  ASSERT_TRUE(memory["engine_predicted_static_bytes"].is_number()) << memory.dump();
+  EXPECT_LT(std::abs(memory["engine_vs_predicted_static_relative"].get<double>()), 0.05)
+      << memory.dump();
+  EXPECT_EQ(t["comparison"]["head_parallel_layout"], "tp2 dp4");
+  EXPECT_EQ(t["comparison"]["baseline_parallel_layout"], "tp2 dp4");
+}
+
 // -c fp8_cs end to end: FP8 linears on bf16 CPU ranks (the CPU recipe is an fp32 recipe, so its
 // preset does not copy fp8_param_gather onto ddp; the test sets it), Megatron FSDP (whose override
 // set drops the transpose cache, and which gathers FP8 weights) next to its DDP baseline (which

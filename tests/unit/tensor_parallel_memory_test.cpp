@@ -90,6 +90,13 @@ TEST(TensorParallelMemory, PaddedVocabulary) {
   EXPECT_EQ(padded_vocab_size(500, 3, true), 501);
   EXPECT_EQ(padded_vocab_size(511, 128, true), 512);
   EXPECT_EQ(padded_vocab_size(511, 128, false), 511);
+  // Megatron pads to make_vocab_size_divisible_by x TP.
+  EXPECT_EQ(padded_vocab_size(128256, 128, true, 2), 128256);
+  EXPECT_EQ(padded_vocab_size(128000, 128, true, 3), 128256);
+  EXPECT_EQ(padded_vocab_size(128000, 128, true), 128000);
+  EXPECT_EQ(padded_vocab_size(500, 128, true, 2), 512);
+  EXPECT_EQ(padded_vocab_size(520, 128, true, 2), 768);
+  EXPECT_EQ(padded_vocab_size(520, 128, false, 2), 520);
 }
 
 // A run of 10 steps of 100 ms (the first 500 ms), GBS 4, seq 128, 1e12 FLOPs per step, on 8

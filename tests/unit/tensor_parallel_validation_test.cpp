@@ -113,22 +113,19 @@ TEST(TensorParallelValidation, SplitDimensionsMustBeMultiplesOfTp) {
             "ranks); accepted: a multiple of 2, or a tensor-parallel size that divides it");
 }
 
-// The vocabulary the embedding holds is the padded one (model.should_pad_vocab,
-// model.make_vocab_size_divisible_by), as the engine builds it.
-TEST(TensorParallelValidation, PaddedVocabularyMustBeAMultipleOfTp) {
+// The vocabulary the embedding holds is the padded one: Megatron pads it to a multiple of
+// model.make_vocab_size_divisible_by x TP (model.should_pad_vocab), as the engine builds it, so
+// only an unpadded vocabulary can fail to split.
+TEST(TensorParallelValidation, UnpaddedVocabularyMustBeAMultipleOfTp) {
   EXPECT_EQ(tiny_error({"-tp", "2", "model.vocab_size=511"}), "(accepted)");  // padded to 512
+  // Padded to 504 (a multiple of 3 x 2), not 501.
+  EXPECT_EQ(tiny_error({"-tp", "2", "model.vocab_size=500", "model.make_vocab_size_divisible_by=3"}),
+            "(accepted)");
   EXPECT_EQ(tiny_error({"-tp", "2", "model.vocab_size=511", "model.should_pad_vocab=false"}),
             "model.vocab_size=511 (from override model.vocab_size=511): the vocabulary is not "
             "divisible by model.tensor_model_parallel_size=2 (the embedding and output layer are "
-            "split by vocabulary rows); accepted: a vocabulary whose size is a multiple of 2, or "
-            "model.tensor_model_parallel_size=1");
-  EXPECT_EQ(tiny_error({"-tp", "2", "model.vocab_size=500", "model.make_vocab_size_divisible_by=3"}),
-            "model.vocab_size=500 (from override model.vocab_size=500): the padded vocabulary "
-            "(501, model.make_vocab_size_divisible_by=3) is not divisible by "
-            "model.tensor_model_parallel_size=2 (the embedding and output layer are split by "
-            "vocabulary rows); accepted: a vocabulary whose padded size is a multiple of 2 (or "
-            "model.make_vocab_size_divisible_by a multiple of it), or "
-            "model.tensor_model_parallel_size=1");
+            "split by vocabulary rows); accepted: a vocabulary whose size is a multiple of 2, "
+            "model.should_pad_vocab=true, or model.tensor_model_parallel_size=1");
 }
 
 // What the tensor-parallel engine does not implement this round.

@@ -18,6 +18,7 @@
 #include "workloads/llama/fused_ops.hpp"
 #include "workloads/llama/linear_cross_entropy.hpp"
 #include "workloads/llama/output_recompute.hpp"
+#include "workloads/llama/tensor_parallel.hpp"
 #include "workloads/llama/wgrad_linear.hpp"
 
 namespace shardbench {
@@ -34,31 +35,85 @@ int64_t ParamSpec::row_elems() const {
   return n;
 }
 
-std::vector<ParamSpec> llama_param_specs(const LlamaDims& d) {
+std::vector<ParamSpec> llama_param_specs(const LlamaDims& d, int tp) {
+  if (tp < 1) {
+    throw std::invalid_argument("tensor-parallel size " + std::to_string(tp) +
+                                ": accepted 1 or more");
+  }
+  const std::pair<const char*, int64_t> split[] = {{"model.num_attention_heads", d.heads},
+                                                   {"model.num_query_groups", d.kv_heads},
+                                                   {"model.ffn_hidden_size", d.ffn},
+                                                   {"model.vocab_size", d.vocab}};
+  for (const auto& [field, value] : split) {
+    if (value % tp != 0) {
+      throw std::invalid_argument(std::string(field) + "=" + std::to_string(value) +
+                                  ": tensor parallelism over " + std::to_string(tp) +
+                                  " ranks needs a multiple of " + std::to_string(tp));
+    }
+  }
   // Megatron's scaled_init_method_normal: projections that write into the residual stream are
   // initialised with std / sqrt(2 * num_layers).
   const double scaled_std = d.init_std / std::sqrt(2.0 * static_cast<double>(d.num_layers));
   std::vector<ParamSpec> specs;
-  specs.push_back({"embedding.word_embeddings.weight", {d.vocab, d.hidden}, 0, -1, false,
-                   d.init_std});
+  auto add = [&](std::string name, std::vector<int64_t> full, int module, int layer, bool norm,
+                 double std_dev, int tp_dim) {
+    ParamSpec s;
+    s.name = std::move(name);
+    s.shape = full;
+    s.module = module;
+    s.layer = layer;
+    s.no_weight_decay = norm;
+    s.init_std = std_dev;
+    s.tp_dim = tp_dim;
+    s.full_shape = full;
+    if (tp_dim >= 0) s.shape[static_cast<size_t>(tp_dim)] /= tp;
+    specs.push_back(std::move(s));
+  };
+  add("embedding.word_embeddings.weight", {d.vocab, d.hidden}, 0, -1, false, d.init_std, 0);
   for (int64_t l = 0; l < d.num_layers; ++l) {
     const int m = static_cast<int>(l) + 1;
     const std::string p = "decoder.layers." + std::to_string(l) + ".";
     const int li = static_cast<int>(l);
-    specs.push_back({p + "self_attention.linear_qkv.layer_norm_weight", {d.hidden}, m, li, true, 0});
-    specs.push_back({p + "self_attention.linear_qkv.weight",
-                     {d.q_dim() + 2 * d.kv_dim(), d.hidden}, m, li, false, d.init_std});
-    specs.push_back({p + "self_attention.linear_proj.weight", {d.hidden, d.q_dim()}, m, li,
-                     false, scaled_std});
-    specs.push_back({p + "mlp.linear_fc1.layer_norm_weight", {d.hidden}, m, li, true, 0});
-    specs.push_back({p + "mlp.linear_fc1.weight", {2 * d.ffn, d.hidden}, m, li, false,
-                     d.init_std});
-    specs.push_back({p + "mlp.linear_fc2.weight", {d.hidden, d.ffn}, m, li, false, scaled_std});
+    add(p + "self_attention.linear_qkv.layer_norm_weight", {d.hidden}, m, li, true, 0, -1);
+    add(p + "self_attention.linear_qkv.weight", {d.q_dim() + 2 * d.kv_dim(), d.hidden}, m, li,
+        false, d.init_std, 0);
+    add(p + "self_attention.linear_proj.weight", {d.hidden, d.q_dim()}, m, li, false, scaled_std,
+        1);
+    add(p + "mlp.linear_fc1.layer_norm_weight", {d.hidden}, m, li, true, 0, -1);
+    add(p + "mlp.linear_fc1.weight", {2 * d.ffn, d.hidden}, m, li, false, d.init_std, 0);
+    add(p + "mlp.linear_fc2.weight", {d.hidden, d.ffn}, m, li, false, scaled_std, 1);
   }
   const int head = head_module(d);
-  specs.push_back({"decoder.final_layernorm.weight", {d.hidden}, head, -1, true, 0});
-  specs.push_back({"output_layer.weight", {d.vocab, d.hidden}, head, -1, false, d.init_std});
+  add("decoder.final_layernorm.weight", {d.hidden}, head, -1, true, 0, -1);
+  add("output_layer.weight", {d.vocab, d.hidden}, head, -1, false, d.init_std, 0);
   return specs;
+}
+
+std::vector<int64_t> tp_part_indices(const ParamSpec& spec, const LlamaDims& d, int tp,
+                                     int tp_rank) {
+  if (spec.tp_dim < 0) throw std::logic_error("tp_part_indices: " + spec.name + " is not split");
+  std::vector<int64_t> idx;
+  auto range = [&](int64_t start, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) idx.push_back(start + i);
+  };
+  const int64_t full = spec.full_shape[static_cast<size_t>(spec.tp_dim)];
+  const bool qkv = spec.tp_dim == 0 && spec.layer >= 0 && full == d.q_dim() + 2 * d.kv_dim() &&
+                   spec.name.find("linear_qkv") != std::string::npos;
+  const bool fc1 = spec.tp_dim == 0 && spec.name.find("linear_fc1") != std::string::npos;
+  if (qkv) {
+    const int64_t q = d.q_dim() / tp, kv = d.kv_dim() / tp;
+    range(tp_rank * q, q);
+    range(d.q_dim() + tp_rank * kv, kv);
+    range(d.q_dim() + d.kv_dim() + tp_rank * kv, kv);
+  } else if (fc1) {
+    const int64_t f = d.ffn / tp;
+    range(tp_rank * f, f);
+    range(d.ffn + tp_rank * f, f);
+  } else {
+    const int64_t part = full / tp;
+    range(tp_rank * part, part);
+  }
+  return idx;
 }
 
 namespace {
@@ -175,6 +230,20 @@ void init_param(const ParamSpec& spec, int64_t spec_index, uint64_t seed, at::Te
   }
 }
 
+void init_param_part(const ParamSpec& spec, const LlamaDims& dims, int64_t spec_index,
+                     uint64_t seed, int tp, int tp_rank, at::Tensor param) {
+  if (tp == 1 || spec.tp_dim < 0) {
+    init_param(spec, spec_index, seed, param);
+    return;
+  }
+  at::NoGradGuard no_grad;
+  auto full = at::empty(spec.full_shape, param.options().dtype(at::kFloat));
+  init_param(spec, spec_index, seed, full);
+  const auto idx = tp_part_indices(spec, dims, tp, tp_rank);
+  auto index = at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(param.device());
+  param.copy_(full.index_select(spec.tp_dim, index));
+}
+
 LlamaWeights bind_weights(const LlamaDims& d, const std::vector<at::Tensor>& params) {
   const size_t expected = 3 + 6 * static_cast<size_t>(d.num_layers);
   if (params.size() != expected) {
@@ -199,7 +268,8 @@ LlamaWeights bind_weights(const LlamaDims& d, const std::vector<at::Tensor>& par
   return w;
 }
 
-LlamaModel::LlamaModel(LlamaDims dims, at::Device device) : dims_(dims), device_(device) {
+LlamaModel::LlamaModel(LlamaDims dims, at::Device device)
+    : dims_(dims), local_(dims), device_(device) {
   // RoPE tables (non-interleaved halves, as Megatron's default rotate_half).
   const int64_t half = dims_.head_dim / 2;
   auto inv_freq = at::pow(dims_.rope_base,
@@ -220,6 +290,39 @@ at::Tensor LlamaModel::apply_rope(const at::Tensor& x) const {
   auto x2 = x.narrow(-1, half, half);
   auto rotated = at::cat({-x2, x1}, -1);
   return x * cos + rotated * sin;
+}
+
+void LlamaModel::set_tensor_parallel(TensorParallel tp) {
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size || (tp.size > 1 && !tp.group)) {
+    throw std::invalid_argument("tensor parallel: rank " + std::to_string(tp.rank) + " of " +
+                                std::to_string(tp.size) + (tp.group ? "" : " without a group"));
+  }
+  llama_param_specs(dims_, tp.size);  // checks that heads, groups, FFN and vocabulary divide
+  if (dims_.seq_length % tp.size != 0) {
+    throw std::invalid_argument("model.seq_length=" + std::to_string(dims_.seq_length) +
+                                ": sequence parallelism over " + std::to_string(tp.size) +
+                                " ranks needs a multiple of " + std::to_string(tp.size));
+  }
+  tp_ = std::move(tp);
+  local_ = dims_;
+  local_.heads /= tp_.size;
+  local_.kv_heads /= tp_.size;
+  local_.ffn /= tp_.size;
+  local_.vocab /= tp_.size;
+}
+
+at::Tensor LlamaModel::tp_reduce_scatter(const at::Tensor& x) const {
+  return tp_.size > 1 ? tp::reduce_scatter_sequence(x, *tp_.group) : x;
+}
+
+at::Tensor LlamaModel::tp_gather(const at::Tensor& x) const {
+  return tp_.size > 1 ? tp::gather_sequence(x, *tp_.group) : x;
+}
+
+at::Tensor LlamaModel::tp_norm_weight(const at::Tensor& w) const {
+  return tp_.size > 1 && w.requires_grad() && at::GradMode::is_enabled()
+             ? tp::grad_all_reduce(w, *tp_.group)
+             : w;
 }
 
 void LlamaModel::set_offload_layers(int64_t n) {
@@ -265,7 +368,7 @@ std::vector<std::string> LlamaModel::fused_kernel_names(at::ScalarType dtype) co
   if (kernels && fused_.swiglu) names.push_back("swiglu");
   // The chunked head has an ATen path too, so it runs (and is listed) on every device; inside it
   // each chunk's loss takes the cross-entropy kernel where that is on.
-  if (kernels && fused_.cross_entropy) names.push_back("cross_entropy");
+  if (kernels && fused_.cross_entropy && tp_.size == 1) names.push_back("cross_entropy");
   if (lce_chunk_ > 0) names.push_back("linear_cross_entropy");
   return names;
 }
@@ -302,7 +405,8 @@ at::Tensor LlamaModel::norm_then_linear(const at::Tensor& x, const at::Tensor& n
   if (recompute_norms_) {
     return recompute::norm_linear(x, norm_w, dims_.norm_eps, w, wgrad_hooks(w));
   }
-  const at::Tensor h = at::rms_norm(x, {dims_.hidden}, norm_w, dims_.norm_eps);
+  const at::Tensor h =
+      tp_gather(at::rms_norm(x, {dims_.hidden}, tp_norm_weight(norm_w), dims_.norm_eps));
   census::region(linear_region);
   return linear(h, w);
 }
@@ -321,8 +425,9 @@ void LlamaModel::set_recompute_fc1_layers(int64_t n) {
 
 at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x,
                                      bool recompute_mlp) const {
-  const auto& d = dims_;
-  const int64_t b = x.size(0), s = x.size(1);
+  // Under tensor parallelism the layer's heads, query groups and FFN columns are this rank's,
+  // and x holds this rank's positions of the sequence (gathered before qkv and fc1).
+  const auto& d = local_;
   const bool fusable = fused::supports(x);
   // Attention block.
   if ((recompute_norms_ || recompute_swiglu_ || recompute_mlp) && fp8_ &&
@@ -331,6 +436,7 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x,
   }
   census::region("input_norm");
   const at::Tensor qkv = norm_then_linear(x, w.input_norm, w.qkv, "qkv");
+  const int64_t b = qkv.size(0), s = qkv.size(1);
   at::Tensor q, k, v;
   census::region("rope");
   if (fusable && fused_.rope_qkv) {
@@ -351,7 +457,7 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x,
                                                /*enable_gqa=*/d.kv_heads != d.heads);
   attn = attn.transpose(1, 2).reshape({b, s, d.q_dim()});
   census::region("proj");
-  auto x1 = x + linear(attn, w.proj);
+  auto x1 = x + tp_reduce_scatter(linear(attn, w.proj));
   // SwiGLU MLP: fc1 holds [gate; up] as Megatron's fused linear_fc1.
   census::region("post_norm");
   const bool fused_swiglu = fusable && fused_.swiglu;
@@ -360,21 +466,24 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x,
       return x1 + recompute::mlp(x1, w.post_norm, d.norm_eps, w.fc1, d.ffn, fused_swiglu, w.fc2,
                                  wgrad_hooks(w.fc1), wgrad_hooks(w.fc2));
     }
-    const at::Tensor h = at::rms_norm(x1, {d.hidden}, w.post_norm, d.norm_eps);
+    const at::Tensor h =
+        tp_gather(at::rms_norm(x1, {d.hidden}, tp_norm_weight(w.post_norm), d.norm_eps));
     census::region("fc1");
-    return x1 + recompute::mlp(h, at::Tensor(), d.norm_eps, w.fc1, d.ffn, fused_swiglu, w.fc2,
-                               wgrad_hooks(w.fc1), wgrad_hooks(w.fc2));
+    return x1 +
+           tp_reduce_scatter(recompute::mlp(h, at::Tensor(), d.norm_eps, w.fc1, d.ffn, fused_swiglu,
+                                            w.fc2, wgrad_hooks(w.fc1), wgrad_hooks(w.fc2)));
   }
   const at::Tensor gate_up = norm_then_linear(x1, w.post_norm, w.fc1, "fc1");
   census::region("swiglu");
   if (recompute_swiglu_) {
-    return x1 + recompute::swiglu_linear(gate_up, d.ffn, fused_swiglu, w.fc2, wgrad_hooks(w.fc2));
+    return x1 + tp_reduce_scatter(recompute::swiglu_linear(gate_up, d.ffn, fused_swiglu, w.fc2,
+                                                           wgrad_hooks(w.fc2)));
   }
   auto act = fused_swiglu
                  ? fused::swiglu(gate_up, d.ffn)
                  : at::silu(gate_up.narrow(-1, 0, d.ffn)) * gate_up.narrow(-1, d.ffn, d.ffn);
   census::region("fc2");
-  return x1 + linear(act, w.fc2);
+  return x1 + tp_reduce_scatter(linear(act, w.fc2));
 }
 
 at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tokens,
@@ -401,9 +510,21 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     if (hooks) hooks->pre_forward(0);
     if (census) census_scope.emplace(*census, 0, "embedding", std::vector<at::Tensor>{w.embedding});
     census::region("embedding");
-    x = at::embedding(w.embedding, tokens);
+    if (tp_.size > 1) {
+      // Vocab-parallel: each rank looks up the tokens of its vocabulary rows; the partial sums
+      // are reduce-scattered into the sequence-parallel residual stream.
+      x = tp_reduce_scatter(
+          tp::vocab_parallel_embedding(w.embedding, tokens, tp_.rank * local_.vocab));
+    } else {
+      x = at::embedding(w.embedding, tokens);
+    }
     if (hooks) x = hooks->post_forward(0, x);
     census_scope.reset();
+  }
+  if (tp_.size > 1 && (fp8_ || recompute_norms_ || lce_chunk_ > 0 || offload_layers_ > 0)) {
+    throw std::logic_error(
+        "LlamaModel: tensor parallelism with FP8 linears, norm recompute, the chunked linear "
+        "cross-entropy or activation offload is not implemented");
   }
   if (offload_layers_ > 0 && recompute_layers_ > 0) {
     throw std::logic_error("LlamaModel: activation offload and recompute exclude each other");
@@ -460,7 +581,7 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     census_scope.emplace(*census, head, "head", std::vector<at::Tensor>{w.final_norm, w.output});
   }
   census::region("final_norm");
-  auto h = at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps);
+  auto h = at::rms_norm(x, {d.hidden}, tp_norm_weight(w.final_norm), d.norm_eps);
   if (lce_chunk_ > 0 && at::GradMode::is_enabled() &&
       (h.requires_grad() || w.output.requires_grad())) {
     // The output layer and the loss chunk by chunk: no [tokens, vocab] logits.
@@ -477,6 +598,18 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
   }
   // The output layer is a ColumnParallelLinear in Megatron: fused like the others, never FP8.
   census::region("output");
+  if (tp_.size > 1) {
+    // Vocab-parallel output layer on the gathered sequence, then the vocab-parallel loss (ATen
+    // ops in fp32; the fused cross-entropy kernel works on whole rows only).
+    h = tp_gather(h);
+    auto logits = main_grads_ && w.output.requires_grad() ? wgrad::linear(h, w.output, main_grads_)
+                                                          : at::linear(h, w.output);
+    census::region("loss");
+    auto loss = tp::vocab_parallel_cross_entropy(
+        logits.view({-1, local_.vocab}), labels.reshape({-1}), tp_.rank * local_.vocab, *tp_.group);
+    if (hooks) loss = hooks->post_forward(head, loss);
+    return loss;
+  }
   auto logits = main_grads_ && w.output.requires_grad() ? wgrad::linear(h, w.output, main_grads_)
                                                         : at::linear(h, w.output);
   // Cross-entropy with fp32 math, as Megatron's vocab-parallel loss. The fused kernel reads the

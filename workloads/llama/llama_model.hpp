@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 
 #include "harness/measure/saved_activations.hpp"
+#include "workloads/llama/tensor_parallel.hpp"
 
 namespace shardbench {
 
@@ -53,12 +54,29 @@ struct ParamSpec {
   int layer = -1;                 // transformer layer index, -1 outside units
   bool no_weight_decay = false;   // Megatron skips weight decay for norms (1-D params)
   double init_std = 0.0;          // 0: initialised to ones (norm weights)
+  // Tensor parallelism (docs/tensor-parallel.md): the dimension of the full parameter that the
+  // TP ranks split, 0 (column-parallel qkv and fc1, vocab-parallel embedding and output layer:
+  // output rows) or 1 (row-parallel proj and fc2: input columns), or -1 where every TP rank
+  // holds the whole parameter (the RMSNorm weights). `shape` is this rank's part, `full_shape`
+  // the parameter before the split (equal with one TP rank).
+  int tp_dim = -1;
+  std::vector<int64_t> full_shape;
   int64_t numel() const;
   int64_t row_elems() const;      // elements per dim-0 row
 };
 
-// All parameters in forward execution order.
-std::vector<ParamSpec> llama_param_specs(const LlamaDims& dims);
+// All parameters in forward execution order, each shaped as one of `tp` tensor-parallel ranks
+// holds it (the same shapes on every TP rank). Throws std::invalid_argument when `tp` does not
+// divide the attention heads, the query groups, the FFN size or the vocabulary.
+std::vector<ParamSpec> llama_param_specs(const LlamaDims& dims, int tp = 1);
+
+// The indices along spec.tp_dim of the full parameter that TP rank `tp_rank` of `tp` holds, in
+// the order it stores them. qkv keeps [q; k; v] and fc1 [gate; up]: a rank's rows are its heads'
+// query rows, then its query groups' key and value rows (its gate rows, then its up rows), so
+// its part has the single-rank layout of a model with heads / tp heads (ffn / tp FFN columns).
+// Every other split dimension is one contiguous range.
+std::vector<int64_t> tp_part_indices(const ParamSpec& spec, const LlamaDims& dims, int tp,
+                                     int tp_rank);
 
 // Whether the FP8 linears (-c fp8_cs) compute with this weight: a layer's 2-D weights (qkv,
 // proj, fc1, fc2); the norms, the embedding and the output layer stay in the compute dtype.
@@ -69,6 +87,11 @@ inline bool is_fp8_linear_weight(const ParamSpec& spec) {
 // Fills `param` (the spec's shape) with its deterministic initial values: the same on every
 // rank and every strategy, independent of where the engine stores it.
 void init_param(const ParamSpec& spec, int64_t spec_index, uint64_t seed, at::Tensor param);
+// Under tensor parallelism: TP rank `tp_rank`'s part of the full parameter's initial values (the
+// full parameter is initialised as above and the part copied out), so that TP ranks together hold
+// exactly the single-rank model's weights.
+void init_param_part(const ParamSpec& spec, const LlamaDims& dims, int64_t spec_index,
+                     uint64_t seed, int tp, int tp_rank, at::Tensor param);
 
 struct LayerWeights {
   at::Tensor input_norm, qkv, proj, post_norm, fc1, fc2;
@@ -112,6 +135,16 @@ class LlamaModel {
   LlamaModel(LlamaDims dims, at::Device device);
 
   const LlamaDims& dims() const { return dims_; }
+
+  // Tensor parallelism with sequence parallelism (workloads/llama/tensor_parallel.hpp,
+  // docs/tensor-parallel.md): the weights bound are this TP rank's parts
+  // (llama_param_specs(dims, tp.size)), every TP rank of a data-parallel rank reads the same
+  // tokens, and the residual stream between the layers' TP regions holds seq_length / tp.size
+  // positions. Throws std::invalid_argument where the dimensions do not divide; forward_loss
+  // refuses FP8 linears, output recompute of the norms, the chunked linear cross-entropy and
+  // activation offload with it. Size 1 (the default): off.
+  void set_tensor_parallel(TensorParallel tp);
+  const TensorParallel& tensor_parallel() const { return tp_; }
 
   // Fused CUDA kernels for RoPE + qkv split, SwiGLU and cross-entropy (workloads/llama/
   // fused_ops.hpp) where the tensors allow them; ATen ops otherwise. Off by default. Each one
@@ -230,7 +263,18 @@ class LlamaModel {
   at::Tensor norm_then_linear(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& w,
                               const char* linear_region) const;
 
+  // With `tp` and its TP group, `x` [B, s, H] summed over the group and cut to this rank's
+  // positions; without tensor parallelism `x` itself. Likewise for the gather before a
+  // column-parallel linear and the gradient all-reduce of a norm weight.
+  at::Tensor tp_reduce_scatter(const at::Tensor& x) const;
+  at::Tensor tp_gather(const at::Tensor& x) const;
+  at::Tensor tp_norm_weight(const at::Tensor& w) const;
+
   LlamaDims dims_;
+  // The layer as one TP rank computes it: heads, query groups, FFN size and vocabulary divided
+  // by the TP size (dims_ itself without tensor parallelism).
+  LlamaDims local_;
+  TensorParallel tp_;
   at::Device device_;
   at::Tensor rope_cos_;  // [S, D] fp32
   at::Tensor rope_sin_;

@@ -1,0 +1,107 @@
+// The single-process reference training that the engines' parity tests compare against
+// (docs/targets.md 3), and the comparison itself: per-step losses and final weights.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "harness/engine/mock_data.hpp"
+#include "harness/parallel/flat_adamw.hpp"
+#include "workloads/llama/llama_model.hpp"
+
+namespace shardbench::reference {
+
+constexpr int kSteps = 5;
+constexpr uint64_t kSeed = 1234;
+constexpr double kLr = 1e-3;
+
+inline AdamWHyper hyper() {
+  AdamWHyper h;
+  h.lr = kLr;
+  h.weight_decay = 0.1;
+  return h;
+}
+
+struct Trajectory {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;   // global gradient norm before clipping, every step
+  std::vector<at::Tensor> weights;  // by parameter spec
+};
+
+// Plain single-process training on the whole global batch.
+inline Trajectory reference_run(const LlamaDims& dims, int64_t gbs, double clip) {
+  at::set_num_threads(1);
+  auto specs = llama_param_specs(dims);
+  std::vector<at::Tensor> params, avg, avg_sq;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto p = at::empty(specs[i].shape, at::kFloat);
+    init_param(specs[i], static_cast<int64_t>(i), kSeed, p);
+    params.push_back(p.requires_grad_(true));
+    avg.push_back(at::zeros_like(p));
+    avg_sq.push_back(at::zeros_like(p));
+  }
+  LlamaModel model(dims, at::kCPU);
+  auto weights = bind_weights(dims, params);
+  Trajectory t;
+  for (int it = 0; it < kSteps; ++it) {
+    auto batch = mock_global_batch(kSeed, it, gbs, dims.seq_length, dims.vocab);
+    auto loss = model.forward_loss(weights, batch.narrow(1, 0, dims.seq_length),
+                                   batch.narrow(1, 1, dims.seq_length), nullptr);
+    torch::autograd::backward({loss});
+    t.losses.push_back(loss.item<double>());
+    at::NoGradGuard ng;
+    double sq = 0;
+    for (auto& p : params) sq += p.grad().pow(2).sum().item<double>();
+    t.grad_norms.push_back(std::sqrt(sq));
+    const double coeff = std::min(1.0, clip / (std::sqrt(sq) + 1e-6));
+
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto g = params[i].grad() * coeff;
+      reference_adamw_step(params[i].detach(), g, avg[i], avg_sq[i], it + 1, hyper(),
+                           specs[i].no_weight_decay);
+      params[i].mutable_grad() = at::Tensor();
+    }
+  }
+  for (auto& p : params) t.weights.push_back(p.detach().clone());
+  return t;
+}
+
+// Losses and every weight within 1e-5 relative of `want`.
+inline void expect_same_training(const Trajectory& got, const Trajectory& want,
+                                 const LlamaDims& dims, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * std::abs(want.losses[i]))
+        << what << ", step " << i + 1;
+  }
+  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
+  const auto specs = llama_param_specs(dims);
+  for (size_t i = 0; i < want.weights.size(); ++i) {
+    ASSERT_EQ(got.weights[i].sizes(), want.weights[i].sizes()) << what << ", " << specs[i].name;
+    // Relative in norm: ||got - want|| <= 1e-5 ||want||. Element by element the bound is looser
+    // (1e-4 of the largest weight): the ranks sum each gradient in another order than the
+    // single process, and AdamW turns those fp32 rounding differences into visible update
+    // differences for the rare elements whose gradient is near eps (which ones depends on the
+    // CPU's kernels). A wrong shard, scale or step moves whole tensors by far more.
+    const at::Tensor delta = got.weights[i] - want.weights[i];
+    const double rel = delta.norm().item<double>() / want.weights[i].norm().item<double>();
+    EXPECT_LE(rel, 1e-5) << what << ", " << specs[i].name;
+    const double scale = want.weights[i].abs().max().item<double>();
+    EXPECT_LE(delta.abs().max().item<double>(), 1e-4 * scale) << what << ", " << specs[i].name;
+  }
+}
+
+// The weights must have moved: a test that compares unchanged weights proves nothing.
+inline void expect_weights_moved(const Trajectory& ref, const LlamaDims& dims) {
+  const auto specs = llama_param_specs(dims);
+  auto init = at::empty(specs[1].shape, at::kFloat);
+  init_param(specs[1], 1, kSeed, init);
+  EXPECT_GT((ref.weights[1] - init).abs().max().item<double>(), 1e-4);
+}
+
+}  // namespace shardbench::reference

@@ -1,0 +1,336 @@
+// Tensor parallelism with sequence parallelism (docs/tensor-parallel.md): the vocab-parallel
+// loss and the sequence collectives against their single-rank definitions, and training under
+// TP alone and TP x DP with every data-parallel wrapper against the single-process reference
+// (docs/targets.md 3): the same losses every step and, stitched from the TP ranks' parts, the
+// same final weights.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include "harness/engine/mock_data.hpp"
+#include "harness/engine/train_step.hpp"
+#include "harness/measure/flops.hpp"
+#include "harness/parallel/parallel_layout.hpp"
+#include "tests/engine/rank_threads.hpp"
+#include "tests/engine/reference_training.hpp"
+#include "workloads/llama/tensor_parallel.hpp"
+
+namespace shardbench {
+namespace {
+
+using reference::expect_same_training;
+using reference::expect_weights_moved;
+using reference::hyper;
+using reference::kLr;
+using reference::kSeed;
+using reference::kSteps;
+using reference::reference_run;
+using reference::Trajectory;
+
+// Heads, query groups, FFN, vocabulary and sequence divide by 2; the TP parts do not divide
+// evenly into 2 data-parallel shards (qkv 24 x 20, fc1 22 x 20, fc2 20 x 11, vocabulary 19 rows).
+LlamaDims tp_dims() {
+  LlamaDims d;
+  d.num_layers = 2;
+  d.hidden = 20;
+  d.heads = 4;
+  d.kv_heads = 2;
+  d.head_dim = 6;
+  d.ffn = 22;
+  d.vocab = 38;
+  d.seq_length = 8;
+  return d;
+}
+
+// The engine's parts (llama_param_specs) against the torch-free counts the memory model and the
+// dry run use (decoder_param_counts): the same elements per TP rank, the norms whole.
+TEST(TensorParallelSpecs, PartsMatchTheMemoryModelsCounts) {
+  const LlamaDims d = tp_dims();
+  DecoderDims dd;
+  dd.num_layers = d.num_layers;
+  dd.hidden_size = d.hidden;
+  dd.ffn_hidden_size = d.ffn;
+  dd.num_attention_heads = d.heads;
+  dd.num_query_groups = d.kv_heads;
+  dd.kv_channels = d.head_dim;
+  dd.vocab_size = d.vocab;
+  for (int tp : {1, 2}) {
+    int64_t total = 0, whole = 0;
+    for (const ParamSpec& s : llama_param_specs(d, tp)) {
+      total += s.numel();
+      if (s.tp_dim < 0) {
+        whole += s.numel();
+        EXPECT_EQ(s.shape, s.full_shape) << s.name;
+        EXPECT_EQ(s.shape.size(), 1u) << s.name << ": only the norms stay whole";
+      } else {
+        auto full = s.full_shape;
+        full[static_cast<size_t>(s.tp_dim)] /= tp;
+        EXPECT_EQ(s.shape, full) << s.name;
+        EXPECT_EQ(tp_part_indices(s, d, tp, tp - 1).size(),
+                  static_cast<size_t>(s.shape[static_cast<size_t>(s.tp_dim)]))
+            << s.name;
+      }
+    }
+    EXPECT_EQ(total, decoder_param_counts(dd, tp).total()) << "tp " << tp;
+    EXPECT_EQ(whole, tp_replicated_params(dd)) << "tp " << tp;
+  }
+  // 4 heads and 2 query groups: 3 ranks cannot split them.
+  EXPECT_THROW(llama_param_specs(d, 3), std::invalid_argument);
+}
+
+// The TP ranks' rows of qkv are their heads' query rows, then their groups' key and value rows.
+TEST(TensorParallelSpecs, QkvAndFc1PartsKeepTheSingleRankLayout) {
+  const LlamaDims d = tp_dims();  // q 24 rows, k 12, v 12; fc1 gate 22, up 22
+  const auto specs = llama_param_specs(d, 2);
+  const ParamSpec& qkv = specs[2];
+  const ParamSpec& fc1 = specs[5];
+  ASSERT_NE(qkv.name.find("linear_qkv.weight"), std::string::npos);
+  ASSERT_NE(fc1.name.find("linear_fc1.weight"), std::string::npos);
+  auto rows = [](int64_t from, int64_t n) {
+    std::vector<int64_t> r;
+    for (int64_t i = 0; i < n; ++i) r.push_back(from + i);
+    return r;
+  };
+  auto cat = [](std::vector<std::vector<int64_t>> parts) {
+    std::vector<int64_t> all;
+    for (auto& p : parts) all.insert(all.end(), p.begin(), p.end());
+    return all;
+  };
+  EXPECT_EQ(tp_part_indices(qkv, d, 2, 1), cat({rows(12, 12), rows(24 + 6, 6), rows(36 + 6, 6)}));
+  EXPECT_EQ(tp_part_indices(fc1, d, 2, 0), cat({rows(0, 11), rows(22, 11)}));
+  EXPECT_EQ(tp_part_indices(specs[0], d, 2, 1), rows(19, 19));  // vocabulary rows
+  EXPECT_EQ(tp_part_indices(specs[3], d, 2, 1), rows(12, 12));  // proj's input columns
+}
+
+// Each rank's groups in Megatron's rank order (ParallelLayout): the engine's world, all-gather
+// and reduce-scatter groups span its data-parallel group, `tp` its tensor-parallel group.
+testing::GroupFactory layout_groups(int tp) {
+  return [tp](const c10::intrusive_ptr<c10d::Store>& store, int rank, int world, int attempt) {
+    const ParallelLayout layout = ParallelLayout::make(world, tp, 1, 1, 1);
+    ProcessGroupOptions po;
+    po.timeout = std::chrono::seconds(60);
+    po.connect_timeout = std::chrono::seconds(8);
+    const std::string tag = "tp_attempt" + std::to_string(attempt) + "/";
+    auto group = [&](const std::string& kind, const std::string& name) {
+      const std::vector<int> members = layout.group_of(kind, rank);
+      const int me =
+          static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
+      const std::string key = tag + kind + std::to_string(members.front()) + "/" + name;
+      testing::store_barrier(*store, key + "/barrier", static_cast<int>(members.size()));
+      return ProcessGroup::create(store, key, me, static_cast<int>(members.size()), po);
+    };
+    ProcessGroups pgs;
+    pgs.world = group("dp", "world");
+    pgs.all_gather = group("dp", "ag");
+    pgs.reduce_scatter = group("dp", "rs");
+    pgs.tp = group("tp", "tp");
+    return pgs;
+  };
+}
+
+TEST(TensorParallelOps, VocabParallelCrossEntropyMatchesTheWholeVocabulary) {
+  constexpr int kTp = 2;
+  const int64_t n = 10, vocab = 14;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  const at::Tensor logits = at::randn({n, vocab}, gen, at::kFloat) * 3;
+  const at::Tensor labels = at::randint(0, vocab, {n}, gen, at::kLong);
+  at::Tensor whole = logits.clone().requires_grad_(true);
+  at::Tensor want = at::cross_entropy_loss(whole, labels);
+  torch::autograd::backward({want * 0.5});
+  std::mutex mu;
+  std::map<int, std::pair<double, at::Tensor>> got;
+  testing::run_on_ranks_with(
+      kTp,
+      [&](int, ProcessGroups& pgs) {
+        const int r = pgs.tp->rank();
+        const int64_t part = vocab / kTp;
+        at::Tensor mine = logits.narrow(1, r * part, part).clone().requires_grad_(true);
+        at::Tensor loss = tp::vocab_parallel_cross_entropy(mine, labels, r * part, *pgs.tp);
+        torch::autograd::backward({loss * 0.5});
+        std::lock_guard<std::mutex> lock(mu);
+        got[r] = {loss.item<double>(), mine.grad()};
+      },
+      layout_groups(kTp));
+  for (int r = 0; r < kTp; ++r) {
+    EXPECT_NEAR(got[r].first, want.item<double>(), 1e-6) << "TP rank " << r;
+    EXPECT_TRUE(at::allclose(got[r].second, whole.grad().narrow(1, r * (vocab / kTp), vocab / kTp),
+                             1e-6, 1e-7))
+        << "TP rank " << r << " gradient";
+  }
+}
+
+TEST(TensorParallelOps, SequenceGatherAndReduceScatterAreConjugate) {
+  constexpr int kTp = 2;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  const at::Tensor full = at::randn({3, 8, 5}, gen, at::kFloat);  // [B, S, H]
+  const at::Tensor upstream = at::randn({3, 8, 5}, gen, at::kFloat);
+  std::mutex mu;
+  std::map<int, std::vector<at::Tensor>> got;
+  testing::run_on_ranks_with(
+      kTp,
+      [&](int, ProcessGroups& pgs) {
+        const int r = pgs.tp->rank();
+        // Gather: each rank holds positions [4r, 4r + 4); backward reduce-scatters.
+        at::Tensor mine = full.narrow(1, 4 * r, 4).clone().requires_grad_(true);
+        at::Tensor gathered = tp::gather_sequence(mine, *pgs.tp);
+        torch::autograd::backward({gathered}, {upstream * (r + 1)});
+        // Reduce-scatter of (r + 1) * full: this rank's positions of 3 * full.
+        at::Tensor partial = (full * (r + 1)).requires_grad_(true);
+        at::Tensor scattered = tp::reduce_scatter_sequence(partial, *pgs.tp);
+        torch::autograd::backward({scattered}, {upstream.narrow(1, 4 * r, 4).contiguous()});
+        std::lock_guard<std::mutex> lock(mu);
+        got[r] = {gathered.detach(), mine.grad(), scattered.detach(), partial.grad()};
+      },
+      layout_groups(kTp));
+  for (int r = 0; r < kTp; ++r) {
+    const auto& g = got[r];
+    EXPECT_TRUE(at::equal(g[0], full)) << "gathered sequence, TP rank " << r;
+    // Sum over ranks of (rank + 1) * upstream, this rank's positions.
+    EXPECT_TRUE(at::allclose(g[1], 3 * upstream.narrow(1, 4 * r, 4))) << "gather backward " << r;
+    EXPECT_TRUE(at::allclose(g[2], 3 * full.narrow(1, 4 * r, 4))) << "reduce-scatter " << r;
+    // The all-gather of every rank's positions of upstream: upstream itself.
+    EXPECT_TRUE(at::equal(g[3], upstream)) << "reduce-scatter backward " << r;
+  }
+}
+
+// Stitches the TP ranks' parts of every parameter into the single-rank shapes; the norm weights
+// (whole on every TP rank) must be the same on all of them.
+std::vector<at::Tensor> stitch(const LlamaDims& dims, int tp,
+                               const std::map<int, std::vector<at::Tensor>>& parts) {
+  const auto specs = llama_param_specs(dims, tp);
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const ParamSpec& s = specs[i];
+    if (s.tp_dim < 0) {
+      for (int r = 1; r < tp; ++r) {
+        EXPECT_TRUE(at::equal(parts.at(r)[i], parts.at(0)[i]))
+            << s.name << " differs between TP ranks 0 and " << r;
+      }
+      out.push_back(parts.at(0)[i]);
+      continue;
+    }
+    at::Tensor full = at::zeros(s.full_shape, at::kFloat);
+    for (int r = 0; r < tp; ++r) {
+      const auto idx = tp_part_indices(s, dims, tp, r);
+      full.index_copy_(s.tp_dim, at::tensor(idx, at::kLong), parts.at(r)[i]);
+    }
+    out.push_back(full);
+  }
+  return out;
+}
+
+struct TpCase {
+  const char* name;
+  int world;
+  int tp;
+  Wrapper wrapper;
+  const char* strategy;
+  bool distopt;
+  int64_t gbs;
+  int64_t mbs;
+  double clip = 1.0;  // 0.05: clipping acts on every step (the gradient norm must be right)
+  bool wgrad_fusion = false;
+};
+
+void PrintTo(const TpCase& c, std::ostream* os) { *os << c.name; }
+
+Trajectory tp_engine_run(const LlamaDims& dims, const TpCase& c) {
+  EngineOptions o;
+  o.wrapper = c.wrapper;
+  o.strategy = c.strategy;
+  o.use_distributed_optimizer = c.distopt;
+  o.clip_grad = c.clip;
+  o.seed = kSeed;
+  o.adam = hyper();
+  o.gradient_accumulation_fusion = c.wgrad_fusion;
+  std::mutex mu;
+  std::map<int, std::vector<at::Tensor>> parts;   // by TP rank, from data-parallel rank 0
+  std::map<int, std::vector<double>> losses;      // by global rank
+  std::map<int, std::vector<double>> grad_norms;  // by global rank
+  std::vector<double> rank0_losses;
+  testing::run_on_ranks_with(
+      c.world,
+      [&](int rank, ProcessGroups& pgs) {
+        DataParallelEngine engine(dims, o, pgs);
+        LlamaModel model(dims, at::kCPU);
+        model.set_tensor_parallel({pgs.tp->world(), pgs.tp->rank(), pgs.tp});
+        if (c.wgrad_fusion) model.set_gradient_accumulation_fusion(&engine);
+        std::vector<double> mine, norms;
+        for (int it = 0; it < kSteps; ++it) {
+          StepInputs in{mock_global_batch(kSeed, it, c.gbs, dims.seq_length, dims.vocab), c.mbs,
+                        kLr};
+          auto out = train_step(model, engine, in);
+          at::Tensor loss = out.loss.reshape({1}).clone();
+          wait_work(pgs.world->all_reduce(loss, Reduction::kAvg), "loss");
+          mine.push_back(loss.item<double>());
+          norms.push_back(out.grad_norm.item<double>());
+        }
+        auto weights = engine.gather_main_weights();
+        std::lock_guard<std::mutex> lock(mu);
+        losses[rank] = mine;
+        grad_norms[rank] = norms;
+        if (engine.rank() == 0) parts[engine.tp_rank()] = weights;
+      },
+      layout_groups(c.tp));
+  Trajectory t;
+  t.losses = losses.at(0);
+  t.grad_norms = grad_norms.at(0);
+  for (const auto& [rank, l] : losses) {
+    for (size_t i = 0; i < l.size(); ++i) {
+      EXPECT_NEAR(l[i], t.losses[i], 1e-6 * std::abs(t.losses[i]))
+          << "rank " << rank << " disagrees on the loss of step " << i + 1;
+      EXPECT_NEAR(grad_norms.at(rank)[i], t.grad_norms[i], 1e-6 * t.grad_norms[i])
+          << "rank " << rank << " disagrees on the gradient norm of step " << i + 1;
+    }
+  }
+  t.weights = stitch(dims, c.tp, parts);
+  return t;
+}
+
+class TensorParallelParity : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(TensorParallelParity, MatchesSingleProcessReference) {
+  const TpCase c = GetParam();
+  const LlamaDims dims = tp_dims();
+  const Trajectory ref = reference_run(dims, c.gbs, c.clip);
+  const Trajectory got = tp_engine_run(dims, c);
+  expect_same_training(got, ref, dims, c.name);
+  // The norm clipping divides by: the RMSNorm weights (whole on every TP rank) count once.
+  ASSERT_EQ(got.grad_norms.size(), ref.grad_norms.size());
+  for (size_t i = 0; i < ref.grad_norms.size(); ++i) {
+    EXPECT_NEAR(got.grad_norms[i], ref.grad_norms[i], 1e-5 * ref.grad_norms[i])
+        << c.name << ", gradient norm of step " << i + 1;
+  }
+  expect_weights_moved(ref, dims);
+}
+
+// clang-format off
+INSTANTIATE_TEST_SUITE_P(
+    Gloo, TensorParallelParity,
+    ::testing::Values(
+        // TP 2 alone: one data-parallel rank, 2 micro-batches.
+        TpCase{"tp2_ddp", 2, 2, Wrapper::kDdp, "no_shard", false, 4, 2},
+        TpCase{"tp2_ddp_clipped", 2, 2, Wrapper::kDdp, "no_shard", false, 4, 2, 0.05},
+        // TP 2 x DP 2, 2 micro-batches per data-parallel rank.
+        TpCase{"tp2dp2_ddp", 4, 2, Wrapper::kDdp, "no_shard", false, 8, 2},
+        TpCase{"tp2dp2_ddp_distopt", 4, 2, Wrapper::kDdp, "no_shard", true, 8, 2},
+        TpCase{"tp2dp2_ddp_distopt_clipped", 4, 2, Wrapper::kDdp, "no_shard", true, 8, 2, 0.05},
+        TpCase{"tp2dp2_fsdp_no_shard", 4, 2, Wrapper::kMegatronFsdp, "no_shard", false, 8, 2},
+        TpCase{"tp2dp2_fsdp_optim", 4, 2, Wrapper::kMegatronFsdp, "optim", false, 8, 2},
+        TpCase{"tp2dp2_fsdp_optim_grads", 4, 2, Wrapper::kMegatronFsdp, "optim_grads", false, 8, 2},
+        TpCase{"tp2dp2_fsdp_optim_grads_params", 4, 2, Wrapper::kMegatronFsdp,
+               "optim_grads_params", false, 8, 2},
+        TpCase{"tp2dp2_fsdp_optim_grads_params_clipped_wgrad_fusion", 4, 2,
+               Wrapper::kMegatronFsdp, "optim_grads_params", false, 8, 2, 0.05, true},
+        TpCase{"tp2dp2_fsdp2", 4, 2, Wrapper::kTorchFsdp2, "reshard_after_forward", false, 8, 2},
+        TpCase{"tp2dp2_fsdp2_clipped", 4, 2, Wrapper::kTorchFsdp2, "reshard_after_forward", false,
+               8, 2, 0.05}),
+    [](const ::testing::TestParamInfo<TpCase>& info) { return std::string(info.param.name); });
+// clang-format on
+
+}  // namespace
+}  // namespace shardbench

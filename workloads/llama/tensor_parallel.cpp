@@ -1,0 +1,161 @@
+#include "workloads/llama/tensor_parallel.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "harness/parallel/process_group.hpp"
+
+namespace shardbench::tp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+ProcessGroup& group_of(AutogradContext* ctx) {
+  return *reinterpret_cast<ProcessGroup*>(ctx->saved_data["group"].toInt());
+}
+
+int64_t group_handle(ProcessGroup& group) { return reinterpret_cast<int64_t>(&group); }
+
+// [B, s, rest] on every rank -> [B, n * s, rest].
+at::Tensor all_gather_dim1(const at::Tensor& x, ProcessGroup& group) {
+  const int64_t n = group.world();
+  at::Tensor in = x.contiguous();
+  std::vector<int64_t> stacked{n};
+  for (int64_t d : in.sizes()) stacked.push_back(d);
+  at::Tensor out = at::empty(stacked, in.options());  // [n, B, s, rest]
+  at::Tensor out_flat = out.view({-1});
+  at::Tensor in_flat = in.view({-1});
+  wait_work(group.all_gather(out_flat, in_flat), "tensor-parallel sequence all-gather");
+  std::vector<int64_t> perm{1, 0};
+  for (int64_t d = 2; d < out.dim(); ++d) perm.push_back(d);
+  std::vector<int64_t> shape = in.sizes().vec();
+  shape[1] *= n;
+  return out.permute(perm).reshape(shape);
+}
+
+// [B, S, rest] partial sums -> [B, S / n, rest] of the sum, this rank's positions.
+at::Tensor reduce_scatter_dim1(const at::Tensor& x, ProcessGroup& group) {
+  const int64_t n = group.world();
+  if (x.size(1) % n != 0) {
+    throw std::invalid_argument("tensor-parallel reduce-scatter: sequence of " +
+                                std::to_string(x.size(1)) + " positions over " + std::to_string(n) +
+                                " ranks");
+  }
+  std::vector<int64_t> split{x.size(0), n, x.size(1) / n};
+  for (int64_t d = 2; d < x.dim(); ++d) split.push_back(x.size(d));
+  std::vector<int64_t> perm{1, 0};
+  for (int64_t d = 2; d < static_cast<int64_t>(split.size()); ++d) perm.push_back(d);
+  at::Tensor in = x.reshape(split).permute(perm).contiguous();  // [n, B, s, rest]
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[1] /= n;
+  at::Tensor out = at::empty(shape, x.options());
+  at::Tensor out_flat = out.view({-1});
+  at::Tensor in_flat = in.view({-1});
+  wait_work(group.reduce_scatter(out_flat, in_flat, Reduction::kSum),
+            "tensor-parallel reduce-scatter");
+  return out;
+}
+
+struct GatherSequence : torch::autograd::Function<GatherSequence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return all_gather_dim1(x, *reinterpret_cast<ProcessGroup*>(group));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {reduce_scatter_dim1(grads[0], group_of(ctx)), at::Tensor()};
+  }
+};
+
+struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return reduce_scatter_dim1(x, *reinterpret_cast<ProcessGroup*>(group));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_gather_dim1(grads[0], group_of(ctx)), at::Tensor()};
+  }
+};
+
+struct GradAllReduce : torch::autograd::Function<GradAllReduce> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor g = grads[0].contiguous().clone();
+    wait_work(group_of(ctx).all_reduce(g, Reduction::kSum), "tensor-parallel gradient all-reduce");
+    return {g, at::Tensor()};
+  }
+};
+
+struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits,
+                            const at::Tensor& labels, int64_t vocab_start, int64_t group_ptr) {
+    auto& group = *reinterpret_cast<ProcessGroup*>(group_ptr);
+    const int64_t n = logits.size(0), part = logits.size(1);
+    at::Tensor x = logits.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    at::Tensor max = std::get<0>(x.max(1));
+    wait_work(group.all_reduce(max, Reduction::kMax), "vocab-parallel cross-entropy max");
+    x.sub_(max.unsqueeze(1));
+    const at::Tensor outside = labels.lt(vocab_start).logical_or_(labels.ge(vocab_start + part));
+    const at::Tensor local = (labels - vocab_start).masked_fill_(outside, 0);
+    // One all-reduce for both: row 0 the target logit (on the rank that holds it), row 1 the
+    // exp sum of the rank's columns.
+    at::Tensor sums = at::empty({2, n}, x.options());
+    sums.select(0, 0).copy_(x.gather(1, local.unsqueeze(1)).squeeze(1).masked_fill_(outside, 0));
+    x.exp_();
+    at::Tensor exp_sums = sums.select(0, 1);
+    at::sum_out(exp_sums, x, {1});
+    wait_work(group.all_reduce(sums, Reduction::kSum), "vocab-parallel cross-entropy sums");
+    const at::Tensor exp_sum = sums.select(0, 1);
+    at::Tensor loss = (exp_sum.log() - sums.select(0, 0)).mean();
+    x.div_(exp_sum.unsqueeze(1));  // softmax over the whole vocabulary, this rank's columns
+    ctx->save_for_backward({x, local, outside});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
+    return loss;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    at::Tensor grad = saved[0];  // the softmax, used up here (backward runs once)
+    const at::Tensor& local = saved[1];
+    const at::Tensor& outside = saved[2];
+    const int64_t n = grad.size(0);
+    grad.scatter_add_(1, local.unsqueeze(1),
+                      outside.logical_not().to(at::kFloat).neg_().unsqueeze(1));
+    grad.mul_(grads[0].to(at::kFloat) / static_cast<double>(n));
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    return {grad.to(dtype), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor gather_sequence(const at::Tensor& x, ProcessGroup& group) {
+  return GatherSequence::apply(x, group_handle(group));
+}
+
+at::Tensor reduce_scatter_sequence(const at::Tensor& x, ProcessGroup& group) {
+  return ReduceScatterSequence::apply(x, group_handle(group));
+}
+
+at::Tensor grad_all_reduce(const at::Tensor& x, ProcessGroup& group) {
+  return GradAllReduce::apply(x, group_handle(group));
+}
+
+at::Tensor vocab_parallel_embedding(const at::Tensor& part, const at::Tensor& tokens,
+                                    int64_t vocab_start) {
+  const at::Tensor outside =
+      tokens.lt(vocab_start).logical_or_(tokens.ge(vocab_start + part.size(0)));
+  const at::Tensor local = (tokens - vocab_start).masked_fill_(outside, 0);
+  return at::embedding(part, local).masked_fill(outside.unsqueeze(-1), 0);
+}
+
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& labels,
+                                        int64_t vocab_start, ProcessGroup& group) {
+  return VocabParallelCrossEntropy::apply(logits, labels, vocab_start, group_handle(group));
+}
+
+}  // namespace shardbench::tp
