@@ -132,4 +132,41 @@ std::optional<std::string> tp_fsdp_connections_warning(const ConfigContainer& c,
          " requires not setting CUDA_DEVICE_MAX_CONNECTIONS=1 for better parallelization.";
 }
 
+void check_hsdp(const ConfigContainer& c, int64_t num_gpus, const Provenance& p) {
+  const int64_t instances = c.ddp.num_distributed_optimizer_instances;
+  const std::string key = "ddp.num_distributed_optimizer_instances";
+  if (instances < 1) refuse(key, instances, p, "out of range", "an integer >= 1");
+  if (c.ddp.outer_dp_sharding_strategy != "no_shard") {
+    // Megatron FSDP's HFSDP shards the optimizer across instances too; it needs
+    // optim_grads_params inside each instance.
+    refuse("ddp.outer_dp_sharding_strategy", c.ddp.outer_dp_sharding_strategy, p,
+           "sharding across HSDP instances (HFSDP) is not implemented",
+           "no_shard (the instances replicate one another)");
+  }
+  if (instances == 1) return;
+  const int64_t model_parallel = c.model.tensor_model_parallel_size *
+                                 c.model.context_parallel_size *
+                                 c.model.pipeline_model_parallel_size;
+  const int64_t dp = model_parallel > 0 ? num_gpus / model_parallel : 0;
+  if (dp % instances != 0) {
+    refuse(key, instances, p,
+           "does not divide the " + std::to_string(dp) +
+               " data-parallel ranks (each instance is a consecutive slice of them)",
+           "a divisor of the data-parallel size " + std::to_string(dp));
+  }
+  const bool torch_fsdp2 = c.dist.use_torch_fsdp2;
+  const bool megatron_fsdp = c.ddp.use_megatron_fsdp || c.dist.use_megatron_fsdp;
+  const bool sharded_optimizer = megatron_fsdp ? c.ddp.data_parallel_sharding_strategy != "no_shard"
+                                               : !torch_fsdp2 && c.ddp.use_distributed_optimizer;
+  if (!sharded_optimizer) {
+    refuse(key, instances, p,
+           std::string("HSDP needs a sharded optimizer inside each instance; this run has ") +
+               (torch_fsdp2     ? "Torch FSDP2"
+                : megatron_fsdp ? "Megatron FSDP no_shard"
+                                : "DDP without the distributed optimizer"),
+           "1, or more with ddp.use_distributed_optimizer=true (DDP) or Megatron FSDP optim, "
+           "optim_grads or optim_grads_params");
+  }
+}
+
 }  // namespace shardbench

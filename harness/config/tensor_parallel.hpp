@@ -24,6 +24,13 @@ namespace shardbench {
 // Context and pipeline parallelism and HSDP stay refused by their fields' support status.
 void check_tensor_parallel(const ConfigContainer& config, const Provenance& provenance);
 
+// HSDP (docs/parallel-layout.md, "HSDP instances"): ddp.num_distributed_optimizer_instances
+// must divide the data-parallel size (num_gpus / (TP x CP x PP)) and, above 1, needs a sharded
+// optimizer inside each instance (DDP with the distributed optimizer, Megatron FSDP other than
+// no_shard; not Torch FSDP2). ddp.outer_dp_sharding_strategy=optim (HFSDP) is refused: the
+// instances replicate one another (no_shard). One UsageError as above.
+void check_hsdp(const ConfigContainer& config, int64_t num_gpus, const Provenance& provenance);
+
 // Megatron-LM's validate_args warning for tensor or context parallelism together with Megatron
 // FSDP or Torch FSDP2 on GPUs before Blackwell (`gpu` is perf-launch's -g: h100 and h200), in
 // its own words; nullopt where it does not apply.

@@ -540,6 +540,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   // After the world size's divisibility by TP * PP * CP, the preset's copies
   // (ddp.fp8_param_gather) and the syncs: the tensor-parallel settings the run will have.
   check_tensor_parallel(config, provenance);
+  check_hsdp(config, context.num_gpus, provenance);
   profiling_rules(r);
   shardbench_rules(config);
   step_injection_rules(config.shardbench);

@@ -299,8 +299,6 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
                  "train.empty_unused_memory_level",
                  std::to_string(c.train.empty_unused_memory_level),
                  "0 (never), 1 (after forward/backward), 2 (also after the optimizer step)");
-  reject(c.ddp.num_distributed_optimizer_instances != 1, "ddp.num_distributed_optimizer_instances",
-         std::to_string(c.ddp.num_distributed_optimizer_instances), "1");
   // Knobs the engine does not implement yet are refused rather than reported as measured.
   reject(c.ddp.num_buckets.has_value(), "ddp.num_buckets",
          std::to_string(c.ddp.num_buckets.value_or(0)), "null (use ddp.bucket_size)");
@@ -749,7 +747,9 @@ void record_memory(RunRecord& rec, const DataParallelEngine& engine,
     // Under tensor parallelism: one TP rank's parts, sharded over the data-parallel ranks.
     const std::vector<ParamGroup> groups =
         decoder_param_groups(decoder_param_counts(decoder_dims(dims), ctx.tp));
-    rec.predicted_memory = fsdp_static_memory(groups, ctx.dp, strategy, *rec.dtype_policy).resident;
+    // Sharded over the engine's data-parallel group: the instance under HSDP.
+    rec.predicted_memory =
+        fsdp_static_memory(groups, engine.dp(), strategy, *rec.dtype_policy).resident;
     rec.memory.predicted_static_bytes = rec.predicted_memory->total_bytes();
   }
 }

@@ -23,7 +23,7 @@ StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine, cons
   static const nvtx::Label kGradSyncLabel{"finish_grad_sync", nvtx::Color::kWait};
   // Megatron-Bridge's name for the range around optimizer.step().
   static const nvtx::Label kOptimizerLabel{"optimizer_step", nvtx::Color::kOptimizer};
-  const int64_t dp = engine.dp();
+  const int64_t dp = engine.data_parallel_size();
   const int64_t gbs = in.global_batch.size(0);
   if (gbs % (in.micro_batch * dp) != 0) {
     throw std::invalid_argument("global batch " + std::to_string(gbs) +
@@ -31,7 +31,7 @@ StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine, cons
                                 std::to_string(in.micro_batch * dp));
   }
   const int num_micro = static_cast<int>(gbs / (in.micro_batch * dp));
-  const int64_t rank = engine.rank();
+  const int64_t rank = engine.data_parallel_rank();
   const auto device = engine.options().device;
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device).dtype(at::kFloat));
   // The engine marks its waits on collectives for this step only.

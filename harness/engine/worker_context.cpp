@@ -137,36 +137,50 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
   const ParallelLayout layout = ParallelLayout::make(
       env.world_size, static_cast<int>(config.model.tensor_model_parallel_size),
       static_cast<int>(config.model.context_parallel_size), 1,
-      static_cast<int>(config.model.pipeline_model_parallel_size));
+      static_cast<int>(config.model.pipeline_model_parallel_size),
+      static_cast<int>(config.ddp.num_distributed_optimizer_instances));
   ctx.tp = layout.tp;
   ctx.dp = layout.dp;
-  if (layout.tp == 1) {
+  if (layout.tp == 1 && layout.dp_instances == 1) {
     ctx.engine_pgs = ctx.pgs;
   } else {
     // Each group under its own store keys, named by its kind and first rank; a rank creates
     // only the groups it belongs to, in the same order on every rank.
-    auto group = [&](const std::string& kind, const std::string& name) {
-      const std::vector<int> members = layout.group_of(kind, env.rank);
+    auto mine = [&](const std::vector<std::vector<int>>& groups) {
+      for (const auto& members : groups) {
+        if (std::find(members.begin(), members.end(), env.rank) != members.end()) return members;
+      }
+      throw std::logic_error("rank " + std::to_string(env.rank) + " is in no group of " +
+                             layout.describe());
+    };
+    auto group = [&](const std::vector<int>& members, const std::string& kind,
+                     const std::string& name) {
       const int me =
           static_cast<int>(std::find(members.begin(), members.end(), env.rank) - members.begin());
       return ProcessGroup::create(ctx.store, kind + std::to_string(members.front()) + "/" + name,
                                   me, static_cast<int>(members.size()), po);
     };
-    ctx.engine_pgs.world = group("dp", "world");
-    ctx.engine_pgs.all_gather = group("dp", "all_gather");
-    ctx.engine_pgs.reduce_scatter = group("dp", "reduce_scatter");
-    ctx.engine_pgs.tp = group("tp", "tp");
+    // The engine shards over its instance (the whole data-parallel group with one instance).
+    const std::vector<int> instance = mine(layout.instance_groups());
+    ctx.engine_pgs.world = group(instance, "dp", "world");
+    ctx.engine_pgs.all_gather = group(instance, "dp", "all_gather");
+    ctx.engine_pgs.reduce_scatter = group(instance, "dp", "reduce_scatter");
+    if (layout.tp > 1) ctx.engine_pgs.tp = group(layout.group_of("tp", env.rank), "tp", "tp");
+    if (layout.dp_instances > 1) {
+      ctx.engine_pgs.outer = group(mine(layout.cross_instance_groups()), "outer", "outer");
+    }
   }
   heartbeat("process groups ready");
   return ctx;
 }
 
 void destroy_process_groups(WorkerContext& ctx, bool failed) {
-  // Without tensor parallelism the engine's groups are the run's: shut down once.
+  // Without tensor parallelism and HSDP the engine's groups are the run's: shut down once.
   if (ctx.engine_pgs.world == ctx.pgs.world) ctx.engine_pgs = ProcessGroups{};
   for (std::shared_ptr<ProcessGroup>* group :
-       {&ctx.engine_pgs.tp, &ctx.engine_pgs.reduce_scatter, &ctx.engine_pgs.all_gather,
-        &ctx.engine_pgs.world, &ctx.pgs.reduce_scatter, &ctx.pgs.all_gather, &ctx.pgs.world}) {
+       {&ctx.engine_pgs.outer, &ctx.engine_pgs.tp, &ctx.engine_pgs.reduce_scatter,
+        &ctx.engine_pgs.all_gather, &ctx.engine_pgs.world, &ctx.pgs.reduce_scatter,
+        &ctx.pgs.all_gather, &ctx.pgs.world}) {
     if (!*group) continue;
     try {
       failed ? (*group)->abort() : (*group)->shutdown();

@@ -40,8 +40,20 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
     tp_ = pgs_.tp->world();
     tp_rank_ = pgs_.tp->rank();
   }
-  grad_checker_ = GradChecker(options_.check_for_nan_in_grad, options_.check_for_large_grads);
+  if (pgs_.outer) {
+    outer_ = pgs_.outer->world();
+    outer_rank_ = pgs_.outer->rank();
+  }
   spec_ = &strategy_row(options_.wrapper, options_.strategy, options_.use_distributed_optimizer);
+  // HSDP: the instances replicate what each shards, which needs a sharded optimizer (Megatron's
+  // partial distributed optimizer; Megatron FSDP's inner strategies other than no_shard).
+  if (outer_ > 1 && (options_.wrapper == Wrapper::kTorchFsdp2 || !spec_->main_weights_sharded)) {
+    throw std::invalid_argument(
+        "ddp.num_distributed_optimizer_instances=" + std::to_string(outer_) + " with " + label() +
+        "; accepted: 1, or more with the distributed optimizer or Megatron FSDP optim, "
+        "optim_grads or optim_grads_params");
+  }
+  grad_checker_ = GradChecker(options_.check_for_nan_in_grad, options_.check_for_large_grads);
   if (options_.wrapper == Wrapper::kTorchFsdp2 && options_.prefetch_blocks < 0) {
     throw std::invalid_argument("torch_fsdp2 prefetch_blocks=" +
                                 std::to_string(options_.prefetch_blocks) + "; accepted: >= 0");

@@ -110,6 +110,12 @@ struct ProcessGroups {
   // are then this TP rank's parts (llama_param_specs(dims, tp size)), initialised as parts of
   // the single-rank model, and the gradient norm sums over it. Null: no tensor parallelism.
   std::shared_ptr<ProcessGroup> tp;
+  // HSDP (ddp.num_distributed_optimizer_instances > 1, docs/parallel-layout.md): world,
+  // all_gather and reduce_scatter span this rank's instance (where the engine shards), and
+  // `outer` the ranks at the same position of every instance, which replicate one another: after
+  // the last micro-batch each rank's reduced gradient is all-reduced over it (outer
+  // no_shard). Null: one instance.
+  std::shared_ptr<ProcessGroup> outer;
 };
 
 struct EngineGroup;
@@ -148,6 +154,10 @@ class DataParallelEngine final : public ModuleHooks {
   bool optimizer_uses_kernel() const;
   int dp() const { return dp_; }
   int rank() const { return rank_; }  // in the data-parallel group
+  // The ranks that split the global batch and this rank's place among them: the instance's
+  // ranks times the instances (HSDP), the instance being its data-parallel group otherwise.
+  int data_parallel_size() const { return dp_ * outer_; }
+  int data_parallel_rank() const { return outer_rank_ * dp_ + rank_; }
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
 
@@ -333,6 +343,8 @@ class DataParallelEngine final : public ModuleHooks {
   int rank_ = 0;
   int tp_ = 1;
   int tp_rank_ = 0;
+  int outer_ = 1;  // HSDP instances
+  int outer_rank_ = 0;
   const ShardingSpec* spec_ = nullptr;
   std::vector<ParamSpec> specs_;
   // Declared before groups_: destroyed after the buffers allocated from it.

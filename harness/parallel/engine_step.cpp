@@ -313,21 +313,18 @@ void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
   at::Tensor src = g.transient_grads ? g.grad_full : g.grad;
   // Megatron checks the bucket's local grads before the collective (and before the 1/DP scale).
   grad_checker_.check(src, g.index, optimizer_steps() + 1, rank_);
+  // Megatron: average_in_collective uses ReduceOp.AVG, otherwise grads are pre-scaled by 1/DP
+  // and summed. DP counts every instance under HSDP (the cross-instance all-reduce in
+  // finish_backward sums or averages the rest).
+  const int total_dp = dp_ * outer_;
+  if (total_dp > 1 && !options_.average_in_collective) src.mul_(1.0 / total_dp);
   // One rank: a reduce-scatter would copy the grads onto themselves (its shard is the whole
   // buffer). An all-reduce runs in place and is still launched, as DDP does.
   if (dp_ == 1 && g.spec.grad_collective == GradCollective::kReduceScatter) return;
   {
     nvtx::Range range(grad_reduce_labels(g).launch(g), tensor_bytes(src));
-    // Megatron: average_in_collective uses ReduceOp.AVG, otherwise grads are pre-scaled by 1/DP
-    // and summed.
-    Reduction op = Reduction::kSum;
-    if (dp_ > 1) {
-      if (options_.average_in_collective) {
-        op = Reduction::kAvg;
-      } else {
-        src.mul_(1.0 / dp_);
-      }
-    }
+    const Reduction op =
+        dp_ > 1 && options_.average_in_collective ? Reduction::kAvg : Reduction::kSum;
     PendingReduce pending{g.index, {}, {}, src.numel()};
     if (g.spec.grad_collective == GradCollective::kAllReduce) {
       pending.work = pgs_.reduce_scatter->all_reduce(src, op);
@@ -391,6 +388,16 @@ void DataParallelEngine::finish_backward() {
     if (!g->reduce_launched && (last || g->spec.reduce_every_microbatch)) launch_grad_reduce(*g);
   }
   drain_reductions(0);
+  // HSDP, outer no_shard: the instances hold the same shards; after the step's last
+  // micro-batch each rank's reduced gradient is summed (averaged) with its replicas' in the
+  // other instances, as Megatron's partial distributed optimizer all-reduces across instances.
+  if (last && outer_ > 1) {
+    at::NoGradGuard no_grad;
+    const Reduction op = options_.average_in_collective ? Reduction::kAvg : Reduction::kSum;
+    for (auto& g : groups_) {
+      wait_comm(pgs_.outer->all_reduce(g->owned_grad, op), "cross-instance gradient all-reduce");
+    }
+  }
 }
 
 // ---- optimizer -----------------------------------------------------------------------------

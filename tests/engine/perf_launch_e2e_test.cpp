@@ -131,6 +131,37 @@ TEST(PerfLaunchTensorParallel, Tp2Dp4TrainsLikeDp4AndRecordsTheLayout) {
   EXPECT_EQ(t["comparison"]["baseline_parallel_layout"], "tp2 dp4");
 }
 
+// HSDP end to end (docs/parallel-layout.md): 4 ranks as 2 instances of 2, Megatron FSDP and its
+// DDP baseline (partial distributed optimizer), train to the losses of the same run without
+// instances, and the report records the instances.
+TEST(PerfLaunchHsdp, TwoInstancesTrainLikeOneAndRecordTheLayout) {
+  const auto hsdp_report = temp_report("hsdp_2x2.json");
+  const auto plain_report = temp_report("hsdp_plain.json");
+  const std::string common =
+      " -m llama -mr llama3_tiny_cpu -ng 4 -g cpu --use_megatron_fsdp true -gb 8 -ms 3 -mb 1 "
+      "shardbench.report_path=";
+  const Result hsdp =
+      run(common.substr(1) + hsdp_report.string() + " ddp.num_distributed_optimizer_instances=2");
+  ASSERT_EQ(hsdp.exit_code, 0) << hsdp.output;
+  const Result plain = run(common.substr(1) + plain_report.string());
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  std::ifstream h_in(hsdp_report), p_in(plain_report);
+  const auto h = nlohmann::json::parse(h_in);
+  const auto p = nlohmann::json::parse(p_in);
+  ASSERT_EQ(h["runs"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& run_h = h["runs"][i];
+    EXPECT_EQ(run_h["status"], "ok");
+    EXPECT_EQ(run_h["parallel_layout"]["dp_instances"], 2);
+    for (size_t step = 0; step < 3; ++step) {
+      const double want = p["runs"][i]["steps"][step]["loss"].get<double>();
+      EXPECT_NEAR(run_h["steps"][step]["loss"].get<double>(), want, 1e-5 * std::abs(want))
+          << run_h["identity"]["label"] << ", step " << step + 1;
+    }
+  }
+  EXPECT_EQ(h["comparison"]["head_parallel_layout"], "tp1 dp4 instances2");
+}
+
 // -c fp8_cs end to end: FP8 linears on bf16 CPU ranks (the CPU recipe is an fp32 recipe, so its
 // preset does not copy fp8_param_gather onto ddp; the test sets it), Megatron FSDP (whose override
 // set drops the transpose cache, and which gathers FP8 weights) next to its DDP baseline (which

@@ -31,6 +31,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "harness/parallel/engine.hpp"
+#include "harness/parallel/parallel_layout.hpp"
 
 namespace shardbench::testing {
 
@@ -66,6 +67,44 @@ inline ProcessGroups create_gloo_groups(const c10::intrusive_ptr<c10d::Store>& s
   pgs.all_gather = group("ag");
   pgs.reduce_scatter = group("rs");
   return pgs;
+}
+
+// Each rank's groups in Megatron's rank order (ParallelLayout) with `tp` tensor-parallel ranks
+// and `instances` HSDP instances: the engine's world, all-gather and reduce-scatter groups span
+// its instance (its data-parallel group with one instance), `tp` its tensor-parallel group and
+// `outer` its cross-instance group (each only where its size is above 1).
+inline GroupFactory layout_group_factory(int tp, int instances) {
+  return [tp, instances](const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+                         int attempt) {
+    const ParallelLayout layout = ParallelLayout::make(world, tp, 1, 1, 1, instances);
+    ProcessGroupOptions po;
+    po.timeout = std::chrono::seconds(60);
+    po.connect_timeout = std::chrono::seconds(8);
+    const std::string tag = "layout_attempt" + std::to_string(attempt) + "/";
+    auto mine = [&](const std::vector<std::vector<int>>& groups) {
+      for (const auto& members : groups) {
+        for (int r : members) {
+          if (r == rank) return members;
+        }
+      }
+      return std::vector<int>{};
+    };
+    auto group = [&](const std::vector<int>& members, const std::string& name) {
+      int me = 0;
+      while (members[static_cast<size_t>(me)] != rank) ++me;
+      const std::string key = tag + name + std::to_string(members.front());
+      store_barrier(*store, key + "/barrier", static_cast<int>(members.size()));
+      return ProcessGroup::create(store, key, me, static_cast<int>(members.size()), po);
+    };
+    const std::vector<int> instance = mine(layout.instance_groups());
+    ProcessGroups pgs;
+    pgs.world = group(instance, "dp/world");
+    pgs.all_gather = group(instance, "dp/ag");
+    pgs.reduce_scatter = group(instance, "dp/rs");
+    if (tp > 1) pgs.tp = group(layout.group_of("tp", rank), "tp/");
+    if (instances > 1) pgs.outer = group(mine(layout.cross_instance_groups()), "outer/");
+    return pgs;
+  };
 }
 
 inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }

@@ -106,31 +106,7 @@ TEST(TensorParallelSpecs, QkvAndFc1PartsKeepTheSingleRankLayout) {
   EXPECT_EQ(tp_part_indices(specs[3], d, 2, 1), rows(12, 12));  // proj's input columns
 }
 
-// Each rank's groups in Megatron's rank order (ParallelLayout): the engine's world, all-gather
-// and reduce-scatter groups span its data-parallel group, `tp` its tensor-parallel group.
-testing::GroupFactory layout_groups(int tp) {
-  return [tp](const c10::intrusive_ptr<c10d::Store>& store, int rank, int world, int attempt) {
-    const ParallelLayout layout = ParallelLayout::make(world, tp, 1, 1, 1);
-    ProcessGroupOptions po;
-    po.timeout = std::chrono::seconds(60);
-    po.connect_timeout = std::chrono::seconds(8);
-    const std::string tag = "tp_attempt" + std::to_string(attempt) + "/";
-    auto group = [&](const std::string& kind, const std::string& name) {
-      const std::vector<int> members = layout.group_of(kind, rank);
-      const int me =
-          static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
-      const std::string key = tag + kind + std::to_string(members.front()) + "/" + name;
-      testing::store_barrier(*store, key + "/barrier", static_cast<int>(members.size()));
-      return ProcessGroup::create(store, key, me, static_cast<int>(members.size()), po);
-    };
-    ProcessGroups pgs;
-    pgs.world = group("dp", "world");
-    pgs.all_gather = group("dp", "ag");
-    pgs.reduce_scatter = group("dp", "rs");
-    pgs.tp = group("tp", "tp");
-    return pgs;
-  };
-}
+testing::GroupFactory layout_groups(int tp) { return testing::layout_group_factory(tp, 1); }
 
 TEST(TensorParallelOps, VocabParallelCrossEntropyMatchesTheWholeVocabulary) {
   constexpr int kTp = 2;
@@ -234,6 +210,8 @@ struct TpCase {
   int64_t mbs;
   double clip = 1.0;  // 0.05: clipping acts on every step (the gradient norm must be right)
   bool wgrad_fusion = false;
+  int instances = 1;  // HSDP: ddp.num_distributed_optimizer_instances
+  bool average_in_collective = false;
 };
 
 void PrintTo(const TpCase& c, std::ostream* os) { *os << c.name; }
@@ -247,6 +225,7 @@ Trajectory tp_engine_run(const LlamaDims& dims, const TpCase& c) {
   o.seed = kSeed;
   o.adam = hyper();
   o.gradient_accumulation_fusion = c.wgrad_fusion;
+  o.average_in_collective = c.average_in_collective;
   std::mutex mu;
   std::map<int, std::vector<at::Tensor>> parts;   // by TP rank, from data-parallel rank 0
   std::map<int, std::vector<double>> losses;      // by global rank
@@ -257,7 +236,7 @@ Trajectory tp_engine_run(const LlamaDims& dims, const TpCase& c) {
       [&](int rank, ProcessGroups& pgs) {
         DataParallelEngine engine(dims, o, pgs);
         LlamaModel model(dims, at::kCPU);
-        model.set_tensor_parallel({pgs.tp->world(), pgs.tp->rank(), pgs.tp});
+        if (pgs.tp) model.set_tensor_parallel({pgs.tp->world(), pgs.tp->rank(), pgs.tp});
         if (c.wgrad_fusion) model.set_gradient_accumulation_fusion(&engine);
         std::vector<double> mine, norms;
         for (int it = 0; it < kSteps; ++it) {
@@ -266,6 +245,8 @@ Trajectory tp_engine_run(const LlamaDims& dims, const TpCase& c) {
           auto out = train_step(model, engine, in);
           at::Tensor loss = out.loss.reshape({1}).clone();
           wait_work(pgs.world->all_reduce(loss, Reduction::kAvg), "loss");
+          // HSDP: the instances train on different samples of the global batch.
+          if (pgs.outer) wait_work(pgs.outer->all_reduce(loss, Reduction::kAvg), "loss");
           mine.push_back(loss.item<double>());
           norms.push_back(out.grad_norm.item<double>());
         }
@@ -273,9 +254,10 @@ Trajectory tp_engine_run(const LlamaDims& dims, const TpCase& c) {
         std::lock_guard<std::mutex> lock(mu);
         losses[rank] = mine;
         grad_norms[rank] = norms;
-        if (engine.rank() == 0) parts[engine.tp_rank()] = weights;
+        // Data-parallel rank 0 of the whole run (instance 0 under HSDP).
+        if (engine.data_parallel_rank() == 0) parts[engine.tp_rank()] = weights;
       },
-      layout_groups(c.tp));
+      testing::layout_group_factory(c.tp, c.instances));
   Trajectory t;
   t.losses = losses.at(0);
   t.grad_norms = grad_norms.at(0);
@@ -331,6 +313,60 @@ INSTANTIATE_TEST_SUITE_P(
                8, 2, 0.05}),
     [](const ::testing::TestParamInfo<TpCase>& info) { return std::string(info.param.name); });
 // clang-format on
+
+// HSDP (ddp.num_distributed_optimizer_instances): each instance shards, the instances replicate
+// one another and all-reduce their reduced gradients after the last micro-batch. 2 instances of
+// 2 ranks, with and without TP 2 (8 ranks), 2 micro-batches per data-parallel rank: the data
+// split counts every instance's ranks, the 1/DP scale too.
+class HsdpParity : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(HsdpParity, MatchesSingleProcessReference) {
+  const TpCase c = GetParam();
+  const LlamaDims dims = tp_dims();
+  const Trajectory ref = reference_run(dims, c.gbs, c.clip);
+  const Trajectory got = tp_engine_run(dims, c);
+  expect_same_training(got, ref, dims, c.name);
+  for (size_t i = 0; i < ref.grad_norms.size(); ++i) {
+    EXPECT_NEAR(got.grad_norms[i], ref.grad_norms[i], 1e-5 * ref.grad_norms[i])
+        << c.name << ", gradient norm of step " << i + 1;
+  }
+}
+
+// clang-format off
+INSTANTIATE_TEST_SUITE_P(
+    Gloo, HsdpParity,
+    ::testing::Values(
+        TpCase{"hsdp2x2_ddp_distopt", 4, 1, Wrapper::kDdp, "no_shard", true, 8, 1, 1.0, false, 2},
+        TpCase{"hsdp2x2_fsdp_optim", 4, 1, Wrapper::kMegatronFsdp, "optim", false, 8, 1, 1.0,
+               false, 2},
+        TpCase{"hsdp2x2_fsdp_optim_grads", 4, 1, Wrapper::kMegatronFsdp, "optim_grads", false, 8,
+               1, 1.0, false, 2},
+        TpCase{"hsdp2x2_fsdp_optim_grads_params", 4, 1, Wrapper::kMegatronFsdp,
+               "optim_grads_params", false, 8, 1, 1.0, false, 2},
+        TpCase{"hsdp2x2_fsdp_optim_grads_params_clipped_avg", 4, 1, Wrapper::kMegatronFsdp,
+               "optim_grads_params", false, 8, 1, 0.05, false, 2, true},
+        TpCase{"tp2_hsdp2x2_fsdp_optim_grads_params", 8, 2, Wrapper::kMegatronFsdp,
+               "optim_grads_params", false, 8, 1, 1.0, false, 2}),
+    [](const ::testing::TestParamInfo<TpCase>& info) { return std::string(info.param.name); });
+// clang-format on
+
+TEST(HsdpEngine, RefusesAnUnshardedOptimizer) {
+  EngineOptions o;  // DDP without the distributed optimizer
+  testing::run_on_ranks_with(
+      4,
+      [&](int, ProcessGroups& pgs) {
+        try {
+          DataParallelEngine engine(tp_dims(), o, pgs);
+          ADD_FAILURE() << "accepted HSDP with DDP's replicated optimizer";
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("ddp.num_distributed_optimizer_instances=2 with "
+                                               "ddp"),
+                    std::string::npos)
+              << e.what();
+        }
+      },
+      testing::layout_group_factory(1, 2));
+}
 
 }  // namespace
 }  // namespace shardbench

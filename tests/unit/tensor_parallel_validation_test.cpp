@@ -177,7 +177,7 @@ TEST(TensorParallelValidation, FeaturesWithoutATensorParallelPathAreRefused) {
   }
 }
 
-// Context and pipeline parallelism and HSDP stay refused; the world must divide by TP * CP * PP.
+// Context and pipeline parallelism stay refused; the world must divide by TP * CP * PP.
 TEST(TensorParallelValidation, OtherDimensionsStayRefused) {
   EXPECT_EQ(tiny_error({"-tp", "2", "-cp", "2"}, "8"),
             "-cp/--context_parallel_size=2 is not supported by shardbench yet: context "
@@ -190,10 +190,12 @@ TEST(TensorParallelValidation, OtherDimensionsStayRefused) {
   EXPECT_EQ(tiny_error({"-tp", "2", "model.context_parallel_size=2"}, "8"),
             "model.context_parallel_size=2 (from override model.context_parallel_size=2): not "
             "implemented by shardbench: the engine has no context parallelism; accepted: 1");
-  EXPECT_EQ(tiny_error({"-tp", "2", "ddp.num_distributed_optimizer_instances=2"}),
-            "ddp.num_distributed_optimizer_instances=2 (from override "
-            "ddp.num_distributed_optimizer_instances=2): not implemented by shardbench: HSDP is "
-            "not implemented; accepted: 1");
+  // HSDP instances divide the data-parallel ranks: 4 ranks over TP 2 leave 2.
+  EXPECT_EQ(tiny_error({"-tp", "2", "ddp.num_distributed_optimizer_instances=4"}),
+            "ddp.num_distributed_optimizer_instances=4 (from override "
+            "ddp.num_distributed_optimizer_instances=4): does not divide the 2 data-parallel "
+            "ranks (each instance is a consecutive slice of them); accepted: a divisor of the "
+            "data-parallel size 2");
   EXPECT_EQ(tiny_error({"-tp", "2"}, "3"),
             "Requested 3 GPUs is not divisible by TP * PP * CP (2 * 1 * 1 = 2)");
   EXPECT_EQ(tiny_error({"-tp", "0"}),
@@ -261,6 +263,41 @@ TEST(TensorParallelValidation, CudaDeviceMaxConnectionsAsUpstream) {
             }),
             "CUDA_DEVICE_MAX_CONNECTIONS=1 (from the environment): FSDP requires "
             "CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.");
+}
+
+}  // namespace
+}  // namespace shardbench
+
+namespace shardbench {
+namespace {
+
+// HSDP (docs/parallel-layout.md, "HSDP instances"): instances that divide the data-parallel
+// ranks, a sharded optimizer inside each, outer no_shard.
+TEST(HsdpValidation, InstancesNeedASharedOptimizerAndMustDivideTheDataParallelRanks) {
+  const std::string key = "ddp.num_distributed_optimizer_instances";
+  EXPECT_EQ(tiny_error({"--use_megatron_fsdp", "true", key + "=2"}), "(accepted)");
+  EXPECT_EQ(tiny_error({"--use_megatron_fsdp", "true", "-tp", "2", key + "=2"}, "8"), "(accepted)");
+  EXPECT_EQ(tiny_error({key + "=2", "ddp.use_distributed_optimizer=true",
+                        "optimizer.use_distributed_optimizer=true"}),
+            "(accepted)");
+  EXPECT_EQ(tiny_error({"--use_megatron_fsdp", "true", key + "=3"}),
+            key + "=3 (from override " + key +
+                "=3): does not divide the 4 data-parallel ranks (each instance is a consecutive "
+                "slice of them); accepted: a divisor of the data-parallel size 4");
+  EXPECT_EQ(tiny_error({key + "=2", "ddp.use_distributed_optimizer=false",
+                        "optimizer.use_distributed_optimizer=false"}),
+            key + "=2 (from override " + key +
+                "=2): HSDP needs a sharded optimizer inside each instance; this run has DDP "
+                "without the distributed optimizer; accepted: 1, or more with "
+                "ddp.use_distributed_optimizer=true (DDP) or Megatron FSDP optim, optim_grads or "
+                "optim_grads_params");
+  EXPECT_NE(tiny_error({"dist.use_torch_fsdp2=true", key + "=2"}).find("this run has Torch FSDP2"),
+            std::string::npos);
+  EXPECT_NE(tiny_error({"--use_megatron_fsdp", "true", key + "=2",
+                        "ddp.data_parallel_sharding_strategy=optim_grads_params",
+                        "ddp.outer_dp_sharding_strategy=optim"})
+                .find("ddp.outer_dp_sharding_strategy=optim"),
+            std::string::npos);
 }
 
 }  // namespace
