@@ -802,6 +802,12 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   reset_allocator_peaks(ctx.device);
   LlamaModel model(dims, ctx.device);
   configure_model(model, config, options, dims, ctx, rec);
+  if (!ctx.engine_pgs.world || ctx.dp * ctx.tp != ctx.world_size) {
+    throw std::logic_error(
+        "run_benchmark: the worker context has no engine groups or a layout "
+        "that does not cover its " +
+        std::to_string(ctx.world_size) + " ranks");
+  }
   if (ctx.tp > 1) {
     model.set_tensor_parallel({ctx.tp, ctx.engine_pgs.tp->rank(), ctx.engine_pgs.tp});
   }

@@ -150,8 +150,10 @@ std::vector<StepRecord> bench_run(const ResolvedConfig& resolved) {
   testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
     WorkerContext ctx;
     ctx.pgs = pgs;
+    ctx.engine_pgs = pgs;  // no tensor parallelism, one instance
     ctx.rank = rank;
     ctx.world_size = 2;
+    ctx.dp = 2;
     const RunRecord rec =
         run_benchmark(resolved.config, nlohmann::json::object(), resolved.model_recipe_name, ctx);
     if (rank != 0) return;

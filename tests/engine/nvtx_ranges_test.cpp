@@ -277,5 +277,46 @@ TEST_F(NvtxRanges, DdpBaselineReducesEachBucketInEveryStep) {
   }
 }
 
+// Tensor parallelism's collectives are named on the timeline inside the layer they serve: per
+// layer forward two sequence all-gathers (before qkv and fc1) and two reduce-scatters (after
+// proj and fc2), the norms' gradient all-reduces in backward, and the vocab-parallel loss in the
+// head, each with its bytes.
+TEST(NvtxRangesTensorParallel, CollectivesAreNamedInsideTheirLayers) {
+  if (!nvtx::kCompiledIn) GTEST_SKIP() << "built without the NVTX headers";
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("shardbench_nvtx_tp_" + std::to_string(getpid()));
+  remove_run_files(dir);
+  std::filesystem::create_directories(dir);
+  const std::string cmd =
+      std::string("NVTX_INJECTION64_PATH=") + SHARDBENCH_NVTX_RECORDER +
+      " SHARDBENCH_NVTX_RECORD=" + (dir / "rank%r.tsv").string() + " " + SHARDBENCH_PERF_LAUNCH +
+      " -m llama -mr llama3_tiny_cpu -ng 2 -tp 2 -g cpu -ms 1 -gb 2 -mb 1"
+      " ddp.use_distributed_optimizer=false optimizer.use_distributed_optimizer=false"
+      " shardbench.report_path=" +
+      (dir / "report.json").string();
+  std::string output;
+  ASSERT_EQ(run_shell(cmd, &output), 0) << output;
+  const Recording rec = load(dir / "rank0.tsv", "shardbench");
+  remove_run_files(dir);
+  EXPECT_TRUE(rec.errors.empty()) << rec.errors.front();
+  const auto steps = rec.named("training_step_1");
+  ASSERT_EQ(steps.size(), 1u);
+  const int step = steps[0];
+  for (const char* layer : {"forward/layer_0", "forward/layer_1"}) {
+    const auto fwd = rec.within(step, layer);
+    ASSERT_EQ(fwd.size(), 2u) << layer << ": two micro-batches";
+    EXPECT_EQ(rec.within(fwd[0], "tp/sequence_all_gather").size(), 2u) << layer;
+    EXPECT_EQ(rec.within(fwd[0], "tp/sequence_reduce_scatter").size(), 2u) << layer;
+    for (int r : rec.within(fwd[0], "tp/sequence_all_gather")) {
+      ASSERT_TRUE(rec[r].payload.has_value());
+      EXPECT_GT(*rec[r].payload, 0);
+    }
+  }
+  // The head's gather and loss, and the norms' gradient all-reduces (5 norm weights, 2 micro-
+  // batches) in backward.
+  EXPECT_EQ(rec.within(step, "tp/vocab_parallel_cross_entropy").size(), 2u);
+  EXPECT_EQ(rec.within(step, "tp/norm_grad_all_reduce").size(), 10u);
+}
+
 }  // namespace
 }  // namespace shardbench

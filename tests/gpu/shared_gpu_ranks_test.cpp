@@ -210,6 +210,33 @@ TEST_P(SharedGpu, DoubleBufferPrefetchRecomputeOffloadAndFp8Train) {
   }
 }
 
+// Tensor parallelism over NCCL (docs/tensor-parallel.md): TP 2 (x DP 1 or 2) with Megatron FSDP
+// and its DDP baseline trains to the losses of the same world as pure data parallelism; at 4
+// ranks HSDP (2 instances of 2) does too. -tp sets CUDA_DEVICE_MAX_CONNECTIONS=1 on Hopper,
+// which Megatron FSDP refuses: the runs pass 32, as the FSDP recipes do.
+TEST_P(SharedGpu, TensorParallelAndHsdpTrainLikeDataParallelInFp32) {
+  const int world = GetParam();
+  const std::string fsdp = kFp32 + "--use_megatron_fsdp true env.CUDA_DEVICE_MAX_CONNECTIONS=32 ";
+  const Launch dp = launch(world, fsdp);
+  expect_functional_report(dp, world);
+  ASSERT_FALSE(dp.report.is_null());
+  const std::vector<double> want = losses(run_labelled(dp.report, "ddp"));
+  const Launch tp = launch(world, fsdp + "-tp 2");
+  expect_functional_report(tp, world);
+  if (!tp.report.is_null()) {
+    EXPECT_EQ(tp.report["runs"][0]["parallel_layout"]["tp"], 2);
+    expect_losses_near(losses(run_labelled(tp.report, "megatron_fsdp")), want, 1e-5, "tp2 fsdp");
+    expect_losses_near(losses(run_labelled(tp.report, "ddp")), want, 1e-5, "tp2 ddp");
+  }
+  if (world < 4) return;
+  const Launch hsdp = launch(world, fsdp + "ddp.num_distributed_optimizer_instances=2");
+  expect_functional_report(hsdp, world);
+  if (!hsdp.report.is_null()) {
+    EXPECT_EQ(hsdp.report["runs"][0]["parallel_layout"]["dp_instances"], 2);
+    expect_losses_near(losses(run_labelled(hsdp.report, "megatron_fsdp")), want, 1e-5, "hsdp");
+  }
+}
+
 TEST_P(SharedGpu, KilledRankEndsTheRunNamingIt) {
   const int world = GetParam();
   const Launch r = launch(world, "--compare_ddp false",

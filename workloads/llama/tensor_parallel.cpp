@@ -5,6 +5,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "harness/measure/nvtx.hpp"
 #include "harness/parallel/process_group.hpp"
 
 namespace shardbench::tp {
@@ -19,6 +20,14 @@ ProcessGroup& group_of(AutogradContext* ctx) {
 
 int64_t group_handle(ProcessGroup& group) { return reinterpret_cast<int64_t>(&group); }
 
+// The TP collectives on the timeline, each with its bytes as the payload.
+const nvtx::Label kGatherLabel{"tp/sequence_all_gather", nvtx::Color::kComm};
+const nvtx::Label kReduceScatterLabel{"tp/sequence_reduce_scatter", nvtx::Color::kComm};
+const nvtx::Label kGradAllReduceLabel{"tp/norm_grad_all_reduce", nvtx::Color::kComm};
+const nvtx::Label kLossLabel{"tp/vocab_parallel_cross_entropy", nvtx::Color::kComm};
+
+int64_t bytes_of(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
 // [B, s, rest] on every rank -> [B, n * s, rest].
 at::Tensor all_gather_dim1(const at::Tensor& x, ProcessGroup& group) {
   const int64_t n = group.world();
@@ -28,7 +37,10 @@ at::Tensor all_gather_dim1(const at::Tensor& x, ProcessGroup& group) {
   at::Tensor out = at::empty(stacked, in.options());  // [n, B, s, rest]
   at::Tensor out_flat = out.view({-1});
   at::Tensor in_flat = in.view({-1});
-  wait_work(group.all_gather(out_flat, in_flat), "tensor-parallel sequence all-gather");
+  {
+    nvtx::Range range(kGatherLabel, bytes_of(out));
+    wait_work(group.all_gather(out_flat, in_flat), "tensor-parallel sequence all-gather");
+  }
   std::vector<int64_t> perm{1, 0};
   for (int64_t d = 2; d < out.dim(); ++d) perm.push_back(d);
   std::vector<int64_t> shape = in.sizes().vec();
@@ -54,6 +66,7 @@ at::Tensor reduce_scatter_dim1(const at::Tensor& x, ProcessGroup& group) {
   at::Tensor out = at::empty(shape, x.options());
   at::Tensor out_flat = out.view({-1});
   at::Tensor in_flat = in.view({-1});
+  nvtx::Range range(kReduceScatterLabel, bytes_of(in));
   wait_work(group.reduce_scatter(out_flat, in_flat, Reduction::kSum),
             "tensor-parallel reduce-scatter");
   return out;
@@ -86,6 +99,7 @@ struct GradAllReduce : torch::autograd::Function<GradAllReduce> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     at::Tensor g = grads[0].contiguous().clone();
+    nvtx::Range range(kGradAllReduceLabel, bytes_of(g));
     wait_work(group_of(ctx).all_reduce(g, Reduction::kSum), "tensor-parallel gradient all-reduce");
     return {g, at::Tensor()};
   }
@@ -95,6 +109,7 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits,
                             const at::Tensor& labels, int64_t vocab_start, int64_t group_ptr) {
     auto& group = *reinterpret_cast<ProcessGroup*>(group_ptr);
+    nvtx::Range range(kLossLabel, bytes_of(logits));
     const int64_t n = logits.size(0), part = logits.size(1);
     at::Tensor x = logits.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
     at::Tensor max = std::get<0>(x.max(1));
