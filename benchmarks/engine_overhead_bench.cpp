@@ -37,7 +37,9 @@ ProcessGroups single_rank_groups() {
   const std::string p = "bench" + std::to_string(counter++) + "_";
   return {ProcessGroup::create(store, p + "world", 0, 1, {}),
           ProcessGroup::create(store, p + "ag", 0, 1, {}),
-          ProcessGroup::create(store, p + "rs", 0, 1, {})};
+          ProcessGroup::create(store, p + "rs", 0, 1, {}),
+          /*tp=*/nullptr,
+          /*outer=*/nullptr};
 }
 
 // `layers` layers like a Llama3 stack (6 tensors each), each tensor tiny.

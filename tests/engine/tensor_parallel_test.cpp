@@ -173,6 +173,64 @@ TEST(TensorParallelOps, SequenceGatherAndReduceScatterAreConjugate) {
   }
 }
 
+// The engine side of gradient-accumulation fusion, for one weight: its main-grad buffer.
+class OneMainGrad : public ModuleHooks {
+ public:
+  explicit OneMainGrad(at::Tensor w) : w_(std::move(w)), grad_(at::zeros_like(w_)) {}
+  void pre_forward(int) override {}
+  at::Tensor post_forward(int, at::Tensor output) override { return output; }
+  at::Tensor main_grad(const at::Tensor& w) override {
+    return w.unsafeGetTensorImpl() == w_.unsafeGetTensorImpl() ? grad_ : at::Tensor();
+  }
+  void main_grad_accumulated(const at::Tensor&) override { ++accumulated_; }
+  const at::Tensor& grad() const { return grad_; }
+  int accumulated() const { return accumulated_; }
+
+ private:
+  at::Tensor w_, grad_;
+  int accumulated_ = 0;
+};
+
+// The column-parallel linear on sequence-parallel input against linear(full input, whole weight):
+// the rank's output columns, the input gradient of its positions summed over the ranks, its
+// weight rows' gradient, with and without gradient-accumulation fusion.
+TEST(TensorParallelOps, ColumnParallelLinearMatchesTheWholeLinear) {
+  constexpr int kTp = 2;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const at::Tensor x = at::randn({2, 8, 6}, gen, at::kFloat);  // [B, S, in]
+  const at::Tensor w = at::randn({10, 6}, gen, at::kFloat);    // [out, in]
+  const at::Tensor dy = at::randn({2, 8, 10}, gen, at::kFloat);
+  at::Tensor xw = x.clone().requires_grad_(true);
+  at::Tensor ww = w.clone().requires_grad_(true);
+  torch::autograd::backward({at::linear(xw, ww)}, {dy});
+  for (bool fused : {false, true}) {
+    std::mutex mu;
+    std::map<int, std::vector<at::Tensor>> got;
+    testing::run_on_ranks_with(
+        kTp,
+        [&](int, ProcessGroups& pgs) {
+          const int r = pgs.tp->rank();
+          at::Tensor xr = x.narrow(1, 4 * r, 4).clone().requires_grad_(true);
+          at::Tensor wr = w.narrow(0, 5 * r, 5).clone().requires_grad_(true);
+          OneMainGrad hooks(wr);
+          at::Tensor y = tp::column_parallel_linear(xr, wr, *pgs.tp, fused ? &hooks : nullptr);
+          torch::autograd::backward({y}, {dy.narrow(2, 5 * r, 5).contiguous()});
+          std::lock_guard<std::mutex> lock(mu);
+          got[r] = {y.detach(), xr.grad(), fused ? hooks.grad() : wr.grad(),
+                    at::scalar_tensor(hooks.accumulated())};
+          if (fused) EXPECT_FALSE(wr.grad().defined()) << "the gradient went to the main grad";
+        },
+        layout_groups(kTp));
+    for (int r = 0; r < kTp; ++r) {
+      const auto& g = got[r];
+      EXPECT_TRUE(at::allclose(g[0], at::linear(x, w).narrow(2, 5 * r, 5), 1e-5, 1e-6)) << r;
+      EXPECT_TRUE(at::allclose(g[1], xw.grad().narrow(1, 4 * r, 4), 1e-5, 1e-6)) << r;
+      EXPECT_TRUE(at::allclose(g[2], ww.grad().narrow(0, 5 * r, 5), 1e-5, 1e-6)) << r;
+      EXPECT_EQ(g[3].item<int>(), fused ? 1 : 0) << r;
+    }
+  }
+}
+
 // Stitches the TP ranks' parts of every parameter into the single-rank shapes; the norm weights
 // (whole on every TP rank) must be the same on all of them.
 std::vector<at::Tensor> stitch(const LlamaDims& dims, int tp,

@@ -19,7 +19,8 @@ inline ProcessGroups nccl_world1() {
   po.backend = CommBackend::kNccl;
   po.device_index = 0;
   return {ProcessGroup::create(store, "world", 0, 1, po),
-          ProcessGroup::create(store, "ag", 0, 1, po), ProcessGroup::create(store, "rs", 0, 1, po)};
+          ProcessGroup::create(store, "ag", 0, 1, po), ProcessGroup::create(store, "rs", 0, 1, po),
+          /*tp=*/nullptr, /*outer=*/nullptr};
 }
 
 }  // namespace shardbench::testing

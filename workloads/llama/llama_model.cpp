@@ -405,9 +405,11 @@ at::Tensor LlamaModel::norm_then_linear(const at::Tensor& x, const at::Tensor& n
   if (recompute_norms_) {
     return recompute::norm_linear(x, norm_w, dims_.norm_eps, w, wgrad_hooks(w));
   }
-  const at::Tensor h =
-      tp_gather(at::rms_norm(x, {dims_.hidden}, tp_norm_weight(norm_w), dims_.norm_eps));
+  const at::Tensor h = at::rms_norm(x, {dims_.hidden}, tp_norm_weight(norm_w), dims_.norm_eps);
   census::region(linear_region);
+  // Tensor parallelism: the gather of the rank's positions is part of the linear, which keeps
+  // only those positions for backward.
+  if (tp_.size > 1) return tp::column_parallel_linear(h, w, *tp_.group, wgrad_hooks(w));
   return linear(h, w);
 }
 
@@ -601,9 +603,8 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
   if (tp_.size > 1) {
     // Vocab-parallel output layer on the gathered sequence, then the vocab-parallel loss (ATen
     // ops in fp32; the fused cross-entropy kernel works on whole rows only).
-    h = tp_gather(h);
-    auto logits = main_grads_ && w.output.requires_grad() ? wgrad::linear(h, w.output, main_grads_)
-                                                          : at::linear(h, w.output);
+    auto logits = tp::column_parallel_linear(
+        h, w.output, *tp_.group, main_grads_ && w.output.requires_grad() ? main_grads_ : nullptr);
     census::region("loss");
     auto loss = tp::vocab_parallel_cross_entropy(
         logits.view({-1, local_.vocab}), labels.reshape({-1}), tp_.rank * local_.vocab, *tp_.group);

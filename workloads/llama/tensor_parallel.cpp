@@ -7,6 +7,8 @@
 
 #include "harness/measure/nvtx.hpp"
 #include "harness/parallel/process_group.hpp"
+#include "workloads/llama/llama_model.hpp"
+#include "workloads/llama/wgrad_linear.hpp"
 
 namespace shardbench::tp {
 namespace {
@@ -28,28 +30,49 @@ const nvtx::Label kLossLabel{"tp/vocab_parallel_cross_entropy", nvtx::Color::kCo
 
 int64_t bytes_of(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-// [B, s, rest] on every rank -> [B, n * s, rest].
-at::Tensor all_gather_dim1(const at::Tensor& x, ProcessGroup& group) {
+// An all-gather along the sequence in flight: `out` [n, B, s, rest] in rank order.
+struct PendingGather {
+  c10::intrusive_ptr<c10d::Work> work;
+  at::Tensor in, out;
+};
+
+PendingGather start_gather_dim1(const at::Tensor& x, ProcessGroup& group) {
   const int64_t n = group.world();
-  at::Tensor in = x.contiguous();
+  PendingGather p;
+  p.in = x.contiguous();
   std::vector<int64_t> stacked{n};
-  for (int64_t d : in.sizes()) stacked.push_back(d);
-  at::Tensor out = at::empty(stacked, in.options());  // [n, B, s, rest]
-  at::Tensor out_flat = out.view({-1});
-  at::Tensor in_flat = in.view({-1});
-  {
-    nvtx::Range range(kGatherLabel, bytes_of(out));
-    wait_work(group.all_gather(out_flat, in_flat), "tensor-parallel sequence all-gather");
-  }
-  std::vector<int64_t> perm{1, 0};
-  for (int64_t d = 2; d < out.dim(); ++d) perm.push_back(d);
-  std::vector<int64_t> shape = in.sizes().vec();
-  shape[1] *= n;
-  return out.permute(perm).reshape(shape);
+  for (int64_t d : p.in.sizes()) stacked.push_back(d);
+  p.out = at::empty(stacked, p.in.options());
+  at::Tensor out_flat = p.out.view({-1});
+  at::Tensor in_flat = p.in.view({-1});
+  nvtx::Range range(kGatherLabel, bytes_of(p.out));
+  p.work = group.all_gather(out_flat, in_flat);
+  return p;
 }
 
-// [B, S, rest] partial sums -> [B, S / n, rest] of the sum, this rank's positions.
-at::Tensor reduce_scatter_dim1(const at::Tensor& x, ProcessGroup& group) {
+// Waits for the gather; [B, n * s, rest].
+at::Tensor finish_gather_dim1(PendingGather& p) {
+  wait_work(p.work, "tensor-parallel sequence all-gather");
+  std::vector<int64_t> perm{1, 0};
+  for (int64_t d = 2; d < p.out.dim(); ++d) perm.push_back(d);
+  std::vector<int64_t> shape = p.in.sizes().vec();
+  shape[1] *= p.out.size(0);
+  return p.out.permute(perm).reshape(shape);
+}
+
+// [B, s, rest] on every rank -> [B, n * s, rest].
+at::Tensor all_gather_dim1(const at::Tensor& x, ProcessGroup& group) {
+  PendingGather p = start_gather_dim1(x, group);
+  return finish_gather_dim1(p);
+}
+
+// A reduce-scatter along the sequence in flight: `out` [B, S / n, rest].
+struct PendingReduceScatter {
+  c10::intrusive_ptr<c10d::Work> work;
+  at::Tensor in, out;
+};
+
+PendingReduceScatter start_reduce_scatter_dim1(const at::Tensor& x, ProcessGroup& group) {
   const int64_t n = group.world();
   if (x.size(1) % n != 0) {
     throw std::invalid_argument("tensor-parallel reduce-scatter: sequence of " +
@@ -60,17 +83,70 @@ at::Tensor reduce_scatter_dim1(const at::Tensor& x, ProcessGroup& group) {
   for (int64_t d = 2; d < x.dim(); ++d) split.push_back(x.size(d));
   std::vector<int64_t> perm{1, 0};
   for (int64_t d = 2; d < static_cast<int64_t>(split.size()); ++d) perm.push_back(d);
-  at::Tensor in = x.reshape(split).permute(perm).contiguous();  // [n, B, s, rest]
+  PendingReduceScatter p;
+  p.in = x.reshape(split).permute(perm).contiguous();  // [n, B, s, rest]
   std::vector<int64_t> shape = x.sizes().vec();
   shape[1] /= n;
-  at::Tensor out = at::empty(shape, x.options());
-  at::Tensor out_flat = out.view({-1});
-  at::Tensor in_flat = in.view({-1});
-  nvtx::Range range(kReduceScatterLabel, bytes_of(in));
-  wait_work(group.reduce_scatter(out_flat, in_flat, Reduction::kSum),
-            "tensor-parallel reduce-scatter");
-  return out;
+  p.out = at::empty(shape, x.options());
+  at::Tensor out_flat = p.out.view({-1});
+  at::Tensor in_flat = p.in.view({-1});
+  nvtx::Range range(kReduceScatterLabel, bytes_of(p.in));
+  p.work = group.reduce_scatter(out_flat, in_flat, Reduction::kSum);
+  return p;
 }
+
+at::Tensor finish_reduce_scatter_dim1(PendingReduceScatter& p) {
+  wait_work(p.work, "tensor-parallel reduce-scatter");
+  p.in = at::Tensor();
+  return p.out;
+}
+
+// [B, S, rest] partial sums -> [B, S / n, rest] of the sum, this rank's positions.
+at::Tensor reduce_scatter_dim1(const at::Tensor& x, ProcessGroup& group) {
+  PendingReduceScatter p = start_reduce_scatter_dim1(x, group);
+  return finish_reduce_scatter_dim1(p);
+}
+
+// Column-parallel linear on the sequence-parallel input, as Megatron's
+// LinearWithGradAccumulationAndAsyncCommunication with sequence parallelism: forward gathers the
+// rank's positions and multiplies; only the rank's own positions are kept for backward, which
+// gathers them again while it computes the input gradient, and reduce-scatters that gradient
+// while it computes the weight gradient. Under gradient-accumulation fusion the weight gradient
+// goes straight into the engine's main-grad buffer.
+struct ColumnParallelLinear : torch::autograd::Function<ColumnParallelLinear> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            int64_t group, int64_t hooks) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["hooks"] = hooks;
+    // The leaf itself, as wgrad::linear keeps it: the engine gathers its values again before
+    // this layer's backward, and the main-grad lookup needs its identity.
+    ctx->saved_data["w"] = w;
+    ctx->save_for_backward({x});
+    return at::linear(all_gather_dim1(x, *reinterpret_cast<ProcessGroup*>(group)), w);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    ProcessGroup& group = group_of(ctx);
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    const at::Tensor w = ctx->saved_data["w"].toTensor();
+    auto* hooks = reinterpret_cast<ModuleHooks*>(ctx->saved_data["hooks"].toInt());
+    const at::Tensor dy = grads[0].contiguous();
+    PendingGather gather = start_gather_dim1(x, group);
+    PendingReduceScatter dx = start_reduce_scatter_dim1(at::matmul(dy, w), group);
+    const at::Tensor x_full = finish_gather_dim1(gather);
+    const int64_t out = w.size(0), in = w.size(1);
+    const at::Tensor dy2 = dy.reshape({-1, out});
+    const at::Tensor x2 = x_full.reshape({-1, in});
+    at::Tensor dw;
+    at::Tensor target = hooks != nullptr ? hooks->main_grad(w) : at::Tensor();
+    if (target.defined()) {
+      wgrad::accumulate(target, dy2, x2);
+      hooks->main_grad_accumulated(w);
+    } else if (w.requires_grad()) {
+      dw = dy2.t().mm(x2);
+    }
+    return {finish_reduce_scatter_dim1(dx), dw, at::Tensor(), at::Tensor()};
+  }
+};
 
 struct GatherSequence : torch::autograd::Function<GatherSequence> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
@@ -158,6 +234,11 @@ at::Tensor reduce_scatter_sequence(const at::Tensor& x, ProcessGroup& group) {
 
 at::Tensor grad_all_reduce(const at::Tensor& x, ProcessGroup& group) {
   return GradAllReduce::apply(x, group_handle(group));
+}
+
+at::Tensor column_parallel_linear(const at::Tensor& x, const at::Tensor& w, ProcessGroup& group,
+                                  ModuleHooks* hooks) {
+  return ColumnParallelLinear::apply(x, w, group_handle(group), reinterpret_cast<int64_t>(hooks));
 }
 
 at::Tensor vocab_parallel_embedding(const at::Tensor& part, const at::Tensor& tokens,

@@ -25,6 +25,7 @@
 namespace shardbench {
 
 class ProcessGroup;  // harness/parallel/process_group.hpp
+class ModuleHooks;   // workloads/llama/llama_model.hpp
 
 struct TensorParallel {
   int size = 1;
@@ -40,6 +41,15 @@ at::Tensor gather_sequence(const at::Tensor& x, ProcessGroup& group);
 at::Tensor reduce_scatter_sequence(const at::Tensor& x, ProcessGroup& group);
 // Identity in forward; the gradient is summed over the group in backward.
 at::Tensor grad_all_reduce(const at::Tensor& x, ProcessGroup& group);
+
+// linear(gather_sequence(x), w) for a column-parallel weight `w` (this rank's output rows), as
+// Megatron's LinearWithGradAccumulationAndAsyncCommunication with sequence parallelism: only x
+// (this rank's positions) is kept for backward, which gathers it again while it computes the
+// input gradient and reduce-scatters that gradient while it computes the weight gradient.
+// `hooks`: the engine whose main-grad buffer takes w's gradient (gradient-accumulation fusion),
+// or null.
+at::Tensor column_parallel_linear(const at::Tensor& x, const at::Tensor& w, ProcessGroup& group,
+                                  ModuleHooks* hooks);
 
 // The vocab-parallel embedding's local lookup: rows of `part` (vocabulary rows
 // [vocab_start, vocab_start + part.size(0))) for the tokens inside that range, zeros for the
