@@ -69,6 +69,18 @@ MeasuredRun read_measured_run(const json& run, const std::string& where) {
   if (const json& status = at_path(run, "status"); status != "ok") {
     bad(where, "status", status, "\"ok\" (a failed run measures nothing to project from)");
   }
+  // The simulator replays the data-parallel engine's schedule only.
+  if (run.contains("parallel_layout") && run.at("parallel_layout").is_object()) {
+    const json& layout = run.at("parallel_layout");
+    for (const char* dim : {"tp", "cp", "pp", "dp_instances"}) {
+      const json v = layout.value(dim, json(1));
+      if (v != 1) {
+        bad(where, std::string("parallel_layout.") + dim, v,
+            "1 (perf-project replays data-parallel runs only: tensor, context and pipeline "
+            "parallelism and HSDP instances are not modelled)");
+      }
+    }
+  }
   if (!run.contains("unit_timing")) {
     bad(where, "unit_timing", nullptr,
         "the per-module times of a run with shardbench.unit_timing=true (perf-launch ... "

@@ -103,18 +103,25 @@ json checkpoint_layout_of(DataParallelEngine& engine,
          {"slots", slots},
          {"buffers", buffers}});
   }
-  return {{"wrapper", std::string(label(o.wrapper))},
-          {"strategy", engine.strategy_name()},
-          {"label", engine.label()},
-          {"distributed_optimizer",
-           uses_distributed_optimizer(o.wrapper, o.use_distributed_optimizer)},
-          {"dp_size", engine.dp()},
-          {"compute_dtype", checkpoint_dtype_name(o.compute_dtype)},
-          {"model_dims", dims_json(engine.dims())},
-          // Initial weights and the mock data both derive from it: a resumed run reads the
-          // batches of the iterations that follow only with the same seed.
-          {"seed", o.seed},
-          {"groups", groups}};
+  json layout = {
+      {"wrapper", std::string(label(o.wrapper))},
+      {"strategy", engine.strategy_name()},
+      {"label", engine.label()},
+      {"distributed_optimizer", uses_distributed_optimizer(o.wrapper, o.use_distributed_optimizer)},
+      {"dp_size", engine.dp()},
+      {"compute_dtype", checkpoint_dtype_name(o.compute_dtype)},
+      {"model_dims", dims_json(engine.dims())},
+      // Initial weights and the mock data both derive from it: a resumed run reads the
+      // batches of the iterations that follow only with the same seed.
+      {"seed", o.seed},
+      {"groups", groups}};
+  // Tensor parallelism and HSDP instances, only where they are used: a checkpoint of a
+  // data-parallel run keeps the layout it always had.
+  if (engine.tp() > 1) layout["tp_size"] = engine.tp();
+  if (engine.data_parallel_size() != engine.dp()) {
+    layout["hsdp_instances"] = engine.data_parallel_size() / engine.dp();
+  }
+  return layout;
 }
 
 void check_checkpoint_metadata(const json& meta, const json& mine, const std::string& format,
@@ -135,16 +142,22 @@ void check_checkpoint_metadata(const json& meta, const json& mine, const std::st
   }
   const json& saved = meta.value("layout", json::object());
   // Every layout field, in the order a user would look for them (the label follows from them).
-  for (const char* key : {"wrapper", "strategy", "distributed_optimizer", "dp_size",
-                          "compute_dtype", "model_dims", "seed", "groups"}) {
-    if (auto d =
-            first_difference(saved.value(key, json()), mine[key], std::string("layout.") + key)) {
+  for (const std::string key :
+       {"wrapper", "strategy", "distributed_optimizer", "tp_size", "hsdp_instances", "dp_size",
+        "compute_dtype", "model_dims", "seed", "groups"}) {
+    // Written only above 1 (checkpoint_layout_of): absent means 1.
+    const json absent = key == "tp_size" || key == "hsdp_instances" ? json(1) : json();
+    const json was = saved.value(key, absent);
+    const json now = mine.value(key, absent);
+    if (auto d = first_difference(was, now, "layout." + key)) {
       const std::string field = d->substr(std::string("layout.").size());
+      const json was_field = field == key ? was : value_at(saved, "layout." + field);
+      const json now_field = field == key ? now : value_at(mine, "layout." + field);
       throw std::runtime_error(
-          where + "saved with " + field + "=" + value_at(saved, "layout." + field).dump() +
-          ", this run has " + field + "=" + value_at(mine, "layout." + field).dump() +
+          where + "saved with " + field + "=" + was_field.dump() + ", this run has " + field + "=" +
+          now_field.dump() +
           "; a checkpoint resumes only with the layout it was saved with (accepted: " + field +
-          "=" + value_at(saved, "layout." + field).dump() + ", i.e. " +
+          "=" + was_field.dump() + ", i.e. " +
           saved.value("label", std::string("its saved layout")) + " at DP size " +
           saved.value("dp_size", json()).dump() + ")");
     }

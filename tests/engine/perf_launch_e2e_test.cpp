@@ -18,6 +18,7 @@
 
 #include "harness/report/schema_check.hpp"
 #include "tests/perf_launch_process.hpp"
+#include "tests/remove_tree.hpp"
 
 namespace shardbench {
 namespace {
@@ -129,6 +130,30 @@ TEST(PerfLaunchTensorParallel, Tp2Dp4TrainsLikeDp4AndRecordsTheLayout) {
       << memory.dump();
   EXPECT_EQ(t["comparison"]["head_parallel_layout"], "tp2 dp4");
   EXPECT_EQ(t["comparison"]["baseline_parallel_layout"], "tp2 dp4");
+}
+
+// A checkpoint saved under tensor parallelism resumes only under the same TP size: loading it
+// into the data-parallel run of the same world names the field and loads nothing.
+TEST(PerfLaunchTensorParallel, CheckpointResumesOnlyAtItsTensorParallelSize) {
+  const auto dir = temp_report("tp2_ckpt");
+  testing_util::remove_tree(dir);
+  const std::string common =
+      "-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -gb 4 -mb 1 "
+      "shardbench.compare_with_ddp=false ";
+  const Result saved = run(
+      common + "-tp 2 -ms 2 --save_dir " + dir.string() +
+      " --save_interval 2 shardbench.report_path=" + temp_report("tp2_ckpt_save.json").string());
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const Result same = run(common + "-tp 2 -ms 3 --load_dir " + dir.string() +
+                          " shardbench.report_path=" + temp_report("tp2_ckpt_same.json").string());
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  const Result other =
+      run(common + "-ms 3 --load_dir " + dir.string() +
+          " shardbench.report_path=" + temp_report("tp2_ckpt_other.json").string());
+  EXPECT_NE(other.exit_code, 0) << other.output;
+  EXPECT_NE(other.output.find("saved with tp_size=2, this run has tp_size=1"), std::string::npos)
+      << other.output;
+  testing_util::remove_tree(dir);
 }
 
 // HSDP end to end (docs/parallel-layout.md): 4 ranks as 2 instances of 2, Megatron FSDP and its

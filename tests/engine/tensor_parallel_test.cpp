@@ -218,7 +218,9 @@ TEST(TensorParallelOps, ColumnParallelLinearMatchesTheWholeLinear) {
           std::lock_guard<std::mutex> lock(mu);
           got[r] = {y.detach(), xr.grad(), fused ? hooks.grad() : wr.grad(),
                     at::scalar_tensor(hooks.accumulated())};
-          if (fused) EXPECT_FALSE(wr.grad().defined()) << "the gradient went to the main grad";
+          if (fused) {
+            EXPECT_FALSE(wr.grad().defined()) << "the gradient went to the main grad";
+          }
         },
         layout_groups(kTp));
     for (int r = 0; r < kTp; ++r) {

@@ -71,6 +71,15 @@ TEST(Projection, RefusesRunsItCannotProjectNamingTheField) {
   EXPECT_NE(error_of(r).find("unit_timing.backward_ms[1] is -3"), std::string::npos)
       << error_of(r);
   r = measured_run();
+  r["parallel_layout"] = {{"tp", 2}, {"cp", 1}, {"ep", 1},
+                          {"pp", 1}, {"dp", 2}, {"dp_instances", 1}};
+  EXPECT_NE(error_of(r).find("parallel_layout.tp is 2"), std::string::npos) << error_of(r);
+  EXPECT_NE(error_of(r).find("replays data-parallel runs only"), std::string::npos);
+  r["parallel_layout"]["tp"] = 1;
+  r["parallel_layout"]["dp_instances"] = 2;
+  EXPECT_NE(error_of(r).find("parallel_layout.dp_instances is 2"), std::string::npos)
+      << error_of(r);
+  r = measured_run();
   r["identity"]["wrapper"] = "zero3";
   EXPECT_NE(error_of(r).find("identity.wrapper is \"zero3\""), std::string::npos) << error_of(r);
   r = measured_run();
