@@ -272,6 +272,8 @@ struct TpCase {
   bool wgrad_fusion = false;
   int instances = 1;  // HSDP: ddp.num_distributed_optimizer_instances
   bool average_in_collective = false;
+  int64_t recompute_layers = 0;   // -rl: full recompute of the first layers
+  bool recompute_swiglu = false;  // shardbench.recompute_swiglu
 };
 
 void PrintTo(const TpCase& c, std::ostream* os) { *os << c.name; }
@@ -298,6 +300,8 @@ Trajectory tp_engine_run(const LlamaDims& dims, const TpCase& c) {
         LlamaModel model(dims, at::kCPU);
         if (pgs.tp) model.set_tensor_parallel({pgs.tp->world(), pgs.tp->rank(), pgs.tp});
         if (c.wgrad_fusion) model.set_gradient_accumulation_fusion(&engine);
+        model.set_recompute_layers(c.recompute_layers);
+        model.set_output_recompute(false, c.recompute_swiglu);
         std::vector<double> mine, norms;
         for (int it = 0; it < kSteps; ++it) {
           StepInputs in{mock_global_batch(kSeed, it, c.gbs, dims.seq_length, dims.vocab), c.mbs,
@@ -368,6 +372,11 @@ INSTANTIATE_TEST_SUITE_P(
                "optim_grads_params", false, 8, 2},
         TpCase{"tp2dp2_fsdp_optim_grads_params_clipped_wgrad_fusion", 4, 2,
                Wrapper::kMegatronFsdp, "optim_grads_params", false, 8, 2, 0.05, true},
+        // What validation accepts with TP besides: full recompute (the layer's collectives run
+        // again inside its backward) and SwiGLU's output recomputed.
+        TpCase{"tp2dp2_fsdp_optim_grads_params_rl1_swiglu_recompute", 4, 2,
+               Wrapper::kMegatronFsdp, "optim_grads_params", false, 8, 2, 1.0, false, 1, false,
+               1, true},
         TpCase{"tp2dp2_fsdp2", 4, 2, Wrapper::kTorchFsdp2, "reshard_after_forward", false, 8, 2},
         TpCase{"tp2dp2_fsdp2_clipped", 4, 2, Wrapper::kTorchFsdp2, "reshard_after_forward", false,
                8, 2, 0.05}),
