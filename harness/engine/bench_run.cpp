@@ -154,6 +154,10 @@ std::string step_failure(const ConfigContainer& c, const DataParallelEngine& eng
 
 }  // namespace
 
+DecoderDims decoder_dims(const LlamaDims& d) {
+  return DecoderDims{d.num_layers, d.hidden, d.ffn, d.heads, d.kv_heads, d.head_dim, d.vocab};
+}
+
 LlamaDims llama_dims_from(const ConfigContainer& c) {
   const auto& m = c.model;
   LlamaDims d;
@@ -370,10 +374,6 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
 namespace {
 
 // ---- run_benchmark's steps, in the order it takes them -----------------------------------------
-
-DecoderDims decoder_dims(const LlamaDims& d) {
-  return DecoderDims{d.num_layers, d.hidden, d.ffn, d.heads, d.kv_heads, d.head_dim, d.vocab};
-}
 
 // What the report says about the run before the engine exists: its shape, dtypes and FLOPs.
 RunRecord describe_run(const ConfigContainer& config, const nlohmann::json& provenance,

@@ -122,8 +122,8 @@ json peak_memory_json(const json& r, const std::string& where, const MeasuredRun
                       const ConfigContainer& config, const sim::StepResult& result,
                       const ProjectionTarget& target) {
   const LlamaDims d = llama_dims_from(config);
-  const std::vector<ParamGroup> groups = decoder_param_groups(decoder_param_counts(
-      DecoderDims{d.num_layers, d.hidden, d.ffn, d.heads, d.kv_heads, d.head_dim, d.vocab}));
+  const std::vector<ParamGroup> groups =
+      decoder_param_groups(decoder_param_counts(decoder_dims(d)));
   PeakMemoryInputs in;
   in.wrapper = m.wrapper;
   in.strategy = measured_spec(m).memory;
