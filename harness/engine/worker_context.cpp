@@ -146,13 +146,6 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
   } else {
     // Each group under its own store keys, named by its kind and first rank; a rank creates
     // only the groups it belongs to, in the same order on every rank.
-    auto mine = [&](const std::vector<std::vector<int>>& groups) {
-      for (const auto& members : groups) {
-        if (std::find(members.begin(), members.end(), env.rank) != members.end()) return members;
-      }
-      throw std::logic_error("rank " + std::to_string(env.rank) + " is in no group of " +
-                             layout.describe());
-    };
     auto group = [&](const std::vector<int>& members, const std::string& kind,
                      const std::string& name) {
       const int me =
@@ -161,13 +154,13 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
                                   me, static_cast<int>(members.size()), po);
     };
     // The engine shards over its instance (the whole data-parallel group with one instance).
-    const std::vector<int> instance = mine(layout.instance_groups());
+    const std::vector<int> instance = layout.instance_group_of(env.rank);
     ctx.engine_pgs.world = group(instance, "dp", "world");
     ctx.engine_pgs.all_gather = group(instance, "dp", "all_gather");
     ctx.engine_pgs.reduce_scatter = group(instance, "dp", "reduce_scatter");
     if (layout.tp > 1) ctx.engine_pgs.tp = group(layout.group_of("tp", env.rank), "tp", "tp");
     if (layout.dp_instances > 1) {
-      ctx.engine_pgs.outer = group(mine(layout.cross_instance_groups()), "outer", "outer");
+      ctx.engine_pgs.outer = group(layout.cross_instance_group_of(env.rank), "outer", "outer");
     }
   }
   heartbeat("process groups ready");

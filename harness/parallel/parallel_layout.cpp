@@ -149,7 +149,20 @@ std::vector<std::vector<int>> ParallelLayout::groups(const std::string& kind) co
 }
 
 std::vector<int> ParallelLayout::group_of(const std::string& kind, int rank) const {
-  for (auto& g : groups(kind)) {
+  return containing(groups(kind), rank);
+}
+
+std::vector<int> ParallelLayout::instance_group_of(int rank) const {
+  return containing(instance_groups(), rank);
+}
+
+std::vector<int> ParallelLayout::cross_instance_group_of(int rank) const {
+  return containing(cross_instance_groups(), rank);
+}
+
+std::vector<int> ParallelLayout::containing(const std::vector<std::vector<int>>& groups,
+                                            int rank) const {
+  for (const auto& g : groups) {
     if (std::find(g.begin(), g.end(), rank) != g.end()) return g;
   }
   bad("rank", std::to_string(rank), "0.." + std::to_string(world - 1));

@@ -48,9 +48,17 @@ struct ParallelLayout {
   // a single rank.
   std::vector<std::vector<int>> instance_groups() const;
   std::vector<std::vector<int>> cross_instance_groups() const;
+  // The instance group and the cross-instance group that hold `rank`.
+  std::vector<int> instance_group_of(int rank) const;
+  std::vector<int> cross_instance_group_of(int rank) const;
 
   // "tp2 cp1 ep1 dp4 pp1 instances2 (tp-cp-ep-dp-pp)": what a report or an error prints.
   std::string describe() const;
+
+ private:
+  // The one of `groups` that holds `rank`; throws std::invalid_argument for a rank outside the
+  // world.
+  std::vector<int> containing(const std::vector<std::vector<int>>& groups, int rank) const;
 };
 
 // Megatron's generate_masked_orthogonal_rank_groups: for dimensions of `sizes` (fastest-varying

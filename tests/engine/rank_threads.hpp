@@ -81,14 +81,6 @@ inline GroupFactory layout_group_factory(int tp, int instances) {
     po.timeout = std::chrono::seconds(60);
     po.connect_timeout = std::chrono::seconds(8);
     const std::string tag = "layout_attempt" + std::to_string(attempt) + "/";
-    auto mine = [&](const std::vector<std::vector<int>>& groups) {
-      for (const auto& members : groups) {
-        for (int r : members) {
-          if (r == rank) return members;
-        }
-      }
-      return std::vector<int>{};
-    };
     auto group = [&](const std::vector<int>& members, const std::string& name) {
       int me = 0;
       while (members[static_cast<size_t>(me)] != rank) ++me;
@@ -96,13 +88,13 @@ inline GroupFactory layout_group_factory(int tp, int instances) {
       store_barrier(*store, key + "/barrier", static_cast<int>(members.size()));
       return ProcessGroup::create(store, key, me, static_cast<int>(members.size()), po);
     };
-    const std::vector<int> instance = mine(layout.instance_groups());
+    const std::vector<int> instance = layout.instance_group_of(rank);
     ProcessGroups pgs;
     pgs.world = group(instance, "dp/world");
     pgs.all_gather = group(instance, "dp/ag");
     pgs.reduce_scatter = group(instance, "dp/rs");
     if (tp > 1) pgs.tp = group(layout.group_of("tp", rank), "tp/");
-    if (instances > 1) pgs.outer = group(mine(layout.cross_instance_groups()), "outer/");
+    if (instances > 1) pgs.outer = group(layout.cross_instance_group_of(rank), "outer/");
     return pgs;
   };
 }

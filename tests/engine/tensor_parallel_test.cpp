@@ -6,17 +6,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <mutex>
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include "harness/engine/bench_run.hpp"
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
 #include "harness/measure/flops.hpp"
 #include "harness/parallel/parallel_layout.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
+#include "tests/main_grad_hooks.hpp"
 #include "workloads/llama/tensor_parallel.hpp"
 
 namespace shardbench {
@@ -50,14 +53,7 @@ LlamaDims tp_dims() {
 // dry run use (decoder_param_counts): the same elements per TP rank, the norms whole.
 TEST(TensorParallelSpecs, PartsMatchTheMemoryModelsCounts) {
   const LlamaDims d = tp_dims();
-  DecoderDims dd;
-  dd.num_layers = d.num_layers;
-  dd.hidden_size = d.hidden;
-  dd.ffn_hidden_size = d.ffn;
-  dd.num_attention_heads = d.heads;
-  dd.num_query_groups = d.kv_heads;
-  dd.kv_channels = d.head_dim;
-  dd.vocab_size = d.vocab;
+  const DecoderDims dd = decoder_dims(d);
   for (int tp : {1, 2}) {
     int64_t total = 0, whole = 0;
     for (const ParamSpec& s : llama_param_specs(d, tp)) {
@@ -108,6 +104,22 @@ TEST(TensorParallelSpecs, QkvAndFc1PartsKeepTheSingleRankLayout) {
 
 testing::GroupFactory layout_groups(int tp) { return testing::layout_group_factory(tp, 1); }
 
+// Runs `fn` on `tp` gloo ranks that form one TP group; what each TP rank returned, by TP rank.
+std::map<int, std::vector<at::Tensor>> on_tp_ranks(
+    int tp, const std::function<std::vector<at::Tensor>(ProcessGroup&)>& fn) {
+  std::mutex mu;
+  std::map<int, std::vector<at::Tensor>> got;
+  testing::run_on_ranks_with(
+      tp,
+      [&](int, ProcessGroups& pgs) {
+        std::vector<at::Tensor> mine = fn(*pgs.tp);
+        std::lock_guard<std::mutex> lock(mu);
+        got[pgs.tp->rank()] = std::move(mine);
+      },
+      layout_groups(tp));
+  return got;
+}
+
 TEST(TensorParallelOps, VocabParallelCrossEntropyMatchesTheWholeVocabulary) {
   constexpr int kTp = 2;
   const int64_t n = 10, vocab = 14;
@@ -117,24 +129,18 @@ TEST(TensorParallelOps, VocabParallelCrossEntropyMatchesTheWholeVocabulary) {
   at::Tensor whole = logits.clone().requires_grad_(true);
   at::Tensor want = at::cross_entropy_loss(whole, labels);
   torch::autograd::backward({want * 0.5});
-  std::mutex mu;
-  std::map<int, std::pair<double, at::Tensor>> got;
-  testing::run_on_ranks_with(
-      kTp,
-      [&](int, ProcessGroups& pgs) {
-        const int r = pgs.tp->rank();
-        const int64_t part = vocab / kTp;
-        at::Tensor mine = logits.narrow(1, r * part, part).clone().requires_grad_(true);
-        at::Tensor loss = tp::vocab_parallel_cross_entropy(mine, labels, r * part, *pgs.tp);
-        torch::autograd::backward({loss * 0.5});
-        std::lock_guard<std::mutex> lock(mu);
-        got[r] = {loss.item<double>(), mine.grad()};
-      },
-      layout_groups(kTp));
+  auto got = on_tp_ranks(kTp, [&](ProcessGroup& group) -> std::vector<at::Tensor> {
+    const int r = group.rank();
+    const int64_t part = vocab / kTp;
+    at::Tensor mine = logits.narrow(1, r * part, part).clone().requires_grad_(true);
+    at::Tensor loss = tp::vocab_parallel_cross_entropy(mine, labels, r * part, group);
+    torch::autograd::backward({loss * 0.5});
+    return {loss.detach(), mine.grad()};
+  });
   for (int r = 0; r < kTp; ++r) {
-    EXPECT_NEAR(got[r].first, want.item<double>(), 1e-6) << "TP rank " << r;
-    EXPECT_TRUE(at::allclose(got[r].second, whole.grad().narrow(1, r * (vocab / kTp), vocab / kTp),
-                             1e-6, 1e-7))
+    EXPECT_NEAR(got[r][0].item<double>(), want.item<double>(), 1e-6) << "TP rank " << r;
+    EXPECT_TRUE(
+        at::allclose(got[r][1], whole.grad().narrow(1, r * (vocab / kTp), vocab / kTp), 1e-6, 1e-7))
         << "TP rank " << r << " gradient";
   }
 }
@@ -144,24 +150,18 @@ TEST(TensorParallelOps, SequenceGatherAndReduceScatterAreConjugate) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
   const at::Tensor full = at::randn({3, 8, 5}, gen, at::kFloat);  // [B, S, H]
   const at::Tensor upstream = at::randn({3, 8, 5}, gen, at::kFloat);
-  std::mutex mu;
-  std::map<int, std::vector<at::Tensor>> got;
-  testing::run_on_ranks_with(
-      kTp,
-      [&](int, ProcessGroups& pgs) {
-        const int r = pgs.tp->rank();
-        // Gather: each rank holds positions [4r, 4r + 4); backward reduce-scatters.
-        at::Tensor mine = full.narrow(1, 4 * r, 4).clone().requires_grad_(true);
-        at::Tensor gathered = tp::gather_sequence(mine, *pgs.tp);
-        torch::autograd::backward({gathered}, {upstream * (r + 1)});
-        // Reduce-scatter of (r + 1) * full: this rank's positions of 3 * full.
-        at::Tensor partial = (full * (r + 1)).requires_grad_(true);
-        at::Tensor scattered = tp::reduce_scatter_sequence(partial, *pgs.tp);
-        torch::autograd::backward({scattered}, {upstream.narrow(1, 4 * r, 4).contiguous()});
-        std::lock_guard<std::mutex> lock(mu);
-        got[r] = {gathered.detach(), mine.grad(), scattered.detach(), partial.grad()};
-      },
-      layout_groups(kTp));
+  auto got = on_tp_ranks(kTp, [&](ProcessGroup& group) -> std::vector<at::Tensor> {
+    const int r = group.rank();
+    // Gather: each rank holds positions [4r, 4r + 4); backward reduce-scatters.
+    at::Tensor mine = full.narrow(1, 4 * r, 4).clone().requires_grad_(true);
+    at::Tensor gathered = tp::gather_sequence(mine, group);
+    torch::autograd::backward({gathered}, {upstream * (r + 1)});
+    // Reduce-scatter of (r + 1) * full: this rank's positions of 3 * full.
+    at::Tensor partial = (full * (r + 1)).requires_grad_(true);
+    at::Tensor scattered = tp::reduce_scatter_sequence(partial, group);
+    torch::autograd::backward({scattered}, {upstream.narrow(1, 4 * r, 4).contiguous()});
+    return {gathered.detach(), mine.grad(), scattered.detach(), partial.grad()};
+  });
   for (int r = 0; r < kTp; ++r) {
     const auto& g = got[r];
     EXPECT_TRUE(at::equal(g[0], full)) << "gathered sequence, TP rank " << r;
@@ -172,24 +172,6 @@ TEST(TensorParallelOps, SequenceGatherAndReduceScatterAreConjugate) {
     EXPECT_TRUE(at::equal(g[3], upstream)) << "reduce-scatter backward " << r;
   }
 }
-
-// The engine side of gradient-accumulation fusion, for one weight: its main-grad buffer.
-class OneMainGrad : public ModuleHooks {
- public:
-  explicit OneMainGrad(at::Tensor w) : w_(std::move(w)), grad_(at::zeros_like(w_)) {}
-  void pre_forward(int) override {}
-  at::Tensor post_forward(int, at::Tensor output) override { return output; }
-  at::Tensor main_grad(const at::Tensor& w) override {
-    return w.unsafeGetTensorImpl() == w_.unsafeGetTensorImpl() ? grad_ : at::Tensor();
-  }
-  void main_grad_accumulated(const at::Tensor&) override { ++accumulated_; }
-  const at::Tensor& grad() const { return grad_; }
-  int accumulated() const { return accumulated_; }
-
- private:
-  at::Tensor w_, grad_;
-  int accumulated_ = 0;
-};
 
 // The column-parallel linear on sequence-parallel input against linear(full input, whole weight):
 // the rank's output columns, the input gradient of its positions summed over the ranks, its
@@ -204,25 +186,20 @@ TEST(TensorParallelOps, ColumnParallelLinearMatchesTheWholeLinear) {
   at::Tensor ww = w.clone().requires_grad_(true);
   torch::autograd::backward({at::linear(xw, ww)}, {dy});
   for (bool fused : {false, true}) {
-    std::mutex mu;
-    std::map<int, std::vector<at::Tensor>> got;
-    testing::run_on_ranks_with(
-        kTp,
-        [&](int, ProcessGroups& pgs) {
-          const int r = pgs.tp->rank();
-          at::Tensor xr = x.narrow(1, 4 * r, 4).clone().requires_grad_(true);
-          at::Tensor wr = w.narrow(0, 5 * r, 5).clone().requires_grad_(true);
-          OneMainGrad hooks(wr);
-          at::Tensor y = tp::column_parallel_linear(xr, wr, *pgs.tp, fused ? &hooks : nullptr);
-          torch::autograd::backward({y}, {dy.narrow(2, 5 * r, 5).contiguous()});
-          std::lock_guard<std::mutex> lock(mu);
-          got[r] = {y.detach(), xr.grad(), fused ? hooks.grad() : wr.grad(),
-                    at::scalar_tensor(hooks.accumulated())};
-          if (fused) {
-            EXPECT_FALSE(wr.grad().defined()) << "the gradient went to the main grad";
-          }
-        },
-        layout_groups(kTp));
+    auto got = on_tp_ranks(kTp, [&](ProcessGroup& group) -> std::vector<at::Tensor> {
+      const int r = group.rank();
+      at::Tensor xr = x.narrow(1, 4 * r, 4).clone().requires_grad_(true);
+      at::Tensor wr = w.narrow(0, 5 * r, 5).clone().requires_grad_(true);
+      const at::Tensor main_grad = at::zeros_like(wr);
+      testing_util::BufferHooks hooks(main_grad);
+      at::Tensor y = tp::column_parallel_linear(xr, wr, group, fused ? &hooks : nullptr);
+      torch::autograd::backward({y}, {dy.narrow(2, 5 * r, 5).contiguous()});
+      if (fused) {
+        EXPECT_FALSE(wr.grad().defined()) << "the gradient went to the main grad";
+      }
+      return {y.detach(), xr.grad(), fused ? main_grad : wr.grad(),
+              at::scalar_tensor(hooks.accumulated)};
+    });
     for (int r = 0; r < kTp; ++r) {
       const auto& g = got[r];
       EXPECT_TRUE(at::allclose(g[0], at::linear(x, w).narrow(2, 5 * r, 5), 1e-5, 1e-6)) << r;
