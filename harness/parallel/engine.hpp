@@ -281,6 +281,12 @@ class DataParallelEngine final : public ModuleHooks {
   // Waits for g's in-flight unit gather and finishes it (FSDP2's copy-out, the FP8 gather's norm
   // unpack); g is gathered afterwards.
   void complete_gather(EngineGroup& g);
+  // The two halves of complete_gather. wait_gather makes the compute stream wait for g's
+  // gather, launching it first when no prefetch did and it is a collective (more than one rank);
+  // finish_gather does the compute-stream work that makes the weights usable. The module hooks
+  // put the unit timer's begin mark between them (docs/projection.md, "Measured inputs").
+  void wait_gather(EngineGroup& g);
+  void finish_gather(EngineGroup& g);
   // The FP8 parameter all-gather (engine_fp8_gather.cpp).
   void setup_fp8_gather(EngineGroup& g);
   void launch_fp8_gather(EngineGroup& g);

@@ -41,6 +41,7 @@ struct EngineGroup {
   at::Tensor model_shard;
   bool gathered = false;
   c10::intrusive_ptr<c10d::Work> gather_work;      // in-flight all-gather into model_full
+  bool gather_arrived = false;  // gather_work waited for; its copy-out (finish_gather) still due
   c10::intrusive_ptr<c10d::Work> param_sync_work;  // post-step all-gather (distributed optimizer)
   at::Tensor param_sync_input;                     // kept alive until param_sync_work completes
   int64_t param_sync_temp_bytes = 0;               // what param_sync_input allocated (gloo)

@@ -64,7 +64,8 @@ const CommLabels& grad_reduce_labels(const EngineGroup& g) {
 }  // namespace
 
 void DataParallelEngine::wait_comm(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
-  if (!work || !comm_timer_) {
+  if (!work) return;
+  if (!comm_timer_) {
     wait_work(work, what);
     return;
   }
@@ -80,7 +81,7 @@ void DataParallelEngine::track_temp(int64_t delta_bytes) {
 // ---- weights: gathers and the post-step parameter sync --------------------------------------
 
 void DataParallelEngine::launch_gather(EngineGroup& g) {
-  if (g.gathered || g.gather_work) return;
+  if (g.gathered || g.gather_work || g.gather_arrived) return;
   if (g.layout.per_param_dim0) {
     std::optional<nvtx::Range> range;
     if (dp_ > 1) {
@@ -113,11 +114,36 @@ void DataParallelEngine::ensure_gathered(EngineGroup& g) {
 }
 
 void DataParallelEngine::complete_gather(EngineGroup& g) {
+  wait_gather(g);
+  finish_gather(g);
+}
+
+void DataParallelEngine::wait_gather(EngineGroup& g) {
+  if (g.gathered || g.gather_arrived) return;
+  // A gather no prefetch launched: launch it here when it is a collective. With one rank FSDP2's
+  // launch is only the cast into the parameters, which finish_gather leaves to the module.
+  if (!g.gather_work && dp_ > 1) launch_gather(g);
+  if (!g.gather_work) return;
   {
     nvtx::Range range(kGatherLabels.wait(g));
     wait_comm(g.gather_work, "all-gather of FSDP unit weights");
+    // The FP8 gather's second collective (the unit's non-FP8 pieces) is waited for here too, so
+    // that no wait is left to finish_gather.
+    if (g.fp8_gather) wait_comm(g.norm_gather_work, "all-gather of FSDP unit norms");
   }
+  g.norm_gather_work.reset();
   g.gather_work.reset();
+  g.gather_arrived = true;
+}
+
+void DataParallelEngine::finish_gather(EngineGroup& g) {
+  if (g.gathered) return;
+  if (!g.gather_arrived) {
+    launch_gather(g);  // FSDP2 with one rank casts into the parameters: gathered afterwards
+    if (g.gathered) return;
+    wait_gather(g);
+  }
+  g.gather_arrived = false;
   if (g.layout.per_param_dim0) copy_out_gathered(g);
   if (g.fp8_gather) finish_fp8_gather(g);
   g.gathered = true;
@@ -152,20 +178,27 @@ void DataParallelEngine::wait_in_flight() {
 }
 
 void DataParallelEngine::pre_forward(int module) {
+  // Every wait first, then the module's forward begins: the copy-out of its gathered weights
+  // and the copy-in and launch of the units prefetched next run on the compute stream inside the
+  // unit timer's forward of this module, the waits outside it.
   for (int gi : module_groups_[static_cast<size_t>(module)]) {
     auto& g = *groups_[static_cast<size_t>(gi)];
     wait_param_sync(g);
-    ensure_gathered(g);
+    wait_gather(g);
+  }
+  if (unit_timer_) unit_timer_->mark(UnitMark::kForwardBegin, module);
+  for (int gi : module_groups_[static_cast<size_t>(module)]) {
+    finish_gather(*groups_[static_cast<size_t>(gi)]);
   }
   // Prefetch: start gathering the following sharded units while this one computes.
   prefetch_units(module, +1);
-  if (unit_timer_) unit_timer_->mark(UnitMark::kForwardBegin, module);
 }
 
 int DataParallelEngine::live_gathered_units() const {
   int live = 0;
   for (const auto& g : groups_) {
-    if (g->is_unit && g->transient_weights && (g->gathered || g->gather_work)) ++live;
+    if (g->is_unit && g->transient_weights && (g->gathered || g->gather_arrived || g->gather_work))
+      ++live;
   }
   return live;
 }
@@ -178,7 +211,8 @@ void DataParallelEngine::prefetch_units(int module, int direction) {
   for (int gi : schedule::units_after(module_groups_, module, direction)) {
     const auto& g = *groups_[static_cast<size_t>(gi)];
     if (!g.is_unit || !g.transient_weights) continue;
-    ahead.push_back({gi, g.layout.padded_elems, g.gathered || static_cast<bool>(g.gather_work)});
+    ahead.push_back({gi, g.layout.padded_elems,
+                     g.gathered || g.gather_arrived || static_cast<bool>(g.gather_work)});
   }
   const schedule::PrefetchPolicy policy{spec_->cut == ShardCut::kPerParamDim0,
                                         options_.prefetch_blocks, ag_prefetch_elems_,
@@ -214,14 +248,21 @@ at::Tensor DataParallelEngine::post_forward(int module, at::Tensor output) {
 
 void DataParallelEngine::pre_backward(int module, bool engine_hook) {
   if (unit_timer_) unit_timer_->mark(UnitMark::kBackwardEnter, module);
+  // As in pre_forward: the waits before the module's backward begins, the copy-out and the
+  // prefetch launches inside it.
   if (engine_hook) {
     for (int gi : module_groups_[static_cast<size_t>(module)]) {
-      ensure_gathered(*groups_[static_cast<size_t>(gi)]);
+      wait_gather(*groups_[static_cast<size_t>(gi)]);
+    }
+  }
+  if (unit_timer_) unit_timer_->mark(UnitMark::kBackwardBegin, module);
+  if (engine_hook) {
+    for (int gi : module_groups_[static_cast<size_t>(module)]) {
+      finish_gather(*groups_[static_cast<size_t>(gi)]);
     }
     // Backward runs modules in reverse: prefetch the preceding sharded units.
     prefetch_units(module, -1);
   }
-  if (unit_timer_) unit_timer_->mark(UnitMark::kBackwardBegin, module);
 }
 
 // ---- gradients -----------------------------------------------------------------------------

@@ -20,17 +20,17 @@
 namespace shardbench {
 namespace {
 
-// Host-clock marks, plus the engine's live units when each module's backward begins.
+// Host-clock marks, plus the engine's live units (gathered, arrived or in flight) at each mark.
 class ObservingTimer final : public UnitTimer {
  public:
   explicit ObservingTimer(const DataParallelEngine& engine) : engine_(engine) {}
   void begin_step() override { host_.begin_step(); }
   void mark(UnitMark kind, int module) override {
     host_.mark(kind, module);
-    if (kind == UnitMark::kBackwardBegin) live_at_backward.push_back(engine_.live_gathered_units());
+    live.push_back(engine_.live_gathered_units());
   }
   std::vector<TimedMark> read() override { return host_.read(); }
-  std::vector<int> live_at_backward;  // in backward order
+  std::vector<int> live;  // one per mark, in mark order
 
  private:
   const DataParallelEngine& engine_;
@@ -39,23 +39,30 @@ class ObservingTimer final : public UnitTimer {
 
 struct Seen {
   std::vector<TimedMark> marks;
-  std::vector<int> live_at_backward;
+  std::vector<int> live;  // live units at each mark
   double loss_timed = 0, loss_untimed = 0;
   int64_t gathers_timed = 0, gathers_untimed = 0;
+
+  // Live units at the n-th mark of `kind` for `module` (n counts from 0 over the step).
+  int live_at(UnitMark kind, int module, int n = 0) const {
+    for (size_t i = 0; i < marks.size(); ++i) {
+      if (marks[i].kind == kind && marks[i].module == module && n-- == 0) return live[i];
+    }
+    ADD_FAILURE() << "no such mark";
+    return -1;
+  }
 };
 
-Seen run_fsdp_step(const LlamaDims& dims) {
+// One step of `o` on `ranks` ranks, GBS 8 over MBS 2 (2 micro-batches at 2 ranks, 4 at one),
+// with and without the timer.
+Seen run_step(const LlamaDims& dims, const EngineOptions& o, int ranks) {
   Seen seen;
   std::mutex mu;
-  testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
-    EngineOptions o;
-    o.wrapper = Wrapper::kMegatronFsdp;
-    o.strategy = "optim_grads_params";
+  testing::run_on_ranks(ranks, [&](int rank, ProcessGroups& pgs) {
     // Two engines from the same seed: one step each, with and without the timer.
     DataParallelEngine plain(dims, o, pgs);
     DataParallelEngine timed(dims, o, pgs);
     LlamaModel model(dims, at::kCPU);
-    // GBS 8 over MBS 2 x DP 2: two micro-batches.
     StepInputs in{mock_global_batch(1, 0, 8, dims.seq_length, dims.vocab), 2, 1e-3};
     const double loss_plain = train_step(model, plain, in).loss.item<double>();
     ObservingTimer timer(timed);
@@ -66,7 +73,7 @@ Seen run_fsdp_step(const LlamaDims& dims) {
     if (rank == 0) {
       std::lock_guard<std::mutex> lock(mu);
       seen.marks = timer.read();
-      seen.live_at_backward = timer.live_at_backward;
+      seen.live = timer.live;
       seen.loss_timed = loss_timed;
       seen.loss_untimed = loss_plain;
       seen.gathers_timed = timed.unit_gather_stats().gathers;
@@ -74,6 +81,13 @@ Seen run_fsdp_step(const LlamaDims& dims) {
     }
   });
   return seen;
+}
+
+Seen run_fsdp_step(const LlamaDims& dims) {
+  EngineOptions o;
+  o.wrapper = Wrapper::kMegatronFsdp;
+  o.strategy = "optim_grads_params";
+  return run_step(dims, o, 2);
 }
 
 TEST(UnitTiming, EveryModuleIsMarkedInExecutionOrder) {
@@ -107,14 +121,44 @@ TEST(UnitTiming, EveryModuleIsMarkedInExecutionOrder) {
 
 TEST(UnitTiming, TheTimersHooksLeaveTheScheduleAlone) {
   const Seen seen = run_fsdp_step(LlamaDims{});
-  // The head's backward (the first) begins with no unit gathered: the hook the timer added there
-  // does not gather or prefetch. Each layer's backward begins with its own unit gathered and the
-  // one before it prefetched (layer 2: units 1 and 0).
-  ASSERT_EQ(seen.live_at_backward.size(), 8U);  // 4 modules x 2 micro-batches
-  EXPECT_EQ(seen.live_at_backward[0], 0);
-  EXPECT_EQ(seen.live_at_backward[1], 2);
-  EXPECT_GE(seen.live_at_backward[2], 1);
+  // Modules: 0 embedding, 1 and 2 the layers (the units), 3 the head. The head's backward (the
+  // first) begins with no unit gathered: the hook the timer added there does not gather or
+  // prefetch. Layer 2's backward begins with its own unit arrived (the prefetch launches come
+  // after the mark), and layer 1's unit is already live when its own hook is entered: layer 2's
+  // hook prefetched it.
+  EXPECT_EQ(seen.live_at(UnitMark::kBackwardBegin, 3), 0);
+  EXPECT_EQ(seen.live_at(UnitMark::kBackwardBegin, 2), 1);
+  EXPECT_GE(seen.live_at(UnitMark::kBackwardEnter, 1), 1);
   EXPECT_EQ(seen.gathers_timed, seen.gathers_untimed);
+  EXPECT_DOUBLE_EQ(seen.loss_timed, seen.loss_untimed);
+}
+
+TEST(UnitTiming, AUnitsCopyIntoItsWeightsFallsInsideItsForwardAndBackward) {
+  // FSDP2 at one rank has no gather to wait for: each block's cast of its fp32 shard into its
+  // bf16 parameters is compute, and runs between a module's begin and end marks, never in the
+  // hooks' time outside them.
+  EngineOptions o;
+  o.wrapper = Wrapper::kTorchFsdp2;
+  o.compute_dtype = at::kBFloat16;
+  const Seen seen = run_step(LlamaDims{}, o, 1);
+  // Nothing is gathered at one rank, so a block's "prefetch" is its cast, launched from the hook
+  // of the module before it: inside that module's marks. Releases come after a forward's end
+  // mark, so within each micro-batch the forwards' marks see every block cast once.
+  const int layers = 2, modules = layers + 2;
+  for (int mb = 0; mb < 4; ++mb) {
+    int cast_inside = 0;
+    for (int m = 0; m < modules; ++m) {
+      cast_inside +=
+          seen.live_at(UnitMark::kForwardEnd, m, mb) - seen.live_at(UnitMark::kForwardBegin, m, mb);
+    }
+    EXPECT_EQ(cast_inside, layers) << "mb " << mb;
+    // Backward: the last block, released after its forward, is cast again inside the head's
+    // backward (the head's hook launches it after its begin mark).
+    EXPECT_EQ(seen.live_at(UnitMark::kBackwardEnter, layers, mb) -
+                  seen.live_at(UnitMark::kBackwardBegin, modules - 1, mb),
+              1)
+        << "mb " << mb;
+  }
   EXPECT_DOUBLE_EQ(seen.loss_timed, seen.loss_untimed);
 }
 
