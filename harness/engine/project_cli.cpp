@@ -12,6 +12,8 @@
 #include "harness/config/field_registry.hpp"
 #include "harness/engine/bench_run.hpp"
 #include "harness/measure/collective_fit.hpp"
+#include "harness/measure/compute_scaling.hpp"
+#include "harness/measure/flops.hpp"
 #include "harness/measure/projected_memory.hpp"
 #include "harness/measure/projection.hpp"
 #include "harness/measure/projection_sweep.hpp"
@@ -26,7 +28,8 @@ using nlohmann::json;
 constexpr const char* kDescription =
     "perf-project: project a measured report to another world size and interconnect.\n"
     "  perf-project REPORT -ng N [-gn G] -g DEVICE (--interconnect INTRA[,INTER] | "
-    "--collectives BENCH.json) [-gb GBS] [--run LABEL] [-o OUT]\n"
+    "--collectives BENCH.json) [-gb GBS] [--num_layers L] [--kernels KERNELS.json] [--run LABEL] "
+    "[-o OUT]\n"
     "  perf-project REPORT --sweep N1,N2,... [-gn G] -g DEVICE --interconnect SPEC[;SPEC...] "
     "[--exposed_threshold F] [-o OUT] [--html PAGE]\n"
     "REPORT's runs need shardbench.unit_timing=true. Every run (or --run's) is replayed by the\n"
@@ -47,6 +50,8 @@ struct Options {
   std::string run_label;
   std::string output;
   int64_t global_batch_size = 0;
+  int64_t num_layers = 0;  // 0: as measured
+  std::string kernels;     // the measured run's profiler kernel summary (another -g)
 };
 
 struct InputError : std::runtime_error {
@@ -91,17 +96,109 @@ CollectiveModel collective_model_for(const Options& o, const std::string& spec) 
   }
 }
 
-// -g must be the kind of device the run measured: compute is not scaled to another device.
-void check_device(const Options& o, const MeasuredRun& run, const std::string& where) {
-  std::string measured = run.device;
-  for (char& c : measured) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  std::string wanted = o.device;
-  for (char& c : wanted) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (wanted.empty() || measured.find(wanted) == std::string::npos) {
-    throw InputError("-g " + o.device + ": " + where + " was measured on '" + run.device +
-                     "', and scaling compute to another device is not implemented; accepted: "
-                     "the measured device (-g cpu for a CPU report, h100 or h200 for those GPUs)");
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The peak table's name of the measured device ("NVIDIA H200" -> "h200"); empty when none.
+std::string measured_peak_name(const MeasuredRun& run) {
+  const std::string measured = lower(run.device);
+  for (const char* n : {"gb200", "b200", "h100", "h200"}) {
+    if (measured.find(n) != std::string::npos &&
+        (std::string(n) != "b200" || measured.find("gb200") == std::string::npos)) {
+      return n;
+    }
   }
+  return {};
+}
+
+// -g names the measured kind of device, or another GPU type to which --kernels' classes scale
+// the measured compute (compute_scaling.hpp). Returns the scale (factors 1 when -g is the
+// measured device).
+ComputeScale compute_scale_for(const Options& o, const MeasuredRun& run, const std::string& where,
+                               const json& kernels) {
+  const std::string wanted = lower(o.device);
+  if (!wanted.empty() && lower(run.device).find(wanted) != std::string::npos) {
+    if (!o.kernels.empty()) {
+      throw InputError("--kernels with -g " + o.device + ", the device " + where +
+                       " was measured on; accepted: --kernels only to scale compute to another "
+                       "GPU type");
+    }
+    return ComputeScale{};
+  }
+  const std::string from = measured_peak_name(run);
+  std::string names;
+  for (const auto& n : device_peak_names()) names += (names.empty() ? "" : ", ") + n;
+  if (from.empty()) {
+    throw InputError("-g " + o.device + ": " + where + " was measured on '" + run.device +
+                     "', which has no entry in the peak table; accepted: -g naming the measured "
+                     "device, or a report measured on one of " +
+                     names);
+  }
+  if (o.kernels.empty()) {
+    throw InputError("-g " + o.device + ": " + where + " was measured on '" + run.device +
+                     "'; scaling its compute to another GPU type needs the run's kernel summary: "
+                     "--kernels <stem>_rank0.kernels.json (perf-launch -pyp true)");
+  }
+  try {
+    return compute_scale(kernel_class_times(kernels, "--kernels '" + o.kernels + "'"),
+                         device_peaks(from), device_peaks(o.device),
+                         run.identity.contains("fp8") && !run.identity["fp8"].is_null());
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());
+  }
+}
+
+// --num_layers: the model's layers extrapolated from the measured ones (projection.hpp).
+// Settings that treat the first layers differently make the measured layers unlike the rest.
+void check_extrapolation(const ConfigContainer& c, const std::string& where) {
+  const auto refuse = [&](const std::string& field, const std::string& value) {
+    throw InputError("--num_layers with " + where + "'s " + field + "=" + value +
+                     ": its measured layers differ from one another, so no layer stands for the "
+                     "added ones; accepted: a run whose layers are all alike");
+  };
+  if (c.model.cpu_offloading_num_layers > 0) {
+    refuse("model.cpu_offloading_num_layers", std::to_string(c.model.cpu_offloading_num_layers));
+  }
+  if (c.model.recompute_method && *c.model.recompute_method == "block") {
+    refuse("model.recompute_method", "block");
+  }
+  if (c.shardbench.recompute_fc1_layers > 0) {
+    refuse("shardbench.recompute_fc1_layers", std::to_string(c.shardbench.recompute_fc1_layers));
+  }
+}
+
+LayerExtrapolation layer_extrapolation(const ConfigContainer& measured, int64_t layers,
+                                       const MeasuredRun& m) {
+  LayerExtrapolation ext;
+  const DecoderDims d = decoder_dims(llama_dims_from(measured));
+  ext.measured_layers = d.num_layers;
+  ext.layers = layers;
+  DecoderDims target = d;
+  target.num_layers = layers;
+  ext.added_parameters = (layers - d.num_layers) * decoder_param_counts(d).per_layer;
+  const double base = model_flops_per_step(d, m.global_batch_size, m.seq_length);
+  ext.flops_factor =
+      base > 0 ? model_flops_per_step(target, m.global_batch_size, m.seq_length) / base : 1.0;
+  return ext;
+}
+
+// Each measured layer's saved activations (less what offload moved), from the report.
+std::vector<int64_t> layer_saved_bytes(const json& r, int64_t layers) {
+  std::vector<int64_t> out;
+  const json* modules = &r;
+  for (const char* k : {"memory", "saved_activations", "modules"}) {
+    if (!modules->is_object() || !modules->contains(k)) return {};
+    modules = &(*modules)[k];
+  }
+  if (!modules->is_array()) return {};
+  for (const json& mod : *modules) {
+    const int64_t i = mod.value("module", int64_t{-1});
+    if (i < 1 || i > layers || !mod.value("bytes", json()).is_number_integer()) continue;
+    out.push_back(mod["bytes"].get<int64_t>() - mod.value("offloaded_bytes", int64_t{0}));
+  }
+  return static_cast<int64_t>(out.size()) == layers ? out : std::vector<int64_t>{};
 }
 
 ProjectionKnobs knobs_from(const ConfigContainer& c) {
@@ -120,7 +217,7 @@ ProjectionKnobs knobs_from(const ConfigContainer& c) {
 // (harness/measure/projected_memory.hpp).
 json peak_memory_json(const json& r, const std::string& where, const MeasuredRun& m,
                       const ConfigContainer& config, const sim::StepResult& result,
-                      const ProjectionTarget& target) {
+                      const ProjectionTarget& target, int64_t added_saved_bytes) {
   const LlamaDims d = llama_dims_from(config);
   const std::vector<ParamGroup> groups =
       decoder_param_groups(decoder_param_counts(decoder_dims(d)));
@@ -128,14 +225,16 @@ json peak_memory_json(const json& r, const std::string& where, const MeasuredRun
   in.wrapper = m.wrapper;
   in.strategy = measured_spec(m).memory;
   in.groups = groups;
-  const json& params = r["identity"].value("num_parameters", json(nullptr));
+  const json& params = m.identity.value("num_parameters", json(nullptr));
   in.num_parameters = params.is_number_integer() ? params.get<int64_t>() : 0;
   in.compute_dtype = m.compute_dtype;
   in.fp32_main_grads = config.ddp.grad_reduce_in_fp32 || m.compute_dtype == "fp32";
   in.measured_world = m.world_size;
   in.target_world = target.world;
   in.simulated_transient_bytes = result.peak_transient_bytes;
-  return projected_peak_json(project_peak_memory(read_measured_memory(r, where), in));
+  MeasuredMemory measured = read_measured_memory(r, where);
+  if (measured.saved_activation_bytes) *measured.saved_activation_bytes += added_saved_bytes;
+  return projected_peak_json(project_peak_memory(measured, in));
 }
 
 json read_report(const Options& o) {
@@ -162,6 +261,11 @@ ProjectionTarget target_for(const Options& o, int world, const CollectiveModel& 
 // The one projection path: every run of `report` (or --run's) at `target`, as perf-project's
 // "runs". The sweep calls it once per world size and interconnect.
 json project_runs(const Options& o, const json& report, const ProjectionTarget& target) {
+  const json kernels = o.kernels.empty() ? json() : read_json_file(o.kernels, "--kernels");
+  if (!o.kernels.empty() && o.run_label.empty() && report["runs"].size() > 1) {
+    throw InputError("--kernels with a report of " + std::to_string(report["runs"].size()) +
+                     " runs; accepted: --run LABEL naming the run the kernel summary profiled");
+  }
   json runs = json::array();
   std::string labels;
   for (size_t i = 0; i < report["runs"].size(); ++i) {
@@ -171,8 +275,18 @@ json project_runs(const Options& o, const json& report, const ProjectionTarget& 
     if (!o.run_label.empty() && label != o.run_label) continue;
     const std::string where = "report '" + o.report + "': runs[" + std::to_string(i) + "]";
     try {
-      const MeasuredRun m = read_measured_run(r, where);
-      check_device(o, m, where);
+      MeasuredRun m = read_measured_run(r, where);
+      const ComputeScale scale = compute_scale_for(o, m, where, kernels);
+      for (double& ms : m.forward_ms) ms *= scale.module_factor;
+      for (double& ms : m.backward_ms) ms *= scale.module_factor;
+      m.optimizer_ns_per_byte *= scale.optimizer_factor;
+      LayerExtrapolation ext;
+      if (o.num_layers > 0) {
+        const ConfigContainer measured = config_from_json(m.config);
+        check_extrapolation(measured, where);
+        ext = layer_extrapolation(measured, o.num_layers, m);
+        extrapolate_layers(m, ext, layer_saved_bytes(r, ext.measured_layers));
+      }
       const ConfigContainer config = config_from_json(m.config);
       GroupShapeOptions shape;
       shape.dp = target.world;
@@ -185,7 +299,29 @@ json project_runs(const Options& o, const json& report, const ProjectionTarget& 
       const sim::StepResult result = sim::simulate_step(plan);
       json projected = projected_run_json(m, target, plan, result);
       projected["memory"] = {
-          {"projected_peak", peak_memory_json(r, where, m, config, result, target)}};
+          {"projected_peak", peak_memory_json(r, where, m, config, result, target,
+                                              ext.added_saved_activation_bytes)}};
+      if (scale.from != scale.to) {
+        projected["compute_scaling"] = compute_scale_json(scale);
+        projected["assumptions"][0] =
+            "compute per module and micro-batch as measured on " + m.device + " at world size " +
+            std::to_string(m.world_size) + ", scaled to " + scale.to +
+            " by kernel class: GEMMs and attention by the dense peak FLOP/s, the rest and the "
+            "optimizer by HBM bandwidth (compute_scaling)";
+      }
+      if (ext.layers > 0) {
+        projected["layer_extrapolation"] = {
+            {"measured_layers", ext.measured_layers},
+            {"layers", ext.layers},
+            {"added_parameters", ext.added_parameters},
+            {"added_saved_activation_bytes", ext.added_saved_activation_bytes},
+            {"flops_factor", ext.flops_factor}};
+        projected["assumptions"].push_back(
+            "layers " + std::to_string(ext.measured_layers + 1) + ".." +
+            std::to_string(ext.layers) + " of " + std::to_string(ext.layers) +
+            " not measured: the first and last measured layers keep their places, the others "
+            "take the mean of the measured middle layers (layer_extrapolation)");
+      }
       runs.push_back(std::move(projected));
     } catch (const InputError&) {
       throw;
@@ -320,7 +456,9 @@ int perf_project_main(const std::vector<std::string>& args, std::ostream& out, s
   app.add_option("-n,--num_gpus", o.world, "Target world size (ranks); also -ng");
   app.add_option("--gpus_per_node", o.gpus_per_node,
                  "Ranks per node (default: all on one); also -gn");
-  app.add_option("-g,--gpu", o.device, "Target device; must be the measured one (cpu, h100, h200)")
+  app.add_option("-g,--gpu", o.device,
+                 "Target device: the measured one (cpu, h100, h200), or with --kernels another GPU "
+                 "type (h100, h200, b200, gb200)")
       ->required();
   app.add_option("--interconnect", o.interconnects,
                  "INTRA[,INTER] from the interconnect table (nvlink4, nvlink5, ib_ndr, ib_xdr); "
@@ -336,6 +474,12 @@ int perf_project_main(const std::vector<std::string>& args, std::ostream& out, s
                  "collectives_bench JSON measured on the target (replaces the intra-node model)");
   app.add_option("--global_batch_size", o.global_batch_size,
                  "Target global batch; also -gb (default: weak scaling, as perf-launch)");
+  app.add_option("--num_layers", o.num_layers,
+                 "Project the model with this many layers, extrapolated from the measured ones "
+                 "(default: as measured)");
+  app.add_option("--kernels", o.kernels,
+                 "The measured run's profiler kernel summary (<stem>_rank0.kernels.json): with -g "
+                 "another GPU type, scales compute by kernel class");
   app.add_option("--run", o.run_label, "Only the run with this label");
   app.add_option("-o,--output", o.output,
                  "Write the projection (with --sweep: the sweep table) here (default: stdout; "
@@ -351,6 +495,10 @@ int perf_project_main(const std::vector<std::string>& args, std::ostream& out, s
   try {
     app.parse(reversed);
     o.sweep_given = app.count("--sweep") > 0;
+    if (app.count("--num_layers") > 0 && o.num_layers < 1) {
+      throw InputError("--num_layers " + std::to_string(o.num_layers) +
+                       ": accepted: the model's layer count, >= the measured run's");
+    }
     return run(o, out);
   } catch (const CLI::CallForHelp&) {
     out << app.help();

@@ -133,6 +133,64 @@ const ShardingSpec& measured_spec(const MeasuredRun& run) {
   return strategy_row(run.wrapper, run.strategy, run.distributed_optimizer);
 }
 
+void extrapolate_layers(MeasuredRun& run, LayerExtrapolation& ext,
+                        const std::vector<int64_t>& layer_saved_bytes) {
+  const int64_t lm = ext.measured_layers;
+  if (lm < 1 || static_cast<int64_t>(run.forward_ms.size()) != lm + 2) {
+    throw std::invalid_argument("--num_layers: the run's unit_timing has " +
+                                std::to_string(run.forward_ms.size()) +
+                                " modules, expected the measured " + std::to_string(lm) +
+                                " layers plus the embedding and the head");
+  }
+  if (ext.layers < lm) {
+    throw std::invalid_argument("--num_layers " + std::to_string(ext.layers) +
+                                ": below the measured run's " + std::to_string(lm) +
+                                " layers; accepted: >= " + std::to_string(lm));
+  }
+  // The stand-in layer: the mean of the measured layers between the first and the last.
+  const auto middle = [&](const std::vector<double>& t) {
+    const int64_t first = lm >= 3 ? 2 : 1, last = lm >= 3 ? lm - 1 : lm;
+    double sum = 0;
+    for (int64_t i = first; i <= last; ++i) sum += t[static_cast<size_t>(i)];
+    return sum / static_cast<double>(last - first + 1);
+  };
+  const auto stretch = [&](const std::vector<double>& t) {
+    std::vector<double> out;
+    out.push_back(t.front());
+    for (int64_t l = 1; l <= ext.layers; ++l) {
+      if (l == 1) {
+        out.push_back(t[1]);
+      } else if (l == ext.layers) {
+        out.push_back(t[static_cast<size_t>(lm)]);
+      } else if (l < lm) {
+        out.push_back(t[static_cast<size_t>(l)]);  // measured layers keep their times
+      } else {
+        out.push_back(middle(t));
+      }
+    }
+    out.push_back(t.back());
+    return out;
+  };
+  run.forward_ms = stretch(run.forward_ms);
+  run.backward_ms = stretch(run.backward_ms);
+  if (!layer_saved_bytes.empty()) {
+    int64_t sum = 0;
+    for (int64_t b : layer_saved_bytes) sum += b;
+    ext.added_saved_activation_bytes =
+        (ext.layers - lm) * sum / static_cast<int64_t>(layer_saved_bytes.size());
+  }
+  run.model_flops_per_step *= ext.flops_factor;
+  run.identity["model_flops_per_step"] = run.model_flops_per_step;
+  if (run.identity.contains("num_parameters") && run.identity["num_parameters"].is_number()) {
+    run.identity["num_parameters"] =
+        run.identity["num_parameters"].get<int64_t>() + ext.added_parameters;
+  }
+  run.identity["num_layers_measured"] = lm;
+  if (run.config.is_object() && run.config.contains("model")) {
+    run.config["model"]["num_layers"] = ext.layers;
+  }
+}
+
 int64_t target_global_batch(const MeasuredRun& run, const ProjectionTarget& target) {
   int64_t gbs = target.global_batch_size;
   std::string source = "-gb " + std::to_string(gbs);

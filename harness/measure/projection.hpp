@@ -47,6 +47,28 @@ MeasuredRun read_measured_run(const nlohmann::json& run, const std::string& wher
 // The strategy row a measured run used (sharding.hpp).
 const ShardingSpec& measured_spec(const MeasuredRun& run);
 
+// Layer extrapolation (perf-project --num_layers, docs/projection.md "Layer extrapolation"): a
+// run measured with a few of a model's layers stands in for the whole model. The first and the
+// last measured layer keep their places (the first forward and the last backward of a step differ
+// from the rest: no prefetch ahead of them, the embedding's and head's neighbours); every layer
+// between them takes the mean of the measured layers between the two (of all measured layers when
+// there are fewer than three). The FLOPs, the parameters and the saved activations grow by the
+// added layers.
+struct LayerExtrapolation {
+  int64_t measured_layers = 0;
+  int64_t layers = 0;
+  int64_t added_parameters = 0;              // (layers - measured) x the parameters of one layer
+  int64_t added_saved_activation_bytes = 0;  // (layers - measured) x the mean of one layer's
+  double flops_factor = 1;                   // model FLOPs at `layers` / at the measured layers
+};
+// Rewrites `run` (module times, model FLOPs, identity.num_parameters, config model.num_layers)
+// for `ext`, whose fields the caller fills from the model's formulas; `layer_saved_bytes` is each
+// measured layer's saved activations (memory.saved_activations.modules 1..L; empty: none
+// measured). Throws std::invalid_argument naming --num_layers when it is below the measured
+// layers or the run's times do not hold measured_layers + 2 modules.
+void extrapolate_layers(MeasuredRun& run, LayerExtrapolation& ext,
+                        const std::vector<int64_t>& layer_saved_bytes);
+
 struct ProjectionTarget {
   int world = 1;
   int gpus_per_node = 1;

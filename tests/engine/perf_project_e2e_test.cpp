@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -96,6 +97,95 @@ TEST_F(PerfProject, BadInputIsOneLineAndExitTwo) {
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream(path) << j.dump();
+}
+
+// docs/projection.md "Layer extrapolation": the 2-layer run projected as a 5-layer model gathers
+// five units at 2 ranks and carries three more layers' parameters, FLOPs and saved activations.
+TEST_F(PerfProject, LayerExtrapolationAddsTheLayersUnitsParametersAndActivations) {
+  const std::string report = (dir_ / "ws1.json").string();
+  const std::string two = (dir_ / "l2.json").string(), five = (dir_ / "l5.json").string();
+  ASSERT_EQ(project(report + " -ng 2 -g cpu --interconnect nvlink4 -o " + two).exit_code, 0);
+  const auto r = project(report + " -ng 2 -g cpu --interconnect nvlink4 --num_layers 5 -o " + five);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json a = read_json(two)["runs"][0], b = read_json(five)["runs"][0];
+  const auto units = [](const nlohmann::json& run) {
+    std::set<std::string> names;
+    for (const auto& c : run["collectives"]) {
+      const std::string n = c["name"];
+      if (n.rfind("all_gather/unit_", 0) == 0) names.insert(n);
+    }
+    return names.size();
+  };
+  EXPECT_EQ(units(a), 2U);
+  EXPECT_EQ(units(b), 5U);
+  const auto& ext = b["layer_extrapolation"];
+  EXPECT_EQ(ext["measured_layers"], 2);
+  EXPECT_EQ(ext["layers"], 5);
+  EXPECT_EQ(
+      b["identity"]["num_parameters"].get<int64_t>(),
+      a["identity"]["num_parameters"].get<int64_t>() + ext["added_parameters"].get<int64_t>());
+  EXPECT_GT(ext["added_parameters"].get<int64_t>(), 0);
+  EXPECT_GT(b["identity"]["model_flops_per_step"].get<double>(),
+            a["identity"]["model_flops_per_step"].get<double>());
+  const auto& pa = a["memory"]["projected_peak"];
+  const auto& pb = b["memory"]["projected_peak"];
+  EXPECT_EQ(pb["saved_activation_bytes"].get<int64_t>(),
+            pa["saved_activation_bytes"].get<int64_t>() +
+                ext["added_saved_activation_bytes"].get<int64_t>());
+  EXPECT_GT(ext["added_saved_activation_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(pb["static_bytes"].get<int64_t>(), pa["static_bytes"].get<int64_t>());
+  EXPECT_GT(b["compute_ms"].get<double>(), a["compute_ms"].get<double>());
+  // Fewer layers than measured: refused.
+  const auto fewer = project(report + " -ng 2 -g cpu --interconnect nvlink4 --num_layers 1");
+  EXPECT_EQ(fewer.exit_code, 2) << fewer.output;
+  EXPECT_NE(fewer.output.find("--num_layers 1"), std::string::npos) << fewer.output;
+}
+
+// docs/projection.md "Another GPU type": the CPU report relabelled as an H200 run, with a kernel
+// summary of known classes, projected to the H100: its compute grows by the memory-bound share
+// times the bandwidth ratio (the dense peaks are equal), no more, no less.
+TEST_F(PerfProject, ComputeScalesToAnotherGpuTypeByKernelClass) {
+  nlohmann::json report = read_json((dir_ / "ws1.json").string());
+  for (auto& run : report["runs"]) run["identity"]["device"] = "NVIDIA H200";
+  const std::string h200 = (dir_ / "as_h200.json").string();
+  write_json(h200, report);
+  const std::string kernels = (dir_ / "k.kernels.json").string();
+  write_json(kernels, {{"kind", "device_activities"},
+                       {"rows",
+                        {{{"name", "nvjet_sm90_gemm"}, {"us_per_step", 700.0}},
+                         {{"name", "elementwise_kernel"}, {"us_per_step", 300.0}},
+                         {{"name", "ncclDevKernel_AllGather"}, {"us_per_step", 50.0}}}}});
+  const std::string label = report["runs"][0]["label"];
+  const std::string same = (dir_ / "same.json").string(), h100 = (dir_ / "h100.json").string();
+  const std::string common = h200 + " --run " + label + " -ng 1 --interconnect nvlink4 -o ";
+  ASSERT_EQ(project(common + same + " -g h200").exit_code, 0);
+  const auto r = project(common + h100 + " -g h100 --kernels " + kernels);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json a = read_json(same)["runs"][0], b = read_json(h100)["runs"][0];
+  const double module = (700 + 300 * 4.8 / 3.35) / 1000, optimizer = 4.8 / 3.35;
+  EXPECT_NEAR(b["compute_scaling"]["module_factor"].get<double>(), module, 1e-12);
+  EXPECT_NEAR(b["compute_scaling"]["optimizer_factor"].get<double>(), optimizer, 1e-12);
+  EXPECT_FALSE(a.contains("compute_scaling"));
+  // One rank: the step is all compute, modules and optimizer each scaled by their factor.
+  const double ratio = b["compute_ms"].get<double>() / a["compute_ms"].get<double>();
+  EXPECT_GT(ratio, module - 1e-9);
+  EXPECT_LT(ratio, optimizer + 1e-9);
+  EXPECT_EQ(b["identity"]["projected_device"], "h100");
+  // Another GPU type without a kernel summary, a summary for a report of two runs without --run,
+  // a summary for the measured device: refused, naming what is accepted.
+  const auto none = project(h200 + " -ng 1 -g h100 --interconnect nvlink4");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.output.find("--kernels"), std::string::npos) << none.output;
+  const auto two = project(h200 + " -ng 1 -g h100 --interconnect nvlink4 --kernels " + kernels);
+  EXPECT_EQ(two.exit_code, 2);
+  EXPECT_NE(two.output.find("--run LABEL"), std::string::npos) << two.output;
+  const auto measured = project(common + h100 + " -g h200 --kernels " + kernels);
+  EXPECT_EQ(measured.exit_code, 2);
+  EXPECT_NE(measured.output.find("another GPU type"), std::string::npos) << measured.output;
 }
 
 // docs/projection.md "Sweep": every cell of the sweep is the single-target projection of the same

@@ -1,0 +1,182 @@
+#include "harness/measure/compute_scaling.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <stdexcept>
+
+namespace shardbench {
+
+namespace {
+
+using nlohmann::json;
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+bool has_any(const std::string& s, std::initializer_list<const char*> parts) {
+  return std::any_of(parts.begin(), parts.end(),
+                     [&](const char* p) { return s.find(p) != std::string::npos; });
+}
+
+// Dense peaks: the bf16 values are throughput.cpp's (torchtitan's get_peak_flops, NVIDIA's
+// sparse datasheet figures halved); fp8 dense is twice bf16 dense on these parts; HBM bandwidth
+// from NVIDIA's product pages (docs/projection.md, "Another GPU type").
+const std::array<DevicePeaks, 4> kPeaks = {{
+    {"h100", 989, 1979, 3.35,
+     "NVIDIA H100 SXM datasheet: 1979 TF bf16 and 3958 TF fp8 with sparsity, 3.35 TB/s HBM3"},
+    {"h200", 989, 1979, 4.8,
+     "NVIDIA H200 SXM datasheet: 1979 TF bf16 and 3958 TF fp8 with sparsity, 4.8 TB/s HBM3e"},
+    {"b200", 2250, 4500, 8.0,
+     "NVIDIA HGX B200 datasheet: 4.5 PF bf16 and 9 PF fp8 with sparsity, 8 TB/s HBM3e per GPU"},
+    {"gb200", 2500, 5000, 8.0,
+     "NVIDIA GB200 NVL72 datasheet: 5 PF bf16 and 10 PF fp8 with sparsity, 8 TB/s HBM3e per "
+     "GPU"},
+}};
+
+}  // namespace
+
+const char* to_string(KernelClass c) {
+  switch (c) {
+    case KernelClass::kGemm:
+      return "gemm";
+    case KernelClass::kAttention:
+      return "attention";
+    case KernelClass::kOptimizer:
+      return "optimizer";
+    case KernelClass::kCommunication:
+      return "communication";
+    case KernelClass::kMemoryBound:
+      return "memory_bound";
+  }
+  return "?";
+}
+
+KernelClass classify_kernel(const std::string& name) {
+  const std::string n = lower(name);
+  // NCCL's kernels, including its one-rank reduce ("onerank_cu" in the mangled name).
+  if (has_any(n, {"nccl", "onerank"})) return KernelClass::kCommunication;
+  // cuDNN's and FlashAttention's fused attention (their names also carry "wgmma").
+  if (has_any(n, {"sdpa", "flash_", "flash::", "fmha", "attention"})) {
+    return KernelClass::kAttention;
+  }
+  // cuBLAS(Lt)'s nvjet and CUTLASS GEMMs.
+  if (has_any(n, {"nvjet", "gemm", "cutlass", "xmma", "cublas", "wgmma"})) {
+    return KernelClass::kGemm;
+  }
+  if (n.find("adam") != std::string::npos) return KernelClass::kOptimizer;
+  return KernelClass::kMemoryBound;  // elementwise, norms, reductions, copies, memsets
+}
+
+KernelClassTimes kernel_class_times(const json& kernels, const std::string& where) {
+  if (!kernels.is_object() || kernels.value("kind", json()) != "device_activities") {
+    throw std::invalid_argument(where + ": kind is " +
+                                (kernels.is_object() && kernels.contains("kind")
+                                     ? kernels["kind"].dump()
+                                     : std::string("missing")) +
+                                "; expected \"device_activities\" (a profiler kernel summary, "
+                                "<stem>_rank0.kernels.json)");
+  }
+  const json& rows = kernels.value("rows", json());
+  if (!rows.is_array() || rows.empty()) {
+    throw std::invalid_argument(where + ": rows is " + (rows.is_null() ? "missing" : rows.dump()) +
+                                "; expected the kernels of the profiled steps");
+  }
+  KernelClassTimes t;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const json& r = rows[i];
+    const std::string at = where + ": rows[" + std::to_string(i) + "]";
+    if (!r.is_object() || !r.contains("name") || !r["name"].is_string()) {
+      throw std::invalid_argument(at + ".name is missing; expected the kernel's name");
+    }
+    const json& us = r.value("us_per_step", json());
+    if (!us.is_number() || !std::isfinite(us.get<double>()) || us.get<double>() < 0) {
+      throw std::invalid_argument(at + ".us_per_step is " + (us.is_null() ? "missing" : us.dump()) +
+                                  "; expected a number >= 0");
+    }
+    const double v = us.get<double>();
+    switch (classify_kernel(r["name"].get<std::string>())) {
+      case KernelClass::kGemm:
+        t.gemm_us += v;
+        break;
+      case KernelClass::kAttention:
+        t.attention_us += v;
+        break;
+      case KernelClass::kOptimizer:
+        t.optimizer_us += v;
+        break;
+      case KernelClass::kCommunication:
+        t.communication_us += v;
+        break;
+      case KernelClass::kMemoryBound:
+        t.memory_us += v;
+        break;
+    }
+  }
+  if (!(t.module_us() > 0)) {
+    throw std::invalid_argument(where +
+                                ": no GEMM, attention or memory-bound kernel time; expected the "
+                                "kernel summary of a training step");
+  }
+  return t;
+}
+
+const DevicePeaks& device_peaks(const std::string& name) {
+  const std::string n = lower(name);
+  for (const auto& p : kPeaks) {
+    if (p.name == n) return p;
+  }
+  std::string accepted;
+  for (const auto& p : kPeaks) accepted += (accepted.empty() ? "" : ", ") + p.name;
+  throw std::invalid_argument("-g " + name + ": no peak FLOP/s and bandwidth for this device; " +
+                              "accepted: " + accepted);
+}
+
+std::vector<std::string> device_peak_names() {
+  std::vector<std::string> out;
+  for (const auto& p : kPeaks) out.push_back(p.name);
+  return out;
+}
+
+ComputeScale compute_scale(const KernelClassTimes& c, const DevicePeaks& from,
+                           const DevicePeaks& to, bool fp8_gemms) {
+  ComputeScale s;
+  s.classes = c;
+  s.from = from.name;
+  s.to = to.name;
+  s.fp8_gemms = fp8_gemms;
+  const double gemm = fp8_gemms ? from.fp8_tflops / to.fp8_tflops
+                                : from.bf16_tflops / to.bf16_tflops;
+  const double attention = from.bf16_tflops / to.bf16_tflops;
+  const double memory = from.hbm_tbps / to.hbm_tbps;
+  s.module_factor = (c.gemm_us * gemm + c.attention_us * attention + c.memory_us * memory) /
+                    c.module_us();
+  s.optimizer_factor = memory;
+  return s;
+}
+
+json compute_scale_json(const ComputeScale& s) {
+  const double module = s.classes.module_us();
+  const auto share = [&](double us) { return module > 0 ? us / module : 0.0; };
+  return {{"from_device", s.from},
+          {"to_device", s.to},
+          {"module_factor", s.module_factor},
+          {"optimizer_factor", s.optimizer_factor},
+          {"fp8_gemms", s.fp8_gemms},
+          {"module_shares",
+           {{"gemm", share(s.classes.gemm_us)},
+            {"attention", share(s.classes.attention_us)},
+            {"memory_bound", share(s.classes.memory_us)}}},
+          {"us_per_step",
+           {{"gemm", s.classes.gemm_us},
+            {"attention", s.classes.attention_us},
+            {"memory_bound", s.classes.memory_us},
+            {"optimizer", s.classes.optimizer_us},
+            {"communication", s.classes.communication_us}}}};
+}
+
+}  // namespace shardbench

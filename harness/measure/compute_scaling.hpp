@@ -1,0 +1,62 @@
+// Compute measured on one GPU type, scaled to another (issue 19, docs/projection.md "Another GPU
+// type"). The profiler's kernel summary of the measured run (<stem>_rank0.kernels.json) splits
+// its device time into kernel classes by name: matrix multiplies and attention scale with the
+// dense tensor-core peak (fp8 for the GEMMs of an FP8 run), everything else (elementwise, norms,
+// copies, the optimizer) with the HBM bandwidth; the collectives are left out, since the
+// collective model prices them. A module's forward and backward scale by one factor, the
+// time-weighted mix of their classes; the optimizer by the bandwidth ratio. Torch-free.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace shardbench {
+
+enum class KernelClass { kGemm, kAttention, kOptimizer, kCommunication, kMemoryBound };
+const char* to_string(KernelClass c);
+
+// The class of one kernel (or memcpy/memset activity) from its name.
+KernelClass classify_kernel(const std::string& name);
+
+// Device time per step by class, from a kernels.json summary (rows of name and us_per_step).
+struct KernelClassTimes {
+  double gemm_us = 0, attention_us = 0, optimizer_us = 0, communication_us = 0, memory_us = 0;
+  double total_us() const {
+    return gemm_us + attention_us + optimizer_us + communication_us + memory_us;
+  }
+  // The modules' compute (GEMM + attention + memory-bound; not the optimizer, not collectives).
+  double module_us() const { return gemm_us + attention_us + memory_us; }
+};
+// Throws std::invalid_argument naming `where` and the field when the document is not a kernel
+// summary (kind "device_activities", rows with a string name and a number us_per_step >= 0) or
+// its modules' compute is zero.
+KernelClassTimes kernel_class_times(const nlohmann::json& kernels, const std::string& where);
+
+// A GPU type's peaks, with where each number comes from.
+struct DevicePeaks {
+  std::string name;         // "h100", "h200", "b200", "gb200"
+  double bf16_tflops = 0;   // dense
+  double fp8_tflops = 0;    // dense
+  double hbm_tbps = 0;      // HBM bandwidth, TB/s
+  std::string source;
+};
+// Throws std::invalid_argument naming the device and the accepted names.
+const DevicePeaks& device_peaks(const std::string& name);
+std::vector<std::string> device_peak_names();
+
+struct ComputeScale {
+  double module_factor = 1;     // multiplies every module's forward and backward time
+  double optimizer_factor = 1;  // multiplies the optimizer's time per byte
+  KernelClassTimes classes;
+  std::string from, to;
+  bool fp8_gemms = false;
+};
+// `fp8_gemms`: the run's GEMMs are FP8 (its fp8 recipe), so they scale with the fp8 peak.
+ComputeScale compute_scale(const KernelClassTimes& classes, const DevicePeaks& from,
+                           const DevicePeaks& to, bool fp8_gemms);
+
+nlohmann::json compute_scale_json(const ComputeScale& s);
+
+}  // namespace shardbench
