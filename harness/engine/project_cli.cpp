@@ -161,8 +161,12 @@ void check_extrapolation(const ConfigContainer& c, const std::string& where) {
   if (c.model.cpu_offloading_num_layers > 0) {
     refuse("model.cpu_offloading_num_layers", std::to_string(c.model.cpu_offloading_num_layers));
   }
-  if (c.model.recompute_method && *c.model.recompute_method == "block") {
-    refuse("model.recompute_method", "block");
+  // Block recompute of every layer (-rl at the layer count) treats them all alike.
+  if (c.model.recompute_method && *c.model.recompute_method == "block" &&
+      c.model.recompute_num_layers.value_or(0) < c.model.num_layers) {
+    refuse("model.recompute_num_layers", std::to_string(c.model.recompute_num_layers.value_or(0)) +
+                                             " of " + std::to_string(c.model.num_layers) +
+                                             " layers (block)");
   }
   if (c.shardbench.recompute_fc1_layers > 0) {
     refuse("shardbench.recompute_fc1_layers", std::to_string(c.shardbench.recompute_fc1_layers));
@@ -286,6 +290,10 @@ json project_runs(const Options& o, const json& report, const ProjectionTarget& 
         check_extrapolation(measured, where);
         ext = layer_extrapolation(measured, o.num_layers, m);
         extrapolate_layers(m, ext, layer_saved_bytes(r, ext.measured_layers));
+        // Every measured layer recomputed: so is every layer of the projected model.
+        if (measured.model.recompute_method && *measured.model.recompute_method == "block") {
+          m.config["model"]["recompute_num_layers"] = ext.layers;
+        }
       }
       const ConfigContainer config = config_from_json(m.config);
       GroupShapeOptions shape;

@@ -145,6 +145,30 @@ TEST_F(PerfProject, LayerExtrapolationAddsTheLayersUnitsParametersAndActivations
   EXPECT_NE(fewer.output.find("--num_layers 1"), std::string::npos) << fewer.output;
 }
 
+// Full recompute of every measured layer extrapolates (the added layers are recomputed too); of
+// only some of them it is refused, naming the field.
+TEST_F(PerfProject, LayerExtrapolationTakesRecomputeOfEveryLayerAndRefusesSome) {
+  for (int rl : {2, 1}) {
+    const std::string report = (dir_ / ("rl" + std::to_string(rl) + ".json")).string();
+    const testing_util::LaunchResult launched = testing_util::run_perf_launch(
+        "-m llama -mr llama3_tiny_cpu -ng 1 -g cpu -ms 2 -rl " + std::to_string(rl) +
+        " shardbench.compare_with_ddp=false shardbench.unit_timing=true shardbench.report_path=" +
+        report);
+    ASSERT_EQ(launched.exit_code, 0) << launched.output;
+    const std::string out = (dir_ / ("rl" + std::to_string(rl) + "_l6.json")).string();
+    const auto r =
+        project(report + " -ng 2 -g cpu --interconnect nvlink4 --num_layers 6 -o " + out);
+    if (rl == 2) {
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_EQ(read_json(out)["runs"][0]["layer_extrapolation"]["layers"], 6);
+    } else {
+      EXPECT_EQ(r.exit_code, 2) << r.output;
+      EXPECT_NE(r.output.find("model.recompute_num_layers=1 of 2 layers"), std::string::npos)
+          << r.output;
+    }
+  }
+}
+
 // docs/projection.md "Another GPU type": the CPU report relabelled as an H200 run, with a kernel
 // summary of known classes, projected to the H100: its compute grows by the memory-bound share
 // times the bandwidth ratio (the dense peaks are equal), no more, no less.
