@@ -18,6 +18,19 @@
 namespace shardbench {
 namespace {
 
+// The repository root: the first folder above the working directory (ctest runs in build/tests)
+// that holds results/ and CMakeLists.txt.
+std::filesystem::path source_root() {
+  for (auto dir = std::filesystem::current_path(); !dir.empty(); dir = dir.parent_path()) {
+    if (std::filesystem::is_directory(dir / "results") &&
+        std::filesystem::exists(dir / "CMakeLists.txt")) {
+      return dir;
+    }
+    if (dir == dir.parent_path()) break;
+  }
+  return {};
+}
+
 class PerfProject : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -53,6 +66,16 @@ TEST_F(PerfProject, ProjectsEveryRunAndMarksItProjected) {
     EXPECT_EQ(run["projected_from"]["world_size"], 1);
     EXPECT_GT(run["step_ms"].get<double>(), 0);
     EXPECT_FALSE(run["collectives"].empty()) << run["label"];
+    // Every projection states the largest errors seen in validation, each naming its results.
+    ASSERT_TRUE(run["validation"].is_array()) << run["label"];
+    for (const auto& seen : run["validation"]) {
+      const std::string text = seen.get<std::string>();
+      if (text.find("not validated") != std::string::npos) continue;
+      const size_t at = text.find("(results/");
+      ASSERT_NE(at, std::string::npos) << text;
+      const std::string folder = text.substr(at + 1, text.find(')', at) - at - 1);
+      EXPECT_TRUE(std::filesystem::is_directory(source_root() / folder)) << folder;
+    }
   }
   // FSDP at 2 ranks gathers its units; the 1-rank run gathered nothing.
   EXPECT_EQ(j["runs"][0]["collectives"][0]["name"], "all_gather/unit_0");
