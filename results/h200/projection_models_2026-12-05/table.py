@@ -6,8 +6,8 @@ import json
 D = 'results/h200/projection_models_2026-12-05/tables'
 NAMES = {'ddp-distopt': 'DDP + dist. optimizer', 'fsdp-optim_grads_params':
          'Megatron FSDP optim_grads_params', 'fsdp2': 'FSDP2'}
-# Allocatable memory per GPU as the CUDA driver reports it (nvidia-smi's total).
-CAPACITY_GIB = {'h200': 143771 / 1024, 'h100': 81559 / 1024}
+# Memory per GPU from the datasheets (141 GB and 80 GB of HBM, read as GiB).
+CAPACITY_GIB = {'h200': 141, 'h100': 80}
 for model, title in (('8b', 'Llama 3 8B (32 layers, seq 8192, GBS 16 per GPU)'),
                      ('70b', 'Llama 3 70B (80 layers, seq 8192, GBS 4 per GPU)')):
     for gpu in ('h200', 'h100'):
