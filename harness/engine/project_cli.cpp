@@ -306,9 +306,17 @@ json project_runs(const Options& o, const json& report, const ProjectionTarget& 
       const sim::StepPlan plan = projection_plan(m, knobs_from(config), groups, target);
       const sim::StepResult result = sim::simulate_step(plan);
       json projected = projected_run_json(m, target, plan, result);
-      projected["memory"] = {
-          {"projected_peak", peak_memory_json(r, where, m, config, result, target,
-                                              ext.added_saved_activation_bytes)}};
+      json peak =
+          peak_memory_json(r, where, m, config, result, target, ext.added_saved_activation_bytes);
+      // Whether it fits one GPU of the target type (compute_scaling.hpp's memory column).
+      if (const auto capacity = device_memory_bytes(target.device)) {
+        peak["device_memory_bytes"] = *capacity;
+        peak["fits"] =
+            peak["max_allocated_bytes"].is_number()
+                ? json(peak["max_allocated_bytes"].get<double>() <= static_cast<double>(*capacity))
+                : json(nullptr);
+      }
+      projected["memory"] = {{"projected_peak", peak}};
       if (scale.from != scale.to) {
         projected["compute_scaling"] = compute_scale_json(scale);
         projected["assumptions"][0] =
@@ -447,6 +455,10 @@ int run(const Options& o, std::ostream& out) {
       if (peak["max_allocated_bytes"].is_number()) {
         out << ", peak memory " << peak["max_allocated_bytes"].get<double>() / (1 << 30)
             << " GiB per GPU";
+        if (peak.value("fits", json()) == false) {
+          out << " (over the " << peak["device_memory_bytes"].get<double>() / (1 << 30)
+              << " GiB of one " << o.device << ")";
+        }
       }
       out << "\n";
     }

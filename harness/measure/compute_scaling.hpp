@@ -7,6 +7,8 @@
 // time-weighted mix of their classes; the optimizer by the bandwidth ratio. Torch-free.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,11 +42,15 @@ struct DevicePeaks {
   double bf16_tflops = 0;   // dense
   double fp8_tflops = 0;    // dense
   double hbm_tbps = 0;      // HBM bandwidth, TB/s
+  double memory_gib = 0;    // HBM capacity: the datasheet's GB, which are binary (GiB)
   std::string source;
 };
 // Throws std::invalid_argument naming the device and the accepted names.
 const DevicePeaks& device_peaks(const std::string& name);
 std::vector<std::string> device_peak_names();
+// The memory of one GPU of `device` in bytes (its memory_gib), or nullopt for a device outside the
+// table (cpu). The allocator gets slightly less: the driver and the CUDA context keep some.
+std::optional<int64_t> device_memory_bytes(const std::string& device);
 
 struct ComputeScale {
   double module_factor = 1;     // multiplies every module's forward and backward time

@@ -56,6 +56,7 @@ SweepEntry sweep_entry(const json& run, int world, const std::string& interconne
   e.peak_bytes = json(nullptr);
   if (run.contains("memory") && run["memory"].contains("projected_peak")) {
     e.peak_bytes = run["memory"]["projected_peak"].value("max_allocated_bytes", json(nullptr));
+    e.fits = run["memory"]["projected_peak"].value("fits", json(nullptr));
   }
   return e;
 }
@@ -145,7 +146,8 @@ json sweep_json(const std::vector<SweepEntry>& entries, double threshold) {
                     {"exposed_comm_ms", e.exposed_comm_ms},
                     {"exposed_fraction", e.exposed_fraction},
                     {"tokens_per_s_per_rank", e.tokens_per_s_per_rank},
-                    {"peak_max_allocated_bytes", e.peak_bytes}});
+                    {"peak_max_allocated_bytes", e.peak_bytes},
+                    {"fits", e.fits}});
   }
   json crossings = json::array();
   for (const auto& key : series_keys(entries)) {
@@ -186,7 +188,7 @@ std::string sweep_text_table(const std::vector<SweepEntry>& entries, double thre
         << rpad(e.peak_bytes.is_number() ? fmt("%.2f", e.peak_bytes.get<double>() / (1 << 30))
                                          : std::string("-"),
                 9)
-        << "\n";
+        << (e.fits == false ? " over" : "") << "\n";
   }
   for (const auto& key : series_keys(entries)) {
     const std::optional<int> c = crossover_world(series_of(entries, key), threshold);

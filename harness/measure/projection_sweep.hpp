@@ -24,6 +24,7 @@ struct SweepEntry {
   double exposed_fraction = 0;           // exposed_comm_ms / step_ms
   nlohmann::json tokens_per_s_per_rank;  // number or null, as in the projected run
   nlohmann::json peak_bytes;             // memory.projected_peak.max_allocated_bytes, or null
+  nlohmann::json fits;                   // memory.projected_peak.fits (true/false), or null
 };
 
 // The entry of one projected run (an element of perf-project's "runs", projected at `world` on

@@ -91,6 +91,7 @@ TEST_F(PerfProject, ProjectsEveryRunAndMarksItProjected) {
         << run["label"];
     EXPECT_EQ(peak["saved_activation_bytes"], peak["measured"]["saved_activation_bytes"]);
     EXPECT_TRUE(peak["max_allocated_bytes"].is_null()) << run["label"];
+    EXPECT_FALSE(peak.contains("fits")) << "a CPU target has no memory capacity";
   }
   EXPECT_EQ(j["runs"][0]["memory"]["projected_peak"]["transient_source"], "step_simulator");
   EXPECT_GT(j["runs"][0]["memory"]["projected_peak"]["transient_buffer_bytes"].get<int64_t>(), 0);
@@ -222,6 +223,9 @@ TEST_F(PerfProject, ComputeScalesToAnotherGpuTypeByKernelClass) {
   EXPECT_GT(ratio, module - 1e-9);
   EXPECT_LT(ratio, optimizer + 1e-9);
   EXPECT_EQ(b["identity"]["projected_device"], "h100");
+  // The tiny model fits one GPU of either type; the capacity is the target's.
+  EXPECT_EQ(a["memory"]["projected_peak"]["device_memory_bytes"], int64_t{141} << 30);
+  EXPECT_EQ(b["memory"]["projected_peak"]["device_memory_bytes"], int64_t{80} << 30);
   // Another GPU type without a kernel summary, a summary for a report of two runs without --run,
   // a summary for the measured device: refused, naming what is accepted.
   const auto none = project(h200 + " -ng 1 -g h100 --interconnect nvlink4");

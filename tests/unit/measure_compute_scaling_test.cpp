@@ -70,6 +70,12 @@ TEST(ComputeScaling, Fp8GemmsScaleByTheFp8Peak) {
               (700 * 1979.0 / 5000 + 100 * 989.0 / 2500 + 200 * 3.35 / 8.0) / 1000, 1e-12);
 }
 
+TEST(ComputeScaling, OneGpusMemoryIsTheDatasheetsInGiB) {
+  EXPECT_EQ(device_memory_bytes("h200"), int64_t{141} << 30);
+  EXPECT_EQ(device_memory_bytes("H100"), int64_t{80} << 30);
+  EXPECT_EQ(device_memory_bytes("cpu"), std::nullopt);
+}
+
 TEST(ComputeScaling, BadSummariesAndDevicesAreNamed) {
   EXPECT_THROW(kernel_class_times(json{{"kind", "trace"}}, "k.json"), std::invalid_argument);
   EXPECT_THROW(kernel_class_times(summary({{"ncclDevKernel", 10}}), "k.json"),

@@ -6,8 +6,6 @@ import json
 D = 'results/h200/projection_models_2026-12-05/tables'
 NAMES = {'ddp-distopt': 'DDP + dist. optimizer', 'fsdp-optim_grads_params':
          'Megatron FSDP optim_grads_params', 'fsdp2': 'FSDP2'}
-# Memory per GPU from the datasheets (141 GB and 80 GB of HBM, read as GiB).
-CAPACITY_GIB = {'h200': 141, 'h100': 80}
 for model, title in (('8b', 'Llama 3 8B (32 layers, seq 8192, GBS 16 per GPU)'),
                      ('70b', 'Llama 3 70B (80 layers, seq 8192, GBS 4 per GPU)')):
     for gpu in ('h200', 'h100'):
@@ -18,7 +16,8 @@ for model, title in (('8b', 'Llama 3 8B (32 layers, seq 8192, GBS 16 per GPU)'),
             for n in (8, 64, 512):
                 p = json.load(open(f'{D}/{model}_{w}_{gpu}_ng{n}.json'))['runs'][0]
                 peak = p['memory']['projected_peak']['max_allocated_bytes'] / 2**30
-                over = ' (over)' if peak > CAPACITY_GIB[gpu] else ''
+                # perf-project's verdict against one GPU's memory (141 GiB H200, 80 GiB H100).
+                over = ' (over)' if p['memory']['projected_peak']['fits'] is False else ''
                 print(f"| {NAMES[w]} | {n} | {p['step_ms'] / 1e3:.2f} | "
                       f"{p['exposed_comm_ms']:.0f} ms ({100 * p['exposed_comm_ms'] / p['step_ms']:.1f}%) | "
                       f"{p['tokens_per_s_per_rank']:,.0f} | {p['tflops_per_s_per_rank']:.0f} | "
