@@ -317,7 +317,14 @@ void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
   // and summed. DP counts every instance under HSDP (the cross-instance all-reduce in
   // finish_backward sums or averages the rest).
   const int total_dp = dp_ * outer_;
-  if (total_dp > 1 && !options_.average_in_collective) src.mul_(1.0 / total_dp);
+  // One rank per instance (HSDP): grads the strategy reduces every micro-batch accumulate in
+  // place in the grad buffer (no transient buffer, no reduction inside the instance), so the
+  // buffer holds the sum of the micro-batches so far: scale it once, after the last one.
+  const bool accumulates_in_place = !g.transient_grads && g.spec.reduce_every_microbatch;
+  const bool last = microbatch_ == microbatch_count_ - 1;
+  if (total_dp > 1 && !options_.average_in_collective && (!accumulates_in_place || last)) {
+    src.mul_(1.0 / total_dp);
+  }
   // One rank: a reduce-scatter would copy the grads onto themselves (its shard is the whole
   // buffer). An all-reduce runs in place and is still launched, as DDP does.
   if (dp_ == 1 && g.spec.grad_collective == GradCollective::kReduceScatter) return;

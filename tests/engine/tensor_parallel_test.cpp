@@ -392,7 +392,11 @@ INSTANTIATE_TEST_SUITE_P(
         TpCase{"hsdp2x2_fsdp_optim_grads_params_clipped_avg", 4, 1, Wrapper::kMegatronFsdp,
                "optim_grads_params", false, 8, 1, 0.05, false, 2, true},
         TpCase{"tp2_hsdp2x2_fsdp_optim_grads_params", 8, 2, Wrapper::kMegatronFsdp,
-               "optim_grads_params", false, 8, 1, 1.0, false, 2}),
+               "optim_grads_params", false, 8, 1, 1.0, false, 2},
+        // One rank per instance: its grads accumulate in place over the micro-batches and are
+        // scaled once.
+        TpCase{"hsdp4x1_fsdp_optim_grads_params", 4, 1, Wrapper::kMegatronFsdp,
+               "optim_grads_params", false, 8, 1, 1.0, false, 4}),
     [](const ::testing::TestParamInfo<TpCase>& info) { return std::string(info.param.name); });
 // clang-format on
 
