@@ -166,8 +166,8 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
        honoured("the experimental Megatron FSDP v2 is not implemented").only_values({1})},
       {"ddp.data_parallel_sharding_strategy", honoured()},
       {"ddp.outer_dp_sharding_strategy",
-       not_impl("sharding across HSDP instances (HFSDP) is not implemented")
-           .only_values({"no_shard"})},
+       honoured("optim (HFSDP) with HSDP instances and Megatron FSDP optim_grads_params only")
+           .only_values({"no_shard", "optim"})},
       {"ddp.num_distributed_optimizer_instances", honoured().at_least(1).at_most(kMaxCount)},
       {"ddp.use_distributed_optimizer", honoured()},
       {"ddp.overlap_grad_reduce", honoured()},

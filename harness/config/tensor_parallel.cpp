@@ -136,12 +136,21 @@ void check_hsdp(const ConfigContainer& c, int64_t num_gpus, const Provenance& p)
   const int64_t instances = c.ddp.num_distributed_optimizer_instances;
   const std::string key = "ddp.num_distributed_optimizer_instances";
   if (instances < 1) refuse(key, instances, p, "out of range", "an integer >= 1");
-  if (c.ddp.outer_dp_sharding_strategy != "no_shard") {
-    // Megatron FSDP's HFSDP shards the optimizer across instances too; it needs
-    // optim_grads_params inside each instance.
-    refuse("ddp.outer_dp_sharding_strategy", c.ddp.outer_dp_sharding_strategy, p,
-           "sharding across HSDP instances (HFSDP) is not implemented",
-           "no_shard (the instances replicate one another)");
+  const std::string outer_key = "ddp.outer_dp_sharding_strategy";
+  const std::string& outer = c.ddp.outer_dp_sharding_strategy;
+  if (outer != "no_shard" && outer != "optim") {
+    refuse(outer_key, outer, p, "unknown strategy", "no_shard or optim");
+  }
+  const bool hfsdp = outer == "optim";
+  const std::string hfsdp_accepted =
+      "no_shard, or optim with ddp.num_distributed_optimizer_instances > 1 and Megatron FSDP "
+      "optim_grads_params";
+  // Megatron-FSDP uses the outer strategy only with hybrid sharding; shardbench refuses optim
+  // without instances rather than run something else under HFSDP's name.
+  if (hfsdp && instances == 1) {
+    refuse(outer_key, outer, p,
+           "HFSDP shards the optimizer across HSDP instances and this run has one (" + key + "=1)",
+           hfsdp_accepted);
   }
   if (instances == 1) return;
   const int64_t model_parallel = c.model.tensor_model_parallel_size *
@@ -166,6 +175,30 @@ void check_hsdp(const ConfigContainer& c, int64_t num_gpus, const Provenance& p)
                                 : "DDP without the distributed optimizer"),
            "1, or more with ddp.use_distributed_optimizer=true (DDP) or Megatron FSDP optim, "
            "optim_grads or optim_grads_params");
+  }
+  if (!hfsdp) return;
+  // HFSDP (docs/parallel-layout.md): Megatron-FSDP's, on top of full sharding inside each
+  // instance (Megatron-LM's --outer-dp-sharding-strategy: "The "optim" option is only
+  // supported when --data-parallel-sharding-strategy is "optim_grads_params"").
+  if (!megatron_fsdp || torch_fsdp2) {
+    refuse(outer_key, outer, p,
+           std::string("sharding the optimizer across HSDP instances (HFSDP) is Megatron "
+                       "FSDP's; this run has ") +
+               (torch_fsdp2 ? "Torch FSDP2" : "DDP"),
+           hfsdp_accepted);
+  }
+  if (c.ddp.data_parallel_sharding_strategy != "optim_grads_params") {
+    refuse(outer_key, outer, p,
+           "Optimizer fully-sharded HFSDP is only supported with full-sharding on DP-Shard "
+           "(Megatron-FSDP); this run has ddp.data_parallel_sharding_strategy=" +
+               c.ddp.data_parallel_sharding_strategy,
+           hfsdp_accepted);
+  }
+  if (c.ddp.fp8_param_gather) {
+    refuse(outer_key, outer, p,
+           "the FP8 parameter all-gather (ddp.fp8_param_gather=true) is not implemented across "
+           "HSDP instances",
+           "no_shard, or optim with ddp.fp8_param_gather=false");
   }
 }
 

@@ -27,8 +27,10 @@ void check_tensor_parallel(const ConfigContainer& config, const Provenance& prov
 // HSDP (docs/parallel-layout.md, "HSDP instances"): ddp.num_distributed_optimizer_instances
 // must divide the data-parallel size (num_gpus / (TP x CP x PP)) and, above 1, needs a sharded
 // optimizer inside each instance (DDP with the distributed optimizer, Megatron FSDP other than
-// no_shard; not Torch FSDP2). ddp.outer_dp_sharding_strategy=optim (HFSDP) is refused: the
-// instances replicate one another (no_shard). One UsageError as above.
+// no_shard; not Torch FSDP2). ddp.outer_dp_sharding_strategy=optim (HFSDP: the optimizer
+// sharded across the instances too) needs more than one instance, Megatron FSDP
+// optim_grads_params (Megatron-FSDP's rule) and no FP8 parameter all-gather. One UsageError as
+// above.
 void check_hsdp(const ConfigContainer& config, int64_t num_gpus, const Provenance& provenance);
 
 // Megatron-LM's validate_args warning for tensor or context parallelism together with Megatron

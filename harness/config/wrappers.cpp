@@ -32,6 +32,9 @@ ConfigContainer config_for_wrapper(const ConfigContainer& requested, Wrapper wra
     c.ddp.fsdp_manual_registration = wrapper == Wrapper::kMegatronFsdp;
     if (wrapper == Wrapper::kTorchFsdp2) c.ddp.nccl_ub = false;
   }
+  // Sharding the optimizer across HSDP instances (HFSDP) is Megatron FSDP's: the other wrappers
+  // run their HSDP with the instances replicating one another.
+  if (wrapper != Wrapper::kMegatronFsdp) c.ddp.outer_dp_sharding_strategy = "no_shard";
   switch (wrapper) {
   case Wrapper::kDdp:
     c.dist.use_torch_fsdp2 = false;
@@ -96,6 +99,11 @@ std::vector<PlannedRun> planned_runs(const ConfigContainer& requested,
       run.derivation +=
           ", ddp.fp8_param_gather=false (FP8 parameter all-gather is Megatron FSDP's and the "
           "distributed optimizer's)";
+    }
+    if (requested.ddp.outer_dp_sharding_strategy != run.config.ddp.outer_dp_sharding_strategy) {
+      run.derivation +=
+          ", ddp.outer_dp_sharding_strategy=" + run.config.ddp.outer_dp_sharding_strategy +
+          " (sharding the optimizer across HSDP instances is Megatron FSDP's)";
     }
     if (requested.ddp.nccl_ub && !run.config.ddp.nccl_ub) {
       run.derivation += ", ddp.nccl_ub=false (NCCL user buffers are DDP's and Megatron FSDP's)";

@@ -29,7 +29,8 @@ Wrapper wrapper_of(const ConfigContainer& config);
 //                  MCore's distributed optimizer off (FSDP2 shards the optimizer state itself).
 // The result has no comparison of its own (shardbench.compare_wrappers empty,
 // compare_with_ddp false) and neither saves nor loads checkpoints. ddp and torch_fsdp2 gather
-// bf16 weights: ddp.fp8_param_gather and mixed_precision.fp8_param_gather are false there.
+// bf16 weights: ddp.fp8_param_gather and mixed_precision.fp8_param_gather are false there, and
+// their HSDP instances replicate one another: ddp.outer_dp_sharding_strategy is no_shard there.
 ConfigContainer config_for_wrapper(const ConfigContainer& config, Wrapper wrapper);
 
 struct PlannedRun {

@@ -368,6 +368,9 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   o.nccl_ub = c.ddp.nccl_ub;
   o.nccl_ub_symmetric = !c.ddp.disable_symmetric_registration;
   o.nccl_ub_manual_registration = c.ddp.nccl_ub && c.ddp.fsdp_manual_registration;
+  // HFSDP: validation (check_hsdp) admitted it with instances and Megatron FSDP
+  // optim_grads_params only.
+  o.outer_shard_optimizer = c.ddp.outer_dp_sharding_strategy == "optim";
   return o;
 }
 
@@ -408,6 +411,7 @@ RunRecord describe_run(const ConfigContainer& config, const nlohmann::json& prov
       static_cast<int>(config.model.expert_model_parallel_size),
       static_cast<int>(config.model.pipeline_model_parallel_size),
       static_cast<int>(config.ddp.num_distributed_optimizer_instances));
+  rec.parallel_layout->outer_dp_sharding_strategy = config.ddp.outer_dp_sharding_strategy;
   return rec;
 }
 
@@ -747,9 +751,12 @@ void record_memory(RunRecord& rec, const DataParallelEngine& engine,
     // Under tensor parallelism: one TP rank's parts, sharded over the data-parallel ranks.
     const std::vector<ParamGroup> groups =
         decoder_param_groups(decoder_param_counts(decoder_dims(dims), ctx.tp));
-    // Sharded over the engine's data-parallel group: the instance under HSDP.
+    // Sharded over the engine's data-parallel group: the instance under HSDP; under HFSDP the
+    // main weights and optimizer state over every instance's ranks too.
     rec.predicted_memory =
-        fsdp_static_memory(groups, engine.dp(), strategy, *rec.dtype_policy).resident;
+        fsdp_static_memory(groups, engine.dp(), strategy, *rec.dtype_policy,
+                           engine.shards_across_instances() ? engine.instances() : 1)
+            .resident;
     rec.memory.predicted_static_bytes = rec.predicted_memory->total_bytes();
   }
 }

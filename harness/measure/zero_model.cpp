@@ -83,20 +83,27 @@ std::vector<ParamGroup> decoder_param_groups(const DecoderParamCounts& counts) {
 }
 
 FsdpMemoryPrediction fsdp_static_memory(std::span<const ParamGroup> groups, int world_size,
-                                        MemoryStrategy strategy, const DtypePolicy& policy) {
+                                        MemoryStrategy strategy, const DtypePolicy& policy,
+                                        int outer_instances) {
   const ShardingLayout layout = sharding_layout(strategy);
+  const int outer = std::max(outer_instances, 1);
   FsdpMemoryPrediction p;
   StaticMemoryBytes& m = p.resident;
   for (const ParamGroup& g : groups) {
-    const int64_t padded = layout.pads_buckets ? round_up(g.numel, world_size) : g.numel;
+    // HFSDP: padded for the pieces of every instance's shards (the engine's layout:
+    // FlatLayoutOptions::shard_pieces).
+    const int64_t padded =
+        layout.pads_buckets ? round_up(g.numel, int64_t{world_size} * outer) : g.numel;
     const int64_t shard = ceil_div(padded, world_size);  // exact when padded
+    const int64_t piece = ceil_div(shard, outer);        // the optimizer's part under HFSDP
     p.padding_elems += padded - g.numel;
     auto elems = [&](bool sharded) { return sharded ? shard : padded; };
+    const int64_t optimizer_elems = !layout.optimizer ? padded : outer > 1 ? piece : shard;
     const bool weights_sharded = layout.model_weights && g.fsdp_unit;
     m.model_weight_bytes += elems(weights_sharded) * policy.model_weight_bytes;
     m.main_grad_bytes += elems(layout.grads) * policy.grad_bytes;
-    m.main_weight_bytes += elems(layout.optimizer) * policy.main_weight_bytes;
-    m.optimizer_state_bytes += elems(layout.optimizer) * policy.optimizer_state_bytes;
+    m.main_weight_bytes += optimizer_elems * policy.main_weight_bytes;
+    m.optimizer_state_bytes += optimizer_elems * policy.optimizer_state_bytes;
     // One rank: the shard is the whole unit and the engine computes on it (docs/megatron-fsdp.md
     // 5): nothing is gathered or reduce-scattered, so nothing transient.
     if (g.fsdp_unit && world_size > 1) {

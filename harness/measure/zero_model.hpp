@@ -115,7 +115,14 @@ struct FsdpMemoryPrediction {
 // groups outside FSDP units stay unsharded and persistent ("Non-unit modules remain persistently
 // un-sharded", Megatron-FSDP design doc), counted at their padded size (the local shard is a view
 // of that buffer); their main weights, grads and optimizer state follow the strategy.
+//
+// HFSDP (ddp.outer_dp_sharding_strategy=optim over `outer_instances` HSDP instances of
+// world_size ranks each): the main weights and optimizer state are sharded over all
+// world_size * outer_instances ranks, the grads and compute weights over the instance only
+// (OptState / (DPin * DPout) + (Grad + Weight) / DPin); buckets are padded to a multiple of
+// world_size * outer_instances. 1: no sharding across instances.
 FsdpMemoryPrediction fsdp_static_memory(std::span<const ParamGroup> groups, int world_size,
-                                        MemoryStrategy strategy, const DtypePolicy& policy);
+                                        MemoryStrategy strategy, const DtypePolicy& policy,
+                                        int outer_instances = 1);
 
 }  // namespace shardbench

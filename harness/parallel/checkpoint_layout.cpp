@@ -121,6 +121,8 @@ json checkpoint_layout_of(DataParallelEngine& engine,
   if (engine.data_parallel_size() != engine.dp()) {
     layout["hsdp_instances"] = engine.data_parallel_size() / engine.dp();
   }
+  // HFSDP: each rank holds its piece of the optimizer state (absent: outer no_shard).
+  if (engine.shards_across_instances()) layout["outer_dp_sharding_strategy"] = "optim";
   return layout;
 }
 
@@ -143,10 +145,13 @@ void check_checkpoint_metadata(const json& meta, const json& mine, const std::st
   const json& saved = meta.value("layout", json::object());
   // Every layout field, in the order a user would look for them (the label follows from them).
   for (const std::string key :
-       {"wrapper", "strategy", "distributed_optimizer", "tp_size", "hsdp_instances", "dp_size",
-        "compute_dtype", "model_dims", "seed", "groups"}) {
-    // Written only above 1 (checkpoint_layout_of): absent means 1.
-    const json absent = key == "tp_size" || key == "hsdp_instances" ? json(1) : json();
+       {"wrapper", "strategy", "distributed_optimizer", "tp_size", "hsdp_instances",
+        "outer_dp_sharding_strategy", "dp_size", "compute_dtype", "model_dims", "seed", "groups"}) {
+    // Written only where they differ from a data-parallel run (checkpoint_layout_of): absent
+    // means 1, or outer no_shard.
+    const json absent = key == "tp_size" || key == "hsdp_instances" ? json(1)
+                        : key == "outer_dp_sharding_strategy"       ? json("no_shard")
+                                                                    : json();
     const json was = saved.value(key, absent);
     const json now = mine.value(key, absent);
     if (auto d = first_difference(was, now, "layout." + key)) {

@@ -53,6 +53,33 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
         "; accepted: 1, or more with the distributed optimizer or Megatron FSDP optim, "
         "optim_grads or optim_grads_params");
   }
+  // HFSDP (docs/parallel-layout.md): Megatron-FSDP shards the optimizer across the instances
+  // only on top of full sharding inside each (param_and_grad_buffer.py refuses other inner
+  // strategies: "Optimizer fully-sharded HFSDP is only supported with full-sharding on
+  // DP-Shard").
+  if (options_.outer_shard_optimizer) {
+    const std::string head = "ddp.outer_dp_sharding_strategy=optim with " + label();
+    if (options_.wrapper != Wrapper::kMegatronFsdp || options_.strategy != "optim_grads_params") {
+      throw std::invalid_argument(
+          head +
+          ": optimizer fully-sharded HFSDP is only supported with full sharding inside "
+          "each instance; accepted: no_shard, or optim with Megatron FSDP "
+          "optim_grads_params");
+    }
+    if (outer_ < 2) {
+      throw std::invalid_argument(
+          head + " and ddp.num_distributed_optimizer_instances=" + std::to_string(outer_) +
+          ": there are no instances to shard across; accepted: no_shard, or optim with more "
+          "than one instance");
+    }
+    if (options_.fp8_param_gather) {
+      throw std::invalid_argument(
+          head +
+          " and ddp.fp8_param_gather=true: the FP8 parameter all-gather is not "
+          "implemented across instances; accepted: ddp.fp8_param_gather=false");
+    }
+    hfsdp_ = true;
+  }
   grad_checker_ = GradChecker(options_.check_for_nan_in_grad, options_.check_for_large_grads);
   if (options_.wrapper == Wrapper::kTorchFsdp2 && options_.prefetch_blocks < 0) {
     throw std::invalid_argument("torch_fsdp2 prefetch_blocks=" +
@@ -134,7 +161,10 @@ DataParallelEngine::~DataParallelEngine() {
 
 void DataParallelEngine::register_comm_pool() {
   if (!comm_pool_ || comm_pool_registered_after_ >= 0) return;
-  comm_pool_->register_with({pgs_.world.get(), pgs_.all_gather.get(), pgs_.reduce_scatter.get()});
+  // HFSDP's collectives across the instances use the pool's buffers too; Megatron-FSDP registers
+  // its outer group last.
+  comm_pool_->register_with({pgs_.world.get(), pgs_.all_gather.get(), pgs_.reduce_scatter.get(),
+                             hfsdp_ ? pgs_.outer.get() : nullptr});
   comm_pool_registered_after_ = optimizer_steps();
 }
 
@@ -152,8 +182,8 @@ NcclUserBufferState DataParallelEngine::nccl_user_buffers() const {
   st.manual_registration = options_.nccl_ub_manual_registration;
   st.registered_after_steps = comm_pool_registered_after_;
   std::vector<const ProcessGroup*> distinct;
-  for (const ProcessGroup* pg : {pgs_.world.get(), pgs_.all_gather.get(),
-                                 pgs_.reduce_scatter.get()}) {
+  for (const ProcessGroup* pg : {pgs_.world.get(), pgs_.all_gather.get(), pgs_.reduce_scatter.get(),
+                                 hfsdp_ ? pgs_.outer.get() : nullptr}) {
     if (pg != nullptr && std::find(distinct.begin(), distinct.end(), pg) == distinct.end()) {
       distinct.push_back(pg);
     }
@@ -249,8 +279,21 @@ void DataParallelEngine::build_groups() {
     lo.dp = dp_;
     lo.align_elems = options_.align_elems;
     lo.row_aligned_shards = fsdp;
+    // HFSDP: each shard holds one piece per instance (padded as for dp x instances ranks).
+    lo.shard_pieces = hfsdp_ ? outer_ : 1;
     g->layout = per_param ? make_per_param_layout(specs_, members[gi], lo)
                           : make_flat_layout(specs_, members[gi], lo);
+    // The region this rank's optimizer owns (engine_group.hpp).
+    if (!g->spec.main_weights_sharded) {
+      g->owned_offset = 0;
+      g->owned_elems = g->layout.padded_elems;
+    } else if (hfsdp_) {
+      g->owned_offset = g->shard_offset(rank_) + outer_rank_ * g->layout.piece_elems;
+      g->owned_elems = g->layout.piece_elems;
+    } else {
+      g->owned_offset = g->shard_offset(rank_);
+      g->owned_elems = g->layout.shard_elems;
+    }
     // With one rank the shard is the whole group (engine_group.hpp). FSDP2's parameters can
     // then be its fp32 shard itself when they have its dtype and its element offsets.
     const bool one_rank = dp_ == 1;
@@ -303,6 +346,11 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
   const int64_t padded = g.layout.padded_elems;
   const int64_t shard = g.layout.shard_elems;
   const int64_t lo = g.shard_offset(rank_);
+  // What this rank's optimizer owns: [own_lo, own_lo + owned) of the padded buffer; where it
+  // lies in the shard (HFSDP: this rank's piece of its shard, else 0).
+  const int64_t own_lo = g.owned_offset;
+  const int64_t owned = g.owned_elems;
+  const int64_t own_in_shard = own_lo - lo;
 
   std::optional<CommAllocScope> comm(std::in_place, comm_pool_.get());
   g.model_full = at::zeros({padded}, compute);
@@ -312,9 +360,7 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
   g.grad = at::zeros({g.spec.grads_sharded ? shard : padded}, dev.dtype(grad_dtype));
   if (g.transient_grads) g.grad_full = at::empty({padded}, dev.dtype(grad_dtype));
   comm.reset();  // the fp32 main weights and the optimizer state are not communicated
-  if (!g.main_aliases_model) {
-    g.main = at::zeros({g.spec.main_weights_sharded ? shard : padded}, dev.dtype(at::kFloat));
-  }
+  if (!g.main_aliases_model) g.main = at::zeros({owned}, dev.dtype(at::kFloat));
 
   // Initial values: every rank generates each full parameter from the seed, keeps what it owns.
   for (const auto& slot : g.layout.slots) {
@@ -324,13 +370,9 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     auto flat = full.view({-1});
     g.model_full.narrow(0, slot.offset, slot.numel).copy_(flat);
     if (g.main_aliases_model) continue;
-    if (!g.spec.main_weights_sharded) {
-      g.main.narrow(0, slot.offset, slot.numel).copy_(flat);
-    } else {
-      const int64_t a = std::max(slot.offset, lo),
-                    b = std::min(slot.offset + slot.numel, lo + shard);
-      if (a < b) g.main.narrow(0, a - lo, b - a).copy_(flat.narrow(0, a - slot.offset, b - a));
-    }
+    const int64_t a = std::max(slot.offset, own_lo),
+                  b = std::min(slot.offset + slot.numel, own_lo + owned);
+    if (a < b) g.main.narrow(0, a - own_lo, b - a).copy_(flat.narrow(0, a - slot.offset, b - a));
   }
 
   bind_leaves(g);
@@ -353,8 +395,8 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
     setup_fp8_gather(g);
   }
   if (g.main_aliases_model) {
-    g.main = g.spec.model_weights_sharded  ? g.model_shard
-             : g.spec.main_weights_sharded ? g.model_full.narrow(0, lo, shard)
+    g.main = g.spec.model_weights_sharded  ? g.model_shard.narrow(0, own_in_shard, owned)
+             : g.spec.main_weights_sharded ? g.model_full.narrow(0, own_lo, owned)
                                            : g.model_full;
   }
   build_views(g);
@@ -362,12 +404,10 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
 
   // Optimizer segments in the coordinates of this rank's main buffer.
   std::vector<AdamSegment> segs;
-  const int64_t owned_lo = g.spec.main_weights_sharded ? lo : 0;
-  const int64_t owned_hi = owned_lo + g.main.numel();
   for (const auto& seg : g.segments) {
-    const int64_t a = std::max(seg.offset, owned_lo);
-    const int64_t b = std::min(seg.offset + seg.numel, owned_hi);
-    if (a < b) segs.push_back({a - owned_lo, b - a, seg.no_weight_decay});
+    const int64_t a = std::max(seg.offset, own_lo);
+    const int64_t b = std::min(seg.offset + seg.numel, own_lo + owned);
+    if (a < b) segs.push_back({a - own_lo, b - a, seg.no_weight_decay});
   }
   g.optimizer = std::make_unique<FlatAdamW>(g.main, std::move(segs), options_.fused_kernels,
                                             options_.exp_avg_dtype, options_.exp_avg_sq_dtype);
@@ -375,6 +415,7 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
 
 void DataParallelEngine::build_views(EngineGroup& g) {
   const int64_t lo = g.shard_offset(rank_);
+  const int64_t own_in_shard = g.owned_offset - lo;  // HFSDP: this rank's piece, else 0
   g.slot_grads.clear();
   if (!(g.layout.per_param_dim0 && g.transient_grads)) {
     const at::Tensor& target = g.transient_grads ? g.grad_full : g.grad;
@@ -386,9 +427,12 @@ void DataParallelEngine::build_views(EngineGroup& g) {
                                  .view(specs_[static_cast<size_t>(slot.spec_index)].shape));
     }
   }
+  // HFSDP (optim_grads_params: the grad buffer is the shard): the piece the reduce-scatter over
+  // the instances leaves this rank.
   g.owned_grad = g.spec.main_weights_sharded && !g.spec.grads_sharded
                      ? g.grad.narrow(0, lo, g.layout.shard_elems)
-                     : g.grad;
+                 : hfsdp_ ? g.grad.narrow(0, own_in_shard, g.owned_elems)
+                          : g.grad;
   // Where the TP-split parameters lie in owned_grad (tensor parallelism's gradient norm).
   g.tp_split_ranges.clear();
   const bool owned_is_shard = g.layout.per_param_dim0 || g.spec.main_weights_sharded;
@@ -399,8 +443,9 @@ void DataParallelEngine::build_views(EngineGroup& g) {
       begin = slot.shard_offset;  // its chunk in every rank's shard (the whole with one rank)
       end = slot.shard_offset + slot.shard_numel;
     } else if (owned_is_shard) {
-      begin = std::max<int64_t>(slot.offset - lo, 0);
-      end = std::min<int64_t>(slot.offset + slot.numel - lo, g.layout.shard_elems);
+      // The shard, or under HFSDP this rank's piece of it.
+      begin = std::max<int64_t>(slot.offset - g.owned_offset, 0);
+      end = std::min<int64_t>(slot.offset + slot.numel - g.owned_offset, g.owned_elems);
     } else {
       begin = slot.offset;
       end = slot.offset + slot.numel;
@@ -411,11 +456,11 @@ void DataParallelEngine::build_views(EngineGroup& g) {
   if (g.main_aliases_model || g.layout.per_param_dim0) {
     g.owned_model = at::Tensor();
   } else if (g.spec.model_weights_sharded) {
-    g.owned_model = g.model_shard;
+    g.owned_model = g.model_shard.narrow(0, own_in_shard, g.owned_elems);
   } else if (!g.spec.main_weights_sharded) {
     g.owned_model = g.model_full;
   } else {
-    g.owned_model = g.model_full.narrow(0, lo, g.layout.shard_elems);
+    g.owned_model = g.model_full.narrow(0, g.owned_offset, g.owned_elems);
   }
 }
 

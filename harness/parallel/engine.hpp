@@ -98,6 +98,13 @@ struct EngineOptions {
   bool nccl_ub = false;
   bool nccl_ub_symmetric = true;
   bool nccl_ub_manual_registration = false;
+  // ddp.outer_dp_sharding_strategy=optim (HFSDP, docs/parallel-layout.md): with HSDP instances
+  // (ProcessGroups::outer) each rank's shard is cut again into one piece per instance; the fp32
+  // main weights and the AdamW moments hold only this rank's piece, the grads are
+  // reduce-scattered over `outer` after the last micro-batch and the updated piece is
+  // all-gathered over it back into the compute-dtype shard. Megatron FSDP optim_grads_params
+  // only, as in Megatron-FSDP; false: outer no_shard.
+  bool outer_shard_optimizer = false;
 };
 
 // The engine's communicators. world, all_gather and reduce_scatter span the engine's
@@ -112,9 +119,11 @@ struct ProcessGroups {
   std::shared_ptr<ProcessGroup> tp;
   // HSDP (ddp.num_distributed_optimizer_instances > 1, docs/parallel-layout.md): world,
   // all_gather and reduce_scatter span this rank's instance (where the engine shards), and
-  // `outer` the ranks at the same position of every instance, which replicate one another: after
-  // the last micro-batch each rank's reduced gradient is all-reduced over it (outer
-  // no_shard). Null: one instance.
+  // `outer` the ranks at the same position of every instance. Outer no_shard: they replicate
+  // one another, and after the last micro-batch each rank's reduced gradient is all-reduced over
+  // it. Outer optim (EngineOptions::outer_shard_optimizer): they split the optimizer's piece of
+  // the shard among them (reduce-scatter of the grads, all-gather of the updated weights). Null:
+  // one instance.
   std::shared_ptr<ProcessGroup> outer;
 };
 
@@ -160,6 +169,11 @@ class DataParallelEngine final : public ModuleHooks {
   int data_parallel_rank() const { return outer_rank_ * dp_ + rank_; }
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
+  // HSDP instances (1 without HSDP), and whether the optimizer is sharded across them too
+  // (HFSDP, EngineOptions::outer_shard_optimizer): then a rank's main weights and moments are
+  // 1 / instances of its shard.
+  int instances() const { return outer_; }
+  bool shards_across_instances() const { return hfsdp_; }
 
   // Micro-batch `index` of `count` is about to run forward and backward.
   void begin_microbatch(int index, int count);
@@ -329,6 +343,12 @@ class DataParallelEngine final : public ModuleHooks {
   std::pair<int, int> slot_of(const at::Tensor& w) const;
   void launch_grad_reduce(EngineGroup& g);
   void drain_reductions(int64_t keep_in_flight_elems);
+  // HFSDP: the reduce-scatter over `outer` of g's instance-reduced grad shard into this rank's
+  // piece (once per step, after the last micro-batch's reduction; waited in finish_backward),
+  // and the all-gather over `outer` of this rank's updated piece of `shard` (a compute-dtype
+  // shard buffer) into all of it.
+  void launch_outer_grad_reduce(EngineGroup& g);
+  c10::intrusive_ptr<c10d::Work> launch_outer_param_gather(EngineGroup& g, const at::Tensor& shard);
   // The compute weights this rank's optimizer step updates (bf16 view the size of its main
   // weights), or an undefined tensor when main and compute weights share storage or differ in
   // length.
@@ -351,6 +371,7 @@ class DataParallelEngine final : public ModuleHooks {
   int tp_rank_ = 0;
   int outer_ = 1;  // HSDP instances
   int outer_rank_ = 0;
+  bool hfsdp_ = false;  // outer optim: the optimizer is sharded across the instances
   const ShardingSpec* spec_ = nullptr;
   std::vector<ParamSpec> specs_;
   // Declared before groups_: destroyed after the buffers allocated from it.

@@ -46,7 +46,13 @@ struct EngineGroup {
   at::Tensor param_sync_input;                     // kept alive until param_sync_work completes
   int64_t param_sync_temp_bytes = 0;               // what param_sync_input allocated (gloo)
 
-  at::Tensor main;                  // fp32 main weights: full or this rank's shard
+  // Where the region this rank's optimizer owns lies in the padded buffer, and its length: the
+  // whole buffer (unsharded main weights), this rank's shard, or under HFSDP this rank's piece
+  // of its shard (layout.piece_elems at offset shard + outer rank * piece).
+  int64_t owned_offset = 0;
+  int64_t owned_elems = 0;
+
+  at::Tensor main;                  // fp32 main weights: full, this rank's shard or its piece
   bool main_aliases_model = false;  // fp32 compute: main is (a view of) the compute weights
   std::unique_ptr<FlatAdamW> optimizer;
 
@@ -65,6 +71,10 @@ struct EngineGroup {
   bool grad_full_live = false;
   int pending_grads = 0;  // parameters whose grad has not arrived in this micro-batch
   bool reduce_launched = false;
+  // HFSDP: the step's reduce-scatter over the instances (launch_outer_grad_reduce), in flight
+  // until finish_backward waits for it.
+  c10::intrusive_ptr<c10d::Work> outer_reduce_work;
+  bool outer_reduce_launched = false;
 
   // Release the gathered weights once the forward of `last_forward_module` ends (Megatron's
   // sharded units; FSDP2 groups per reshard_after_forward); otherwise they are kept until the
@@ -132,6 +142,7 @@ struct DataParallelEngine::PendingReduce {
   c10::intrusive_ptr<c10d::Work> work;
   at::Tensor accumulate_from;  // reduce-scatter output to add into the grad shard, if any
   int64_t elems;
+  bool last_microbatch = false;  // the step's last reduction of this group (HFSDP: then outer)
 };
 
 }  // namespace shardbench

@@ -52,6 +52,9 @@ const CommLabels kParamSyncLabels{"param_all_gather"};  // distributed optimizer
 const CommLabels kReduceScatterLabels{"reduce_scatter"};
 const CommLabels kAllReduceLabels{"all_reduce"};
 const CommLabels kDdpReduceLabels{"reduce"};
+// HFSDP: the collectives over the HSDP instances (ProcessGroups::outer).
+const CommLabels kOuterReduceScatterLabels{"outer_reduce_scatter"};
+const CommLabels kOuterGatherLabels{"outer_all_gather"};
 
 // FSDP groups name their gradient collective; DDP buckets are "reduce/bucket_i" whichever it is
 // (all-reduce, or reduce-scatter under the distributed optimizer).
@@ -82,6 +85,9 @@ void DataParallelEngine::track_temp(int64_t delta_bytes) {
 
 void DataParallelEngine::launch_gather(EngineGroup& g) {
   if (g.gathered || g.gather_work || g.gather_arrived) return;
+  // HFSDP: the shard this gather reads is being rebuilt across the instances after the step
+  // (refresh_model_weights); a prefetch may come before the unit's own pre-forward waits.
+  wait_param_sync(g);
   if (g.layout.per_param_dim0) {
     std::optional<nvtx::Range> range;
     if (dp_ > 1) {
@@ -163,8 +169,12 @@ void DataParallelEngine::release_gathered(EngineGroup& g) {
 
 void DataParallelEngine::wait_param_sync(EngineGroup& g) {
   if (!g.param_sync_work) return;
-  nvtx::Range range(kParamSyncLabels.wait(g));
-  wait_comm(g.param_sync_work, "all-gather of updated parameters");
+  // HFSDP units: the all-gather across the instances into the shard; else the distributed
+  // optimizer's gather into the whole buffer.
+  const bool outer = hfsdp_ && g.spec.model_weights_sharded;
+  nvtx::Range range((outer ? kOuterGatherLabels : kParamSyncLabels).wait(g));
+  wait_comm(g.param_sync_work, outer ? "cross-instance all-gather of updated parameters"
+                                     : "all-gather of updated parameters");
   g.param_sync_work.reset();
   if (g.fp8_into_model) finish_fp8_gather(g);  // the other parameters' bf16 pieces
   g.param_sync_input = at::Tensor();
@@ -358,7 +368,14 @@ void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
   // and summed. DP counts every instance under HSDP (the cross-instance all-reduce in
   // finish_backward sums or averages the rest).
   const int total_dp = dp_ * outer_;
-  if (total_dp > 1 && !options_.average_in_collective) src.mul_(1.0 / total_dp);
+  // One rank per instance (HSDP): grads the strategy reduces every micro-batch accumulate in
+  // place in the grad buffer (no transient buffer, no reduction inside the instance), so the
+  // buffer holds the sum of the micro-batches so far: scale it once, after the last one.
+  const bool accumulates_in_place = !g.transient_grads && g.spec.reduce_every_microbatch;
+  const bool last = microbatch_ == microbatch_count_ - 1;
+  if (total_dp > 1 && !options_.average_in_collective && (!accumulates_in_place || last)) {
+    src.mul_(1.0 / total_dp);
+  }
   // One rank: a reduce-scatter would copy the grads onto themselves (its shard is the whole
   // buffer). An all-reduce runs in place and is still launched, as DDP does.
   if (dp_ == 1 && g.spec.grad_collective == GradCollective::kReduceScatter) return;
@@ -366,7 +383,7 @@ void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
     nvtx::Range range(grad_reduce_labels(g).launch(g), tensor_bytes(src));
     const Reduction op =
         dp_ > 1 && options_.average_in_collective ? Reduction::kAvg : Reduction::kSum;
-    PendingReduce pending{g.index, {}, {}, src.numel()};
+    PendingReduce pending{g.index, {}, {}, src.numel(), last};
     if (g.spec.grad_collective == GradCollective::kAllReduce) {
       pending.work = pgs_.reduce_scatter->all_reduce(src, op);
     } else if (!g.spec.grads_sharded) {
@@ -414,8 +431,40 @@ void DataParallelEngine::drain_reductions(int64_t keep_in_flight_elems) {
       g.grad_full_live = false;
       track_temp(-g.grad_full.numel() * elem_bytes(g.grad_full));
     }
+    // HFSDP: the instance holds this group's reduced grad shard for the step; its reduction
+    // across the instances starts now, overlapping the rest of backward, as Megatron-FSDP
+    // follows each bucket's last reduce-scatter with the outer one.
+    if (hfsdp_ && p.last_microbatch) launch_outer_grad_reduce(g);
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(done));
+}
+
+void DataParallelEngine::launch_outer_grad_reduce(EngineGroup& g) {
+  if (g.outer_reduce_launched) return;
+  g.outer_reduce_launched = true;
+  // In place: this rank's piece of its shard receives the piece's sum (average) over the
+  // instances. The shard was pre-scaled by 1 / (every data-parallel rank) before its first
+  // reduction, unless the reductions average.
+  const Reduction op = options_.average_in_collective ? Reduction::kAvg : Reduction::kSum;
+  nvtx::Range range(kOuterReduceScatterLabels.launch(g), tensor_bytes(g.grad));
+  g.outer_reduce_work = pgs_.outer->reduce_scatter(g.owned_grad, g.grad, op);
+}
+
+c10::intrusive_ptr<c10d::Work> DataParallelEngine::launch_outer_param_gather(
+    EngineGroup& g, const at::Tensor& shard) {
+  at::Tensor out = shard;
+  const at::Tensor piece =
+      shard.narrow(0, outer_rank_ * g.layout.piece_elems, g.layout.piece_elems);
+  // As the distributed optimizer's gather: NCCL in place, gloo from a separate input.
+  if (pgs_.outer->backend_kind() == CommBackend::kNccl) {
+    g.param_sync_input = piece;
+  } else {
+    g.param_sync_input = piece.clone();
+    g.param_sync_temp_bytes = tensor_bytes(g.param_sync_input);
+    track_temp(g.param_sync_temp_bytes);
+  }
+  nvtx::Range range(kOuterGatherLabels.launch(g), tensor_bytes(out));
+  return pgs_.outer->all_gather(out, g.param_sync_input);
 }
 
 void DataParallelEngine::finish_backward() {
@@ -429,6 +478,22 @@ void DataParallelEngine::finish_backward() {
     if (!g->reduce_launched && (last || g->spec.reduce_every_microbatch)) launch_grad_reduce(*g);
   }
   drain_reductions(0);
+  // HFSDP (outer optim): each group's reduce-scatter across the instances started when its
+  // last reduction completed (drain_reductions; here where there was none to wait for, with
+  // one rank per instance); each rank now holds its piece's gradient summed over every rank.
+  if (last && hfsdp_) {
+    at::NoGradGuard no_grad;
+    for (auto& g : groups_) launch_outer_grad_reduce(*g);
+    for (auto& g : groups_) {
+      {
+        nvtx::Range range(kOuterReduceScatterLabels.wait(*g));
+        wait_comm(g->outer_reduce_work, "cross-instance gradient reduce-scatter");
+      }
+      g->outer_reduce_work.reset();
+      g->outer_reduce_launched = false;
+    }
+    return;
+  }
   // HSDP, outer no_shard: the instances hold the same shards; after the step's last
   // micro-batch each rank's reduced gradient is summed (averaged) with its replicas' in the
   // other instances, as Megatron's partial distributed optimizer all-reduces across instances.
@@ -469,10 +534,16 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
     part.add_(sq);
   }
   if (tp_ > 1) wait_comm(pgs_.tp->all_reduce(sq_local, Reduction::kSum), "grad-norm TP all-reduce");
-  if (any_sharded && dp_ > 1) {
+  // HFSDP: the pieces of one instance's shards are split across the instances, so the sharded
+  // part sums over both; under outer no_shard the instances hold the same shards (count once).
+  if (any_sharded && (dp_ > 1 || hfsdp_)) {
     auto sharded_part = sq_local.narrow(0, 1, 1);
     at::Tensor buf = sharded_part.clone();
-    wait_comm(pgs_.world->all_reduce(buf, Reduction::kSum), "grad-norm all-reduce");
+    if (dp_ > 1) wait_comm(pgs_.world->all_reduce(buf, Reduction::kSum), "grad-norm all-reduce");
+    if (hfsdp_) {
+      wait_comm(pgs_.outer->all_reduce(buf, Reduction::kSum),
+                "grad-norm cross-instance all-reduce");
+    }
     sharded_part.copy_(buf);
   }
   at::Tensor norm = sq_local.sum().sqrt();
@@ -504,7 +575,16 @@ at::Tensor DataParallelEngine::refresh_target(EngineGroup& g) { return g.owned_m
 void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
   if (g.layout.per_param_dim0) return;
   if (g.spec.model_weights_sharded) {
-    if (!g.main_aliases_model && !written) g.model_shard.copy_(g.main);
+    // This rank's piece of the shard under HFSDP, else the shard.
+    if (!g.main_aliases_model && !written) g.owned_model.copy_(g.main);
+    // HFSDP: the other instances' updated pieces complete the shard before its next gather
+    // (waited in pre_forward or launch_gather, or below in optimizer_step without
+    // overlap_param_gather). Megatron-FSDP issues it with the unit's first gather of the next
+    // step; here it starts as soon as the piece is written.
+    if (hfsdp_) {
+      wait_param_sync(g);  // (none in flight: each step's forward waited for the last one)
+      g.param_sync_work = launch_outer_param_gather(g, g.model_shard);
+    }
     return;
   }
   if (!g.spec.main_weights_sharded) {
@@ -514,7 +594,20 @@ void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
   // Sharded main weights, full compute weights: write this rank's shard, then all-gather the
   // buffer (waited on before the module's next forward).
   at::Tensor mine = g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
-  if (!g.main_aliases_model && !written) mine.copy_(g.main);
+  if (!g.main_aliases_model && !written) g.owned_model.copy_(g.main);  // `mine` or its piece
+  if (hfsdp_) {
+    // The root group under HFSDP: the pieces across the instances make this rank's shard, then
+    // the shards across the instance make the buffer.
+    g.param_sync_work = launch_outer_param_gather(g, mine);
+    {
+      nvtx::Range range(kOuterGatherLabels.wait(g));
+      wait_comm(g.param_sync_work, "cross-instance all-gather of updated parameters");
+    }
+    g.param_sync_work.reset();
+    g.param_sync_input = at::Tensor();
+    track_temp(-g.param_sync_temp_bytes);
+    g.param_sync_temp_bytes = 0;
+  }
   if (dp_ == 1) return;  // `mine` is the whole buffer: nothing to gather
   // ddp.fp8_param_gather: gathered in FP8 once the new shards are cast (launch_fp8_param_syncs).
   if (g.fp8_gather) {
@@ -549,8 +642,14 @@ std::vector<at::Tensor> DataParallelEngine::gather_main_weights() {
     }
     at::Tensor full = g.main;
     if (g.spec.main_weights_sharded) {
-      full = at::empty({g.layout.padded_elems}, g.main.options());
       at::Tensor in = g.main.clone();
+      if (hfsdp_) {
+        // This rank's piece: the instances' pieces make its shard first.
+        at::Tensor shard = at::empty({g.layout.shard_elems}, g.main.options());
+        wait_work(pgs_.outer->all_gather(shard, in), "cross-instance all-gather of main weights");
+        in = shard;
+      }
+      full = at::empty({g.layout.padded_elems}, g.main.options());
       wait_work(pgs_.world->all_gather(full, in), "all-gather of main weights");
     }
     for (const auto& slot : g.layout.slots) {

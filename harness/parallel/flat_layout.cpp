@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 namespace shardbench {
 namespace {
@@ -15,8 +16,8 @@ int64_t round_up(int64_t value, int64_t multiple) {
 
 FlatLayout make_flat_layout(const std::vector<ParamSpec>& specs,
                             const std::vector<int64_t>& members, const FlatLayoutOptions& options) {
-  if (options.dp < 1 || options.align_elems < 1) {
-    throw std::invalid_argument("make_flat_layout: dp and align_elems must be >= 1");
+  if (options.dp < 1 || options.align_elems < 1 || options.shard_pieces < 1) {
+    throw std::invalid_argument("make_flat_layout: dp, align_elems and shard_pieces must be >= 1");
   }
   FlatLayout layout;
   layout.dp = options.dp;
@@ -34,8 +35,11 @@ FlatLayout make_flat_layout(const std::vector<ParamSpec>& specs,
     offset += spec.numel();
     layout.param_elems += spec.numel();
   }
-  const int64_t min_shard = (offset + options.dp - 1) / options.dp;
-  layout.shard_elems = round_up(std::max<int64_t>(min_shard, 1), grid);
+  // The grid applies to the smallest cut: the shard, or each of its pieces.
+  const int64_t cuts = static_cast<int64_t>(options.dp) * options.shard_pieces;
+  const int64_t min_piece = (offset + cuts - 1) / cuts;
+  layout.piece_elems = round_up(std::max<int64_t>(min_piece, 1), grid);
+  layout.shard_elems = layout.piece_elems * options.shard_pieces;
   layout.padded_elems = layout.shard_elems * options.dp;
   layout.unsharded_elems = layout.padded_elems;
   return layout;
@@ -46,6 +50,11 @@ FlatLayout make_per_param_layout(const std::vector<ParamSpec>& specs,
                                  const FlatLayoutOptions& options) {
   if (options.dp < 1 || options.align_elems < 1) {
     throw std::invalid_argument("make_per_param_layout: dp and align_elems must be >= 1");
+  }
+  if (options.shard_pieces != 1) {
+    throw std::invalid_argument(
+        "make_per_param_layout: shard_pieces=" + std::to_string(options.shard_pieces) +
+        "; accepted: 1 (pieces are the flat layout's)");
   }
   FlatLayout layout;
   layout.dp = options.dp;
@@ -67,6 +76,7 @@ FlatLayout make_per_param_layout(const std::vector<ParamSpec>& specs,
     layout.param_elems += slot.numel;
   }
   layout.padded_elems = layout.shard_elems * options.dp;
+  layout.piece_elems = layout.shard_elems;
   layout.unsharded_elems = offset;
   return layout;
 }

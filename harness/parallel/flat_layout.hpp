@@ -31,6 +31,10 @@ struct FlatLayout {
   int64_t param_elems = 0;   // sum of the parameters' numel
   int64_t padded_elems = 0;  // dp * shard_elems: an all-gather's output, a reduce-scatter's input
   int64_t shard_elems = 0;   // padded_elems / dp
+  // HFSDP (FlatLayoutOptions::shard_pieces): each shard is cut again into equal pieces of this
+  // size, whole dim-0 rows like the shards; rank r's piece p is
+  // [r * shard_elems + p * piece_elems, + piece_elems). shard_elems without pieces.
+  int64_t piece_elems = 0;
   int64_t unsharded_elems = 0;  // the gathered parameters' buffer (flat: padded_elems)
   int dp = 1;
   bool per_param_dim0 = false;  // FSDP2 design (see the top of this file)
@@ -44,6 +48,10 @@ struct FlatLayoutOptions {
   // multiple of the LCM of the row sizes, and each parameter starts on a multiple of its row
   // size, so every boundary lands between rows (Megatron's "LCM grid").
   bool row_aligned_shards = false;
+  // Flat layouts only: every shard is a whole number of this many equal pieces, each on the
+  // row grid (HFSDP: one piece per HSDP instance, ddp.outer_dp_sharding_strategy=optim). The
+  // buffer is then padded as for dp * shard_pieces ranks.
+  int shard_pieces = 1;
 };
 
 FlatLayout make_flat_layout(const std::vector<ParamSpec>& specs,

@@ -27,6 +27,10 @@ struct ParallelLayout {
   // cut into this many consecutive instances; each shards inside itself and the instances
   // replicate one another (HSDP). 1: one instance, the whole group.
   int dp_instances = 1;
+  // ddp.outer_dp_sharding_strategy across the instances: "no_shard" (they replicate one
+  // another) or "optim" (HFSDP: the optimizer state is sharded across them too). Recorded, not
+  // checked by make(): validation owns its rules (check_hsdp).
+  std::string outer_dp_sharding_strategy = "no_shard";
   std::string order = "tp-cp-ep-dp-pp";
 
   // Checks the sizes and the order and derives dp. Throws std::invalid_argument naming the

@@ -148,6 +148,11 @@ std::string parallel_layout_text(const json& run) {
   out += " dp" + std::to_string(layout_size(l, "dp"));
   if (layout_size(l, "dp_instances") > 1) {
     out += " instances" + std::to_string(layout_size(l, "dp_instances"));
+    // HFSDP: the optimizer is sharded across the instances too.
+    const char* outer = "outer_dp_sharding_strategy";
+    if (l.contains(outer) && l.at(outer).is_string() && l.at(outer) == "optim") {
+      out += " outer-optim";
+    }
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "harness/report/run_json.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -228,17 +229,21 @@ int64_t config_int(const json& config, const char* section, const char* key) {
 
 // How the run's parameters are laid out over its ranks (docs/tensor-parallel.md, "Memory model
 // and FLOPs"): a TP rank holds 1/tp of every matrix and the whole RMSNorm weights, (2L + 1) * h
-// elements; the data-parallel strategy shards that over world / (tp * pp) ranks.
+// elements; the data-parallel strategy shards that over world / (tp * pp) ranks, or under HSDP
+// over one instance's ranks (HFSDP: the optimizer state over every instance's ranks).
 struct RankParams {
   int tp = 1;
   int shard_ranks = 1;
+  int optimizer_shard_ranks = 1;
   int64_t params = 0;
 };
 RankParams rank_params(const RunRecord& run) {
-  RankParams r{1, run.world_size, run.num_parameters};
+  RankParams r{1, run.world_size, run.world_size, run.num_parameters};
   if (const auto& l = run.parallel_layout) {
     r.tp = l->tp;
-    r.shard_ranks = l->dp * l->cp;
+    r.shard_ranks = l->dp * l->cp / std::max(l->dp_instances, 1);
+    r.optimizer_shard_ranks =
+        l->outer_dp_sharding_strategy == "optim" ? l->dp * l->cp : r.shard_ranks;
     const int64_t replicated = (2 * config_int(run.config, "model", "num_layers") + 1) *
                                config_int(run.config, "model", "hidden_size");
     r.params = params_per_tp_rank(run.num_parameters, replicated, r.tp);
@@ -259,6 +264,13 @@ json predicted_json(const RunRecord& run) {
         row ? std::optional<MemoryStrategy>(row->memory) : std::nullopt;
     if (!strategy || !policy || layout.params <= 0 || layout.shard_ranks <= 0) return nullptr;
     predicted = zero_static_memory(layout.params, layout.shard_ranks, *strategy, *policy);
+    if (layout.optimizer_shard_ranks != layout.shard_ranks) {
+      // HFSDP: the main weights and optimizer state over every instance's ranks.
+      const StaticMemoryBytes outer =
+          zero_static_memory(layout.params, layout.optimizer_shard_ranks, *strategy, *policy);
+      predicted->main_weight_bytes = outer.main_weight_bytes;
+      predicted->optimizer_state_bytes = outer.optimizer_state_bytes;
+    }
     source = "zero_paper_model";
   }
   json j = classes_json(predicted->model_weight_bytes, predicted->main_weight_bytes,
@@ -270,6 +282,9 @@ json predicted_json(const RunRecord& run) {
   j["tensor_parallel_size"] = layout.tp;
   j["params_per_tensor_parallel_rank"] = layout.params;
   j["sharded_over_ranks"] = layout.shard_ranks;
+  if (layout.optimizer_shard_ranks != layout.shard_ranks) {
+    j["optimizer_sharded_over_ranks"] = layout.optimizer_shard_ranks;
+  }
   return j;
 }
 
@@ -481,6 +496,10 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
     j["parallel_layout"] = {{"tp", l->tp},           {"cp", l->cp}, {"ep", l->ep},
                             {"dp", l->dp},           {"pp", l->pp},
                             {"dp_instances", l->dp_instances}, {"order", l->order}};
+    // How the instances share the optimizer (HSDP only): no_shard, or optim (HFSDP).
+    if (l->dp_instances > 1) {
+      j["parallel_layout"]["outer_dp_sharding_strategy"] = l->outer_dp_sharding_strategy;
+    }
   }
   if (run.param_syncs > 0) {
     j["param_sync_all_gather"] = {{"gathers", run.param_syncs},

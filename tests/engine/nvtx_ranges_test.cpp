@@ -139,7 +139,7 @@ int only_range_starting_with(const Recording& rec, const std::string& prefix) {
 // std::filesystem::remove_all is not used: this binary resolves it to libtorch's copy, which
 // crashes on a non-empty folder.
 void remove_run_files(const std::filesystem::path& dir) {
-  for (const char* name : {"rank0.tsv", "rank1.tsv", "report.json"}) {
+  for (const char* name : {"rank0.tsv", "rank1.tsv", "rank2.tsv", "rank3.tsv", "report.json"}) {
     std::filesystem::remove(dir / name);
   }
   std::filesystem::remove(dir);
@@ -316,6 +316,50 @@ TEST(NvtxRangesTensorParallel, CollectivesAreNamedInsideTheirLayers) {
   // batches) in backward.
   EXPECT_EQ(rec.within(step, "tp/vocab_parallel_cross_entropy").size(), 2u);
   EXPECT_EQ(rec.within(step, "tp/norm_grad_all_reduce").size(), 10u);
+}
+
+// HFSDP's collectives across the instances are named as the instance's are, by group: in each
+// step, after the last micro-batch, one reduce-scatter of every unit's and the root's grads
+// (launched in backward, waited before the step ends); after the optimizer's update, one
+// all-gather of every group's updated pieces, each carrying its bytes.
+TEST(NvtxRangesHfsdp, OuterCollectivesAreNamedByGroupInEveryStep) {
+  if (!nvtx::kCompiledIn) GTEST_SKIP() << "built without the NVTX headers";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("shardbench_nvtx_hfsdp_" + std::to_string(getpid()));
+  remove_run_files(dir);
+  std::filesystem::create_directories(dir);
+  const std::string cmd =
+      std::string("NVTX_INJECTION64_PATH=") + SHARDBENCH_NVTX_RECORDER +
+      " SHARDBENCH_NVTX_RECORD=" + (dir / "rank%r.tsv").string() + " " + SHARDBENCH_PERF_LAUNCH +
+      " -m llama -mr llama3_tiny_cpu -ng 4 -g cpu --use_megatron_fsdp true -ms 2 -gb 8 -mb 1"
+      " ddp.data_parallel_sharding_strategy=optim_grads_params"
+      " ddp.num_distributed_optimizer_instances=2 ddp.outer_dp_sharding_strategy=optim"
+      " shardbench.compare_with_ddp=false shardbench.report_path=" +
+      (dir / "report.json").string();
+  std::string output;
+  ASSERT_EQ(run_shell(cmd, &output), 0) << output;
+  const Recording rec = load(dir / "rank0.tsv", "shardbench");
+  remove_run_files(dir);
+  EXPECT_TRUE(rec.errors.empty()) << rec.errors.front();
+  for (const char* step_name : {"training_step_1", "training_step_2"}) {
+    const auto steps = rec.named(step_name);
+    ASSERT_EQ(steps.size(), 1u) << step_name;
+    const int step = steps[0];
+    const auto optimizer = rec.within(step, "optimizer_step");
+    ASSERT_EQ(optimizer.size(), 1u) << step_name;
+    for (const char* group : {"unit_0", "unit_1", "root"}) {
+      const std::string g(group);
+      const auto rs = rec.within(step, "outer_reduce_scatter/" + g);
+      ASSERT_EQ(rs.size(), 1u) << step_name << " " << g;
+      ASSERT_TRUE(rec[rs[0]].payload.has_value()) << g;
+      EXPECT_GT(*rec[rs[0]].payload, 0) << g;
+      EXPECT_EQ(rec.within(step, "wait/outer_reduce_scatter/" + g).size(), 1u) << g;
+      const auto ag = rec.within(optimizer[0], "outer_all_gather/" + g);
+      ASSERT_EQ(ag.size(), 1u) << step_name << " " << g;
+      ASSERT_TRUE(rec[ag[0]].payload.has_value()) << g;
+      EXPECT_GT(*rec[ag[0]].payload, 0) << g;
+    }
+  }
 }
 
 }  // namespace

@@ -187,6 +187,69 @@ TEST(PerfLaunchHsdp, TwoInstancesTrainLikeOneAndRecordTheLayout) {
   EXPECT_EQ(h["comparison"]["head_parallel_layout"], "tp1 dp4 instances2");
 }
 
+// HFSDP end to end (ddp.outer_dp_sharding_strategy=optim): 4 ranks as 2 instances of 2,
+// Megatron FSDP optim_grads_params with the optimizer sharded across the instances, and its DDP
+// baseline (the same instances replicating one another), train to the losses of the same run
+// without instances; the report records the outer strategy and its memory prediction holds the
+// optimizer's pieces.
+TEST(PerfLaunchHsdp, OuterOptimTrainsLikeOneInstanceAndRecordsTheLayout) {
+  const auto hfsdp_report = temp_report("hfsdp_2x2.json");
+  const auto plain_report = temp_report("hfsdp_plain.json");
+  const std::string common =
+      "-m llama -mr llama3_tiny_cpu -ng 4 -g cpu --use_megatron_fsdp true -gb 8 -ms 3 -mb 1 "
+      "ddp.data_parallel_sharding_strategy=optim_grads_params shardbench.report_path=";
+  const Result hfsdp =
+      run(common + hfsdp_report.string() +
+          " ddp.num_distributed_optimizer_instances=2 ddp.outer_dp_sharding_strategy=optim");
+  ASSERT_EQ(hfsdp.exit_code, 0) << hfsdp.output;
+  const Result plain = run(common + plain_report.string());
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  std::ifstream h_in(hfsdp_report), p_in(plain_report);
+  const auto h = nlohmann::json::parse(h_in);
+  const auto p = nlohmann::json::parse(p_in);
+  ASSERT_EQ(h["runs"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& run_h = h["runs"][i];
+    EXPECT_EQ(run_h["status"], "ok");
+    EXPECT_EQ(run_h["parallel_layout"]["dp_instances"], 2);
+    EXPECT_EQ(run_h["parallel_layout"]["outer_dp_sharding_strategy"],
+              i == 0 ? "optim" : "no_shard");
+    for (size_t step = 0; step < 3; ++step) {
+      const double want = p["runs"][i]["steps"][step]["loss"].get<double>();
+      EXPECT_NEAR(run_h["steps"][step]["loss"].get<double>(), want, 1e-5 * std::abs(want))
+          << run_h["identity"]["label"] << ", step " << step + 1;
+    }
+  }
+  EXPECT_EQ(h["comparison"]["head_parallel_layout"], "tp1 dp4 instances2 outer-optim");
+  EXPECT_EQ(h["comparison"]["baseline_parallel_layout"], "tp1 dp4 instances2");
+  // The engine's buffers against the model of its pieces (the row grid's padding aside), and
+  // against outer no_shard's: the optimizer's bytes per rank are half, the grads' the same.
+  const auto& memory = h["runs"][0]["memory"];
+  EXPECT_EQ(memory["predicted"]["source"], "engine");
+  ASSERT_TRUE(memory["engine_predicted_static_bytes"].is_number()) << memory.dump();
+  EXPECT_LT(std::abs(memory["engine_vs_predicted_static_relative"].get<double>()), 0.05)
+      << memory.dump();
+  const auto hsdp_report = temp_report("hfsdp_vs_hsdp.json");
+  const Result hsdp = run(common + hsdp_report.string() +
+                          " ddp.num_distributed_optimizer_instances=2 "
+                          "shardbench.compare_with_ddp=false");
+  ASSERT_EQ(hsdp.exit_code, 0) << hsdp.output;
+  std::ifstream s_in(hsdp_report);
+  const auto s = nlohmann::json::parse(s_in);
+  const auto& mine = memory["per_rank"][0];
+  const auto& replicated = s["runs"][0]["memory"]["per_rank"][0];
+  // fp32 (the CPU recipe): the main weights are the compute weights, counted once as such.
+  const double ratio = mine["optimizer_state_bytes"].get<double>() /
+                       replicated["optimizer_state_bytes"].get<double>();
+  EXPECT_GT(ratio, 0.45) << memory.dump();
+  EXPECT_LT(ratio, 0.55) << memory.dump();
+  // The grads: one instance shard either way (HFSDP pads it for its pieces).
+  const double grads =
+      mine["main_grad_bytes"].get<double>() / replicated["main_grad_bytes"].get<double>();
+  EXPECT_GE(grads, 1.0) << memory.dump();
+  EXPECT_LT(grads, 1.05) << memory.dump();
+}
+
 // -c fp8_cs end to end: FP8 linears on bf16 CPU ranks (the CPU recipe is an fp32 recipe, so its
 // preset does not copy fp8_param_gather onto ddp; the test sets it), Megatron FSDP (whose override
 // set drops the transpose cache, and which gathers FP8 weights) next to its DDP baseline (which

@@ -251,6 +251,7 @@ struct TpCase {
   bool average_in_collective = false;
   int64_t recompute_layers = 0;   // -rl: full recompute of the first layers
   bool recompute_swiglu = false;  // shardbench.recompute_swiglu
+  bool outer_optim = false;       // HFSDP: ddp.outer_dp_sharding_strategy=optim
 };
 
 void PrintTo(const TpCase& c, std::ostream* os) { *os << c.name; }
@@ -265,6 +266,7 @@ Trajectory tp_engine_run(const LlamaDims& dims, const TpCase& c) {
   o.adam = hyper();
   o.gradient_accumulation_fusion = c.wgrad_fusion;
   o.average_in_collective = c.average_in_collective;
+  o.outer_shard_optimizer = c.outer_optim;
   std::mutex mu;
   std::map<int, std::vector<at::Tensor>> parts;   // by TP rank, from data-parallel rank 0
   std::map<int, std::vector<double>> losses;      // by global rank
@@ -392,9 +394,48 @@ INSTANTIATE_TEST_SUITE_P(
         TpCase{"hsdp2x2_fsdp_optim_grads_params_clipped_avg", 4, 1, Wrapper::kMegatronFsdp,
                "optim_grads_params", false, 8, 1, 0.05, false, 2, true},
         TpCase{"tp2_hsdp2x2_fsdp_optim_grads_params", 8, 2, Wrapper::kMegatronFsdp,
-               "optim_grads_params", false, 8, 1, 1.0, false, 2}),
+               "optim_grads_params", false, 8, 1, 1.0, false, 2},
+        // One rank per instance: its grads accumulate in place over the micro-batches and are
+        // scaled once.
+        TpCase{"hsdp4x1_fsdp_optim_grads_params", 4, 1, Wrapper::kMegatronFsdp,
+               "optim_grads_params", false, 8, 1, 1.0, false, 4}),
     [](const ::testing::TestParamInfo<TpCase>& info) { return std::string(info.param.name); });
 // clang-format on
+
+// HFSDP (ddp.outer_dp_sharding_strategy=optim): as HSDP, but each rank's shard is cut again
+// across the instances; the main weights and moments hold one piece, the grads are
+// reduce-scattered over the instances and the updated pieces all-gathered back. Megatron FSDP
+// optim_grads_params, 2 micro-batches per data-parallel rank; the tp_dims sizes do not divide
+// evenly into the pieces. With clipping at 0.05 every step is clipped, so the gradient norm
+// (summed over both levels of pieces, and over the TP ranks) must be right.
+TpCase hfsdp_case(const char* name, int world, int tp, int instances, double clip = 1.0,
+                  bool average = false, bool wgrad_fusion = false) {
+  TpCase c{name,
+           world,
+           tp,
+           Wrapper::kMegatronFsdp,
+           "optim_grads_params",
+           false,
+           8,
+           1,
+           clip,
+           wgrad_fusion,
+           instances,
+           average};
+  c.outer_optim = true;
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    GlooHfsdp, HsdpParity,
+    ::testing::Values(hfsdp_case("hfsdp2x2", 4, 1, 2),
+                      hfsdp_case("hfsdp2x2_clipped", 4, 1, 2, 0.05),
+                      hfsdp_case("hfsdp2x2_clipped_avg_wgrad_fusion", 4, 1, 2, 0.05, true, true),
+                      // One rank per instance: no reduction inside it, four pieces.
+                      hfsdp_case("hfsdp4x1_clipped", 4, 1, 4, 0.05),
+                      hfsdp_case("tp2_hfsdp2x2", 8, 2, 2),
+                      hfsdp_case("tp2_hfsdp2x2_clipped", 8, 2, 2, 0.05)),
+    [](const ::testing::TestParamInfo<TpCase>& info) { return std::string(info.param.name); });
 
 TEST(HsdpEngine, RefusesAnUnshardedOptimizer) {
   EngineOptions o;  // DDP without the distributed optimizer

@@ -114,6 +114,31 @@ TEST(MeasureZeroModel, FsdpNonUnitWeightsStayUnshardedAndUnitsArePadded) {
             0);
 }
 
+// HFSDP over 2 instances of 2 ranks: buckets padded for 4 pieces; compute weights and grads per
+// instance shard, main weights and optimizer state per piece (OptState / (DPin x DPout) +
+// (Grad + Weight) / DPin).
+TEST(MeasureZeroModel, HfsdpShardsTheOptimizerStateAcrossInstances) {
+  // embedding 10 (outside), layer 7, layer 9, head 10 (outside); DPin 2, DPout 2.
+  // Padded to 4: 12, 8, 12, 12; shards 6, 4, 6, 6 (22); pieces 3, 2, 3, 3 (11).
+  const std::vector<ParamGroup> groups = {{10, false}, {7, true}, {9, true}, {10, false}};
+  const FsdpMemoryPrediction h =
+      fsdp_static_memory(groups, 2, MemoryStrategy::kOptimGradsParams, kFp32Grads, 2);
+  EXPECT_EQ(h.resident.model_weight_bytes, (12 + 4 + 6 + 12) * 2);  // outside units: full
+  EXPECT_EQ(h.resident.main_grad_bytes, 22 * 4);
+  EXPECT_EQ(h.resident.main_weight_bytes, 11 * 4);
+  EXPECT_EQ(h.resident.optimizer_state_bytes, 11 * 8);
+  EXPECT_EQ(h.padding_elems, 8);
+  EXPECT_EQ(h.one_unit_transient_bytes, 12 * 2 + 12 * 4);
+  // Outer no_shard (the default): shards of 2 ranks for every class, padded to 2.
+  const FsdpMemoryPrediction n =
+      fsdp_static_memory(groups, 2, MemoryStrategy::kOptimGradsParams, kFp32Grads);
+  EXPECT_EQ(n.resident.main_weight_bytes, (5 + 4 + 5 + 5) * 4);
+  EXPECT_EQ(n.resident.main_grad_bytes, (5 + 4 + 5 + 5) * 4);
+  EXPECT_EQ(fsdp_static_memory(groups, 2, MemoryStrategy::kOptimGradsParams, kFp32Grads, 1)
+                .resident.total_bytes(),
+            n.resident.total_bytes());
+}
+
 TEST(MeasureZeroModel, DecoderGroups) {
   const DecoderParamCounts counts = decoder_param_counts({2, 8, 16, 2, 1, 4, 32});
   const std::vector<ParamGroup> groups = decoder_param_groups(counts);

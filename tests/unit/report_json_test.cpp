@@ -109,8 +109,19 @@ TEST(ReportJson, ParallelLayoutIsRecorded) {
   run.parallel_layout = ParallelLayout::make(8, 2, 1, 1, 1, 2);
   const std::vector<RunRecord> runs = {run};
   const json j = build_report(synthetic_env(), runs)["runs"][0]["parallel_layout"];
-  EXPECT_EQ(j, json({{"tp", 2}, {"cp", 1}, {"ep", 1}, {"dp", 4}, {"pp", 1}, {"dp_instances", 2},
-                     {"order", "tp-cp-ep-dp-pp"}}));
+  EXPECT_EQ(j, json({{"tp", 2},
+                     {"cp", 1},
+                     {"ep", 1},
+                     {"dp", 4},
+                     {"pp", 1},
+                     {"dp_instances", 2},
+                     {"order", "tp-cp-ep-dp-pp"},
+                     {"outer_dp_sharding_strategy", "no_shard"}}));
+  // HFSDP: the instances share the optimizer state; one instance records no outer strategy.
+  run.parallel_layout->outer_dp_sharding_strategy = "optim";
+  EXPECT_EQ(run_to_json(run)["parallel_layout"]["outer_dp_sharding_strategy"], "optim");
+  run.parallel_layout = ParallelLayout::make(8, 2, 1, 1, 1, 1);
+  EXPECT_FALSE(run_to_json(run)["parallel_layout"].contains("outer_dp_sharding_strategy"));
 }
 
 TEST(ReportJson, SummarySkipsWarmupAndUsesEvaluationWindow) {

@@ -165,6 +165,24 @@ TEST(TensorParallelMemory, ReportPredictionUsesTheTensorParallelRank) {
   EXPECT_EQ(dp_only["static_total_bytes"], 18000);
 }
 
+// HSDP: the strategy shards over one instance's ranks (2 instances of 4); HFSDP shards the main
+// weights and optimizer state over all 8: OptState / (DPin x DPout) + (Grad + Weight) / DPin.
+TEST(TensorParallelMemory, ReportPredictionShardsOverTheInstance) {
+  RunRecord run = tp_run("megatron_fsdp", "optim_grads_params", 1);
+  run.parallel_layout = ParallelLayout::make(8, 1, 1, 1, 1, 2);
+  const json hsdp = run_to_json(run)["memory"]["predicted"];
+  EXPECT_EQ(hsdp["sharded_over_ranks"], 4);
+  EXPECT_FALSE(hsdp.contains("optimizer_sharded_over_ranks"));
+  EXPECT_EQ(hsdp["static_total_bytes"], 18 * 250);
+  run.parallel_layout->outer_dp_sharding_strategy = "optim";
+  const json hfsdp = run_to_json(run)["memory"]["predicted"];
+  EXPECT_EQ(hfsdp["sharded_over_ranks"], 4);
+  EXPECT_EQ(hfsdp["optimizer_sharded_over_ranks"], 8);
+  EXPECT_EQ(hfsdp["main_grad_bytes"], 4 * 250);
+  EXPECT_EQ(hfsdp["optimizer_state_bytes"], 8 * 125);
+  EXPECT_EQ(hfsdp["static_total_bytes"], (2 + 4) * 250 + (4 + 8) * 125);
+}
+
 EnvironmentInfo env8() {
   EnvironmentInfo env;
   env.host_name = "node-1";
@@ -203,6 +221,14 @@ TEST(TensorParallelMemory, ComparisonNamesEachSidesLayout) {
                                    {{"tp", 2}, {"cp", 1}, {"pp", 1}, {"dp", 4},
                                     {"dp_instances", 2}}}}),
             "tp2 dp4 instances2");
+  EXPECT_EQ(parallel_layout_text({{"parallel_layout",
+                                   {{"tp", 1},
+                                    {"cp", 1},
+                                    {"pp", 1},
+                                    {"dp", 4},
+                                    {"dp_instances", 2},
+                                    {"outer_dp_sharding_strategy", "optim"}}}}),
+            "tp1 dp4 instances2 outer-optim");
 }
 
 }  // namespace

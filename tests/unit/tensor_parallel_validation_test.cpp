@@ -9,6 +9,7 @@
 #include "harness/config/errors.hpp"
 #include "harness/config/resolve.hpp"
 #include "harness/config/tensor_parallel.hpp"
+#include "harness/config/wrappers.hpp"
 
 namespace shardbench {
 namespace {
@@ -293,11 +294,62 @@ TEST(HsdpValidation, InstancesNeedASharedOptimizerAndMustDivideTheDataParallelRa
                 "optim_grads_params");
   EXPECT_NE(tiny_error({"dist.use_torch_fsdp2=true", key + "=2"}).find("this run has Torch FSDP2"),
             std::string::npos);
-  EXPECT_NE(tiny_error({"--use_megatron_fsdp", "true", key + "=2",
-                        "ddp.data_parallel_sharding_strategy=optim_grads_params",
-                        "ddp.outer_dp_sharding_strategy=optim"})
-                .find("ddp.outer_dp_sharding_strategy=optim"),
-            std::string::npos);
+}
+
+// HFSDP (ddp.outer_dp_sharding_strategy=optim): Megatron-FSDP's rule, full sharding inside each
+// of more than one instance; the comparison's DDP baseline keeps its instances replicated.
+TEST(HsdpValidation, OuterOptimNeedsInstancesAndMegatronFsdpOptimGradsParams) {
+  const std::string key = "ddp.num_distributed_optimizer_instances";
+  const std::string outer = "ddp.outer_dp_sharding_strategy=optim";
+  const std::string from = "ddp.outer_dp_sharding_strategy=optim (from override " + outer + "): ";
+  const std::string accepted =
+      "; accepted: no_shard, or optim with ddp.num_distributed_optimizer_instances > 1 and "
+      "Megatron FSDP optim_grads_params";
+  EXPECT_EQ(tiny_error({"--use_megatron_fsdp", "true", key + "=2", outer}), "(accepted)");
+  EXPECT_EQ(tiny_error({"--use_megatron_fsdp", "true", key + "=2",
+                        "ddp.data_parallel_sharding_strategy=optim_grads_params", outer}),
+            "(accepted)");
+  EXPECT_EQ(tiny_error({"--use_megatron_fsdp", "true", "-tp", "2", key + "=2", outer}, "8"),
+            "(accepted)");
+  EXPECT_EQ(tiny_error({"--use_megatron_fsdp", "true", key + "=4", outer}), "(accepted)");
+  EXPECT_EQ(tiny_error({"--use_megatron_fsdp", "true", outer}),
+            from +
+                "HFSDP shards the optimizer across HSDP instances and this run has one "
+                "(ddp.num_distributed_optimizer_instances=1)" +
+                accepted);
+  EXPECT_EQ(tiny_error({"--use_megatron_fsdp", "true", key + "=2",
+                        "ddp.data_parallel_sharding_strategy=optim_grads", outer}),
+            from +
+                "Optimizer fully-sharded HFSDP is only supported with full-sharding on DP-Shard "
+                "(Megatron-FSDP); this run has ddp.data_parallel_sharding_strategy=optim_grads" +
+                accepted);
+  EXPECT_EQ(tiny_error({key + "=2", "ddp.use_distributed_optimizer=true",
+                        "optimizer.use_distributed_optimizer=true", outer}),
+            from +
+                "sharding the optimizer across HSDP instances (HFSDP) is Megatron FSDP's; this "
+                "run has DDP" +
+                accepted);
+  EXPECT_EQ(tiny_error({"--use_megatron_fsdp", "true", key + "=2", outer,
+                        "shardbench.compute_dtype=bf16", "ddp.fp8_param_gather=true"}),
+            from +
+                "the FP8 parameter all-gather (ddp.fp8_param_gather=true) is not implemented "
+                "across HSDP instances; accepted: no_shard, or optim with "
+                "ddp.fp8_param_gather=false");
+  // The DDP baseline of an HFSDP run: the same instances, replicating one another.
+  const ResolvedConfig r = resolve_tiny(
+      {"--use_megatron_fsdp", "true", key + "=2", outer, "shardbench.compare_with_ddp=true"});
+  ValidationContext four = clean_env();
+  four.num_gpus = 4;
+  const std::vector<PlannedRun> runs = planned_runs(r.config, four);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].config.ddp.outer_dp_sharding_strategy, "optim");
+  EXPECT_EQ(runs[1].wrapper, Wrapper::kDdp);
+  EXPECT_EQ(runs[1].config.ddp.outer_dp_sharding_strategy, "no_shard");
+  EXPECT_EQ(runs[1].config.ddp.num_distributed_optimizer_instances, 2);
+  EXPECT_NE(runs[1].derivation.find(", ddp.outer_dp_sharding_strategy=no_shard (sharding the "
+                                    "optimizer across HSDP instances is Megatron FSDP's)"),
+            std::string::npos)
+      << runs[1].derivation;
 }
 
 }  // namespace
