@@ -212,8 +212,9 @@ TEST_P(SharedGpu, DoubleBufferPrefetchRecomputeOffloadAndFp8Train) {
 
 // Tensor parallelism over NCCL (docs/tensor-parallel.md): TP 2 (x DP 1 or 2) with Megatron FSDP
 // and its DDP baseline trains to the losses of the same world as pure data parallelism; at 4
-// ranks HSDP (2 instances of 2) does too. -tp sets CUDA_DEVICE_MAX_CONNECTIONS=1 on Hopper,
-// which Megatron FSDP refuses: the runs pass 32, as the FSDP recipes do.
+// ranks HSDP (2 instances of 2), with outer no_shard and outer optim (HFSDP), does too. -tp sets
+// CUDA_DEVICE_MAX_CONNECTIONS=1 on Hopper, which Megatron FSDP refuses: the runs pass 32, as the
+// FSDP recipes do.
 TEST_P(SharedGpu, TensorParallelAndHsdpTrainLikeDataParallelInFp32) {
   const int world = GetParam();
   const std::string fsdp = kFp32 + "--use_megatron_fsdp true env.CUDA_DEVICE_MAX_CONNECTIONS=32 ";
@@ -234,6 +235,16 @@ TEST_P(SharedGpu, TensorParallelAndHsdpTrainLikeDataParallelInFp32) {
   if (!hsdp.report.is_null()) {
     EXPECT_EQ(hsdp.report["runs"][0]["parallel_layout"]["dp_instances"], 2);
     expect_losses_near(losses(run_labelled(hsdp.report, "megatron_fsdp")), want, 1e-5, "hsdp");
+  }
+  // HFSDP: the optimizer sharded across the instances too (reduce-scatter and all-gather over
+  // the outer group, in place on NCCL).
+  const Launch hfsdp = launch(world, fsdp +
+                                         "ddp.num_distributed_optimizer_instances=2 "
+                                         "ddp.outer_dp_sharding_strategy=optim");
+  expect_functional_report(hfsdp, world);
+  if (!hfsdp.report.is_null()) {
+    EXPECT_EQ(hfsdp.report["runs"][0]["parallel_layout"]["outer_dp_sharding_strategy"], "optim");
+    expect_losses_near(losses(run_labelled(hfsdp.report, "megatron_fsdp")), want, 1e-5, "hfsdp");
   }
 }
 
