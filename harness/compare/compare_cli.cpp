@@ -7,6 +7,7 @@
 #include "harness/compare/compare_sides.hpp"
 #include "harness/compare/history.hpp"
 #include "harness/compare/loss_check.hpp"
+#include "harness/compare/projection_compare.hpp"
 #include "harness/compare/render.hpp"
 #include "harness/compare/report_reader.hpp"
 #include "harness/report/atomic_write.hpp"
@@ -97,6 +98,36 @@ bool use_color(const std::string& mode, bool terminal) {
   return terminal && !(no_color && *no_color);
 }
 
+int compare_with_projection(const Options& o, const std::string& measured_path,
+                            const std::string& projection_path, bool both, std::ostream& out) {
+  if (both) {
+    throw InputError(measured_path + " and " + projection_path +
+                     ": both are perf-project projections; accepted: a measured report on one "
+                     "side (a projection is compared with the measurement it predicts)");
+  }
+  const LoadedReport measured = read_report(measured_path);
+  if (measured.golden) {
+    throw InputError(measured_path +
+                     ": golden values against a projection; accepted: a measured shardbench "
+                     "report");
+  }
+  const ProjectionComparison c = compare_projection(
+      measured.doc, measured_path, read_json_file(projection_path), projection_path, o.run_label);
+  if (o.format == "table") {
+    out << render_projection_table(c);
+  } else if (o.format == "markdown") {
+    out << render_projection_markdown(c);
+  } else if (o.format == "json") {
+    out << render_projection_json(c).dump(2) << "\n";
+  } else if (o.format == "html") {
+    out << render_projection_html(c);
+  }
+  if (!o.json_path.empty()) write_output(o.json_path, render_projection_json(c).dump(2) + "\n");
+  if (!o.markdown_path.empty()) write_output(o.markdown_path, render_projection_markdown(c));
+  if (!o.html_path.empty()) write_output(o.html_path, render_projection_html(c));
+  return 0;
+}
+
 int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal) {
   if (!o.export_golden.empty()) return export_golden(o, out);
 
@@ -129,6 +160,18 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
   if (o.paired) t.paired = true;
   validate_thresholds(t, "command line");
   validate_loss_tolerances(o.loss, "command line");
+
+  // A perf-project document on either side: shown beside the measured report, without a verdict
+  // (projection_compare.hpp).
+  if (base.size() == 1 && head.size() == 1 && std::filesystem::is_regular_file(base[0]) &&
+      std::filesystem::is_regular_file(head[0])) {
+    const nlohmann::json b = read_json_file(base[0]), h = read_json_file(head[0]);
+    if (is_projection_document(b) || is_projection_document(h)) {
+      return compare_with_projection(o, is_projection_document(b) ? head[0] : base[0],
+                                     is_projection_document(b) ? base[0] : head[0],
+                                     is_projection_document(b) && is_projection_document(h), out);
+    }
+  }
 
   MatchOptions match{o.ignore_identity, o.match_config};
   CompareResult result_files;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/compare/compare_cli.hpp"
 #include "tests/perf_launch_process.hpp"
 #include "tests/remove_tree.hpp"
 
@@ -371,6 +372,53 @@ TEST_F(PerfProject, SweepBadInputIsOneLineExitTwoAndWritesNothing) {
     EXPECT_FALSE(std::filesystem::exists(out)) << c.args;
     EXPECT_FALSE(std::filesystem::exists(page)) << c.args;
   }
+}
+
+// docs/projection.md "Projected next to measured": perf-compare shows a projection beside the
+// measured report, figure by figure, with no verdict, in either order; two projections, or a
+// projection in a folder of reports, are never taken for a measurement.
+TEST_F(PerfProject, PerfCompareShowsAProjectionBesideTheMeasurementWithoutAVerdict) {
+  const std::string report = (dir_ / "ws1.json").string();
+  const std::string projected = (dir_ / "p1.json").string();
+  ASSERT_EQ(project(report + " -ng 1 -g cpu --interconnect nvlink4 -o " + projected).exit_code, 0);
+  const auto compare = [](std::vector<std::string> args) {
+    std::ostringstream out, err;
+    const int code = perf_compare_main(args, out, err, false);
+    return std::make_pair(code, out.str() + err.str());
+  };
+  for (const auto& args :
+       {std::vector<std::string>{report, projected}, std::vector<std::string>{projected, report}}) {
+    const auto [code, text] = compare(args);
+    EXPECT_EQ(code, 0) << text;
+    EXPECT_NE(text.find("no verdict: a projection is not a measurement"), std::string::npos)
+        << text;
+    EXPECT_NE(text.find("step ms (median)"), std::string::npos) << text;
+    EXPECT_EQ(text.find("regression"), std::string::npos) << text;
+  }
+  const auto [json_code, json_text] = compare({report, projected, "--format", "json"});
+  ASSERT_EQ(json_code, 0) << json_text;
+  const nlohmann::json j = nlohmann::json::parse(json_text);
+  EXPECT_TRUE(j["verdict"].is_null());
+  ASSERT_EQ(j["runs"].size(), 2U);  // Megatron FSDP and its DDP baseline
+  const nlohmann::json measured = read_json(report), p1 = read_json(projected);
+  const auto& step = j["runs"][0]["figures"]["step_ms"];
+  EXPECT_EQ(step["measured"], measured["runs"][0]["summary"]["step_time_ms"]["median"]);
+  EXPECT_EQ(step["projected"], p1["runs"][0]["step_ms"]);
+  EXPECT_DOUBLE_EQ(step["error"].get<double>(),
+                   step["projected"].get<double>() / step["measured"].get<double>() - 1);
+  const auto [both, both_text] = compare({projected, projected});
+  EXPECT_EQ(both, 2);
+  EXPECT_NE(both_text.find("both are perf-project projections"), std::string::npos) << both_text;
+  // In a folder, the projection is skipped as not a report: the measured runs compare with
+  // themselves, never with the projection.
+  const std::filesystem::path folder = dir_ / "mixed";
+  std::filesystem::create_directories(folder);
+  std::filesystem::copy_file(projected, folder / "p1.json");
+  std::filesystem::copy_file(report, folder / "ws1.json");
+  const auto [folder_code, folder_text] = compare({report, folder.string()});
+  EXPECT_NE(folder_text.find("p1.json"), std::string::npos) << folder_text;  // listed as skipped
+  EXPECT_EQ(folder_text.find("no verdict: a projection"), std::string::npos) << folder_text;
+  (void)folder_code;
 }
 
 }  // namespace
