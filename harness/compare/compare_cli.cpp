@@ -163,8 +163,10 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
 
   // A perf-project document on either side: shown beside the measured report, without a verdict
   // (projection_compare.hpp).
-  if (base.size() == 1 && head.size() == 1 && std::filesystem::is_regular_file(base[0]) &&
-      std::filesystem::is_regular_file(head[0])) {
+  std::error_code base_error, head_error;  // a looping link is reported by the readers below
+  if (base.size() == 1 && head.size() == 1 &&
+      std::filesystem::is_regular_file(base[0], base_error) &&
+      std::filesystem::is_regular_file(head[0], head_error)) {
     const nlohmann::json b = read_json_file(base[0]), h = read_json_file(head[0]);
     if (is_projection_document(b) || is_projection_document(h)) {
       return compare_with_projection(o, is_projection_document(b) ? head[0] : base[0],

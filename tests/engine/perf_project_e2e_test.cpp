@@ -406,6 +406,14 @@ TEST_F(PerfProject, PerfCompareShowsAProjectionBesideTheMeasurementWithoutAVerdi
   EXPECT_EQ(step["projected"], p1["runs"][0]["step_ms"]);
   EXPECT_DOUBLE_EQ(step["error"].get<double>(),
                    step["projected"].get<double>() / step["measured"].get<double>() - 1);
+  // A projection missing what it must hold: one line naming the file and the field.
+  const std::string broken = (dir_ / "broken_projection.json").string();
+  write_json(broken, {{"kind", "shardbench_projection"}, {"runs", {{{"identity", {}}}}}});
+  const auto [broken_code, broken_text] = compare({report, broken});
+  EXPECT_EQ(broken_code, 2);
+  EXPECT_NE(broken_text.find("broken_projection.json: /runs/0/label is missing"),
+            std::string::npos)
+      << broken_text;
   const auto [both, both_text] = compare({projected, projected});
   EXPECT_EQ(both, 2);
   EXPECT_NE(both_text.find("both are perf-project projections"), std::string::npos) << both_text;
