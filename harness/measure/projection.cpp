@@ -340,6 +340,8 @@ const char* const kValidationSeen[] = {
     "(results/h200/projection_ws1_marks_2026-12-05): DDP step 4.1% too long (optimizer 11.3%)",
     "gloo at 2 and 4 ranks on a 2-core CPU (results/cpu/projection_2026-12-05): collective order "
     "exact, step up to 60% short (the ranks share the cores the 1-rank run had alone)",
+    "HSDP targets, gloo at 4 ranks in 2 instances on CPU (results/cpu/projection_hsdp_2026-12-05): "
+    "collective order exact for outer no_shard and optim; step times not compared",
     "more than one GPU: not validated (no multi-GPU machine)",
 };
 
