@@ -29,7 +29,7 @@ constexpr const char* kDescription =
     "perf-project: project a measured report to another world size and interconnect.\n"
     "  perf-project REPORT -ng N [-gn G] -g DEVICE (--interconnect INTRA[,INTER] | "
     "--collectives BENCH.json) [-gb GBS] [--num_layers L] [--kernels KERNELS.json] [--run LABEL] "
-    "[-o OUT]\n"
+    "[--dp_instances K [--outer_dp_sharding_strategy no_shard|optim]] [-o OUT]\n"
     "  perf-project REPORT --sweep N1,N2,... [-gn G] -g DEVICE --interconnect SPEC[;SPEC...] "
     "[--exposed_threshold F] [-o OUT] [--html PAGE]\n"
     "REPORT's runs need shardbench.unit_timing=true. Every run (or --run's) is replayed by the\n"
@@ -52,6 +52,8 @@ struct Options {
   int64_t global_batch_size = 0;
   int64_t num_layers = 0;  // 0: as measured
   std::string kernels;     // the measured run's profiler kernel summary (another -g)
+  int dp_instances = 1;    // --dp_instances (ddp.num_distributed_optimizer_instances)
+  std::string outer_strategy = "no_shard";  // --outer_dp_sharding_strategy
 };
 
 struct InputError : std::runtime_error {
@@ -235,6 +237,8 @@ json peak_memory_json(const json& r, const std::string& where, const MeasuredRun
   in.fp32_main_grads = config.ddp.grad_reduce_in_fp32 || m.compute_dtype == "fp32";
   in.measured_world = m.world_size;
   in.target_world = target.world;
+  in.target_instances = target.dp_instances;
+  in.target_outer_optim = target.outer_shard_optimizer;
   in.simulated_transient_bytes = result.peak_transient_bytes;
   MeasuredMemory measured = read_measured_memory(r, where);
   if (measured.saved_activation_bytes) *measured.saved_activation_bytes += added_saved_bytes;
@@ -259,6 +263,8 @@ ProjectionTarget target_for(const Options& o, int world, const CollectiveModel& 
   target.device = o.device;
   target.collectives = collectives;
   target.global_batch_size = o.global_batch_size;
+  target.dp_instances = o.dp_instances;
+  target.outer_shard_optimizer = o.outer_strategy == "optim";
   return target;
 }
 
@@ -296,8 +302,11 @@ json project_runs(const Options& o, const json& report, const ProjectionTarget& 
         }
       }
       const ConfigContainer config = config_from_json(m.config);
+      check_hsdp_target(m, target, config.ddp.fp8_param_gather);
       GroupShapeOptions shape;
-      shape.dp = target.world;
+      // HSDP: the engine shards inside an instance (HFSDP: one piece per instance in a shard).
+      shape.dp = target.instance_size();
+      shape.shard_pieces = target.outer_shard_optimizer ? target.dp_instances : 1;
       shape.bucket_size_elems = config.ddp.bucket_size.value_or(0);
       shape.overlap_grad_reduce = config.ddp.overlap_grad_reduce;
       shape.align_elems = m.device == "cpu" ? 1 : 128;  // as engine_options_from
@@ -404,7 +413,9 @@ int run_sweep(const Options& o, std::ostream& out) {
               {"projected", true},
               {"from_report", o.report},
               {"command", "perf-project --sweep"},
-              {"gpus_per_node", o.gpus_per_node > 0 ? json(o.gpus_per_node) : json(nullptr)}};
+              {"gpus_per_node", o.gpus_per_node > 0 ? json(o.gpus_per_node) : json(nullptr)},
+              {"dp_instances", o.dp_instances},
+              {"outer_dp_sharding_strategy", o.outer_strategy}};
   doc.update(sweep_json(entries, o.exposed_threshold));
   const std::string html =
       o.html.empty() ? std::string()
@@ -417,7 +428,27 @@ int run_sweep(const Options& o, std::ostream& out) {
   return 0;
 }
 
+// --dp_instances and --outer_dp_sharding_strategy before anything is read; the checks that need
+// the run (its wrapper and strategy, K dividing -ng) are check_hsdp_target's.
+void check_hsdp_options(const Options& o) {
+  if (o.dp_instances < 1) {
+    throw InputError("--dp_instances " + std::to_string(o.dp_instances) +
+                     ": accepted: 1 (no HSDP) or more instances");
+  }
+  if (o.outer_strategy != "no_shard" && o.outer_strategy != "optim") {
+    throw InputError("--outer_dp_sharding_strategy " + o.outer_strategy +
+                     ": accepted: no_shard or optim");
+  }
+  if (o.outer_strategy == "optim" && o.dp_instances < 2) {
+    throw InputError("--outer_dp_sharding_strategy optim with --dp_instances " +
+                     std::to_string(o.dp_instances) +
+                     ": there are no instances to shard across; accepted: no_shard, or optim with "
+                     "--dp_instances 2 or more");
+  }
+}
+
 int run(const Options& o, std::ostream& out) {
+  check_hsdp_options(o);
   if (o.sweep_given) return run_sweep(o, out);
   if (o.world < 1) {
     throw InputError("-ng " + std::to_string(o.world) +
@@ -448,8 +479,11 @@ int run(const Options& o, std::ostream& out) {
       throw InputError(std::string("cannot write output: ") + e.what());
     }
     for (const json& r : runs) {
-      out << "perf-project: " << r["label"].get<std::string>() << " at " << o.world
-          << " ranks: step " << r["step_ms"].get<double>() << " ms, exposed communication "
+      out << "perf-project: " << r["label"].get<std::string>() << " at " << o.world << " ranks";
+      if (o.dp_instances > 1) {
+        out << " (" << o.dp_instances << " HSDP instances, outer " << o.outer_strategy << ")";
+      }
+      out << ": step " << r["step_ms"].get<double>() << " ms, exposed communication "
           << r["exposed_comm_ms"].get<double>() << " ms";
       const json& peak = r["memory"]["projected_peak"];
       if (peak["max_allocated_bytes"].is_number()) {
@@ -501,16 +535,35 @@ int perf_project_main(const std::vector<std::string>& args, std::ostream& out, s
                  "The measured run's profiler kernel summary (<stem>_rank0.kernels.json): with -g "
                  "another GPU type, scales compute by kernel class");
   app.add_option("--run", o.run_label, "Only the run with this label");
+  app.add_option("--dp_instances", o.dp_instances,
+                 "HSDP target: this many instances (ddp.num_distributed_optimizer_instances, also "
+                 "accepted); Megatron FSDP runs only (default 1: no HSDP)");
+  app.add_option("--outer_dp_sharding_strategy", o.outer_strategy,
+                 "HSDP target: no_shard (instances replicate) or optim (HFSDP, with "
+                 "optim_grads_params)");
   app.add_option("-o,--output", o.output,
                  "Write the projection (with --sweep: the sweep table) here (default: stdout; "
                  "with --sweep: not written)");
   // perf-launch's spellings -ng and -gn (CLI11 short options are one letter).
   std::vector<std::string> reversed;
   for (auto it = args.rbegin(); it != args.rend(); ++it) {  // CLI11 takes argv reversed
-    reversed.push_back(*it == "-ng"   ? "--num_gpus"
-                       : *it == "-gn" ? "--gpus_per_node"
-                       : *it == "-gb" ? "--global_batch_size"
-                                      : *it);
+    // The launcher's override names of the HSDP options are accepted as options too.
+    const std::string a = *it;
+    const std::string alias = "--ddp.num_distributed_optimizer_instances";
+    const std::string outer_alias = "--ddp.outer_dp_sharding_strategy";
+    if (a.rfind(alias, 0) == 0 && (a.size() == alias.size() || a[alias.size()] == '=')) {
+      reversed.push_back("--dp_instances" + a.substr(alias.size()));
+      continue;
+    }
+    if (a.rfind(outer_alias, 0) == 0 &&
+        (a.size() == outer_alias.size() || a[outer_alias.size()] == '=')) {
+      reversed.push_back("--outer_dp_sharding_strategy" + a.substr(outer_alias.size()));
+      continue;
+    }
+    reversed.push_back(a == "-ng"   ? "--num_gpus"
+                       : a == "-gn" ? "--gpus_per_node"
+                       : a == "-gb" ? "--global_batch_size"
+                                    : a);
   }
   try {
     app.parse(reversed);

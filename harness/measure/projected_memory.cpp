@@ -116,8 +116,24 @@ ProjectedPeakMemory project_peak_memory(const MeasuredMemory& measured,
                                 "' has no dtype policy; expected bf16, fp16 or fp32");
   }
   p.policy = *policy;
-  p.static_memory = predicted_static_memory(in.wrapper, in.strategy, in.groups, in.num_parameters,
-                                            in.target_world, p.policy);
+  if (in.target_instances > 1) {
+    if (in.wrapper != Wrapper::kMegatronFsdp || in.target_world % in.target_instances != 0) {
+      throw std::invalid_argument(
+          "peak memory: " + std::to_string(in.target_instances) + " HSDP instances at world size " +
+          std::to_string(in.target_world) +
+          "; expected Megatron FSDP and instances that divide the world size");
+    }
+    p.hsdp_instances = in.target_instances;
+    p.hsdp_outer_optim = in.target_outer_optim;
+    p.static_memory = {
+        fsdp_static_memory(in.groups, in.target_world / in.target_instances, in.strategy, p.policy,
+                           in.target_outer_optim ? in.target_instances : 1)
+            .resident,
+        "engine"};
+  } else {
+    p.static_memory = predicted_static_memory(in.wrapper, in.strategy, in.groups, in.num_parameters,
+                                              in.target_world, p.policy);
+  }
   p.static_at_measured_world = predicted_static_memory(
       in.wrapper, in.strategy, in.groups, in.num_parameters, in.measured_world, p.policy);
   p.saved_activation_bytes = measured.saved_activation_bytes;
@@ -152,10 +168,21 @@ json projected_peak_json(const ProjectedPeakMemory& p) {
   const MeasuredMemory& m = p.measured;
   std::string model =
       "max_allocated_bytes = static_bytes + saved_activation_bytes + transient_buffer_bytes + "
-      "other_bytes, per GPU at world size " + std::to_string(p.world_size) +
+      "other_bytes, per GPU at world size " +
+      std::to_string(p.world_size) +
       ". static_bytes: the ZeRO model of memory.predicted (source '" + p.static_memory.source +
       "') at this world size, with the measured run's dtype policy; the engine's alignment "
-      "padding is not in it. saved_activation_bytes: the measured census of the first "
+      "padding is not in it.";
+  if (p.hsdp_instances > 1) {
+    model += " HSDP: " + std::to_string(p.hsdp_instances) + " instances of " +
+             std::to_string(p.world_size / p.hsdp_instances) +
+             " ranks, the model sharded inside an instance" +
+             (p.hsdp_outer_optim ? ", main weights and optimizer state also across the instances "
+                                   "(outer optim)."
+                                 : ", replicated across the instances (outer no_shard).");
+  }
+  model +=
+      " saved_activation_bytes: the measured census of the first "
       "micro-batch (memory.saved_activations total less offloaded), kept because the "
       "micro-batch and the model are unchanged. transient_buffer_bytes: ";
   model += p.transient_source == "measured"
@@ -177,25 +204,25 @@ json projected_peak_json(const ProjectedPeakMemory& p) {
     model += " The report has no memory.saved_activations: only static_bytes and "
              "transient_buffer_bytes are projected.";
   }
-  return {
-      {"world_size", p.world_size},
-      {"max_allocated_bytes", optional_json(total)},
-      {"static_bytes", p.static_bytes()},
-      {"saved_activation_bytes", optional_json(p.saved_activation_bytes)},
-      {"transient_buffer_bytes", p.transient_buffer_bytes},
-      {"transient_source", p.transient_source},
-      {"named_bytes", optional_json(named)},
-      {"other_bytes", optional_json(p.other_bytes)},
-      {"static", static_json},
-      {"measured",
-       {{"max_allocated_bytes", optional_json(m.max_allocated_bytes)},
-        {"static_bytes", optional_json(m.engine_static_bytes)},
-        {"predicted_static_bytes", p.static_at_measured_world.bytes.total_bytes()},
-        {"saved_activation_bytes", optional_json(m.saved_activation_bytes)},
-        {"offloaded_activation_bytes", optional_json(m.offloaded_activation_bytes)},
-        {"transient_buffer_bytes", optional_json(m.transient_buffer_bytes)},
-        {"other_bytes", optional_json(m.other_bytes)}}},
-      {"model", model}};
+  return {{"world_size", p.world_size},
+          {"dp_instances", p.hsdp_instances},
+          {"max_allocated_bytes", optional_json(total)},
+          {"static_bytes", p.static_bytes()},
+          {"saved_activation_bytes", optional_json(p.saved_activation_bytes)},
+          {"transient_buffer_bytes", p.transient_buffer_bytes},
+          {"transient_source", p.transient_source},
+          {"named_bytes", optional_json(named)},
+          {"other_bytes", optional_json(p.other_bytes)},
+          {"static", static_json},
+          {"measured",
+           {{"max_allocated_bytes", optional_json(m.max_allocated_bytes)},
+            {"static_bytes", optional_json(m.engine_static_bytes)},
+            {"predicted_static_bytes", p.static_at_measured_world.bytes.total_bytes()},
+            {"saved_activation_bytes", optional_json(m.saved_activation_bytes)},
+            {"offloaded_activation_bytes", optional_json(m.offloaded_activation_bytes)},
+            {"transient_buffer_bytes", optional_json(m.transient_buffer_bytes)},
+            {"other_bytes", optional_json(m.other_bytes)}}},
+          {"model", model}};
 }
 
 }  // namespace shardbench

@@ -62,12 +62,19 @@ struct PeakMemoryInputs {
   bool fp32_main_grads = false;        // ditto: grad_reduce_in_fp32 or fp32 compute
   int measured_world = 1;
   int target_world = 1;
+  // HSDP target (Megatron FSDP): target_world ranks in this many instances; each shards over
+  // its target_world / target_instances ranks, and with target_outer_optim (HFSDP) the main
+  // weights and optimizer state are sharded across the instances too (fsdp_static_memory).
+  int target_instances = 1;
+  bool target_outer_optim = false;
   // The step simulator's StepResult::peak_transient_bytes at the target world size.
   int64_t simulated_transient_bytes = 0;
 };
 
 struct ProjectedPeakMemory {
   int world_size = 1;
+  int hsdp_instances = 1;  // PeakMemoryInputs::target_instances
+  bool hsdp_outer_optim = false;
   StaticMemoryPrediction static_memory;           // at the target world size
   StaticMemoryPrediction static_at_measured_world;  // the same model at the measured world size
   DtypePolicy policy;

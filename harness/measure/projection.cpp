@@ -1,5 +1,6 @@
 #include "harness/measure/projection.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -219,6 +220,65 @@ int64_t target_global_batch(const MeasuredRun& run, const ProjectionTarget& targ
   return gbs;
 }
 
+void check_hsdp_target(const MeasuredRun& run, const ProjectionTarget& target,
+                       bool fp8_param_gather) {
+  const int k = target.dp_instances;
+  const std::string opt = "--dp_instances " + std::to_string(k);
+  if (k < 1) {
+    throw std::invalid_argument(opt + ": accepted: 1 (no HSDP) or more instances");
+  }
+  const std::string outer = "--outer_dp_sharding_strategy optim";
+  if (k == 1) {
+    if (target.outer_shard_optimizer) {
+      throw std::invalid_argument(outer +
+                                  " with --dp_instances 1: there are no instances to "
+                                  "shard across; accepted: no_shard, or optim with "
+                                  "--dp_instances 2 or more");
+    }
+    return;
+  }
+  if (target.world % k != 0) {
+    throw std::invalid_argument(opt + " with -ng " + std::to_string(target.world) +
+                                ": the instances must split the ranks evenly; accepted: a "
+                                "divisor of " +
+                                std::to_string(target.world));
+  }
+  const std::string run_is = "run '" + run.label +
+                             "' has identity.wrapper=" + std::string(label(run.wrapper)) +
+                             ", identity.strategy=" + run.strategy;
+  if (run.wrapper != Wrapper::kMegatronFsdp || !measured_spec(run).main_weights_sharded) {
+    throw std::invalid_argument(
+        opt + ": " + run_is +
+        "; accepted: Megatron FSDP runs with strategy optim, optim_grads or optim_grads_params "
+        "(HSDP of DDP and FSDP2 is not projected; --run LABEL picks one run of a report)");
+  }
+  if (target.outer_shard_optimizer) {
+    if (run.strategy != "optim_grads_params") {
+      throw std::invalid_argument(
+          outer + ": " + run_is +
+          "; optimizer fully-sharded HFSDP is only supported with full sharding inside each "
+          "instance; accepted: no_shard, or optim with Megatron FSDP optim_grads_params");
+    }
+    if (fp8_param_gather) {
+      throw std::invalid_argument(outer + ": run '" + run.label +
+                                  "' has ddp.fp8_param_gather=true, whose all-gather is not "
+                                  "implemented across instances; accepted: no_shard");
+    }
+  }
+}
+
+Placement instance_placement(const ProjectionTarget& target) {
+  const int k = std::max(1, target.dp_instances);
+  return make_placement(target.world / k, target.gpus_per_node);
+}
+
+Placement outer_placement(const ProjectionTarget& target) {
+  const int k = std::max(1, target.dp_instances);
+  const int instance = std::max(1, target.world / k);
+  const int per_node = std::min(k, std::max(1, target.gpus_per_node / instance));
+  return make_placement(k, per_node);
+}
+
 sim::StepPlan projection_plan(const MeasuredRun& run, const ProjectionKnobs& knobs,
                               const std::vector<sim::Group>& groups,
                               const ProjectionTarget& target) {
@@ -249,8 +309,13 @@ sim::StepPlan projection_plan(const MeasuredRun& run, const ProjectionKnobs& kno
     in.group_padded_elems.push_back(g.padded_elems);
   }
   p.budgets = schedule::derive_budgets(in);
-  p.placement = make_placement(target.world, target.gpus_per_node);
+  p.placement = instance_placement(target);
   p.collectives = target.collectives;
+  if (target.dp_instances > 1) {
+    p.outer_instances = target.dp_instances;
+    p.outer_shard_optimizer = target.outer_shard_optimizer;
+    p.outer_placement = outer_placement(target);
+  }
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     for (int m : groups[gi].modules) {
       if (m < 0 || static_cast<size_t>(m) >= run.forward_ms.size()) {
@@ -275,6 +340,8 @@ const char* const kValidationSeen[] = {
     "(results/h200/projection_ws1_marks_2026-12-05): DDP step 4.1% too long (optimizer 11.3%)",
     "gloo at 2 and 4 ranks on a 2-core CPU (results/cpu/projection_2026-12-05): collective order "
     "exact, step up to 60% short (the ranks share the cores the 1-rank run had alone)",
+    "HSDP targets, gloo at 4 ranks in 2 instances on CPU (results/cpu/projection_hsdp_2026-12-05): "
+    "collective order exact for outer no_shard and optim; step times not compared",
     "more than one GPU: not validated (no multi-GPU machine)",
 };
 
@@ -313,7 +380,9 @@ json projected_run_json(const MeasuredRun& run, const ProjectionTarget& target,
       {"target",
        {{"world_size", target.world},
         {"gpus_per_node", target.gpus_per_node},
-        {"nodes", plan.placement.nodes()},
+        {"nodes", make_placement(target.world, target.gpus_per_node).nodes()},
+        {"dp_instances", target.dp_instances},
+        {"outer_dp_sharding_strategy", target.outer_shard_optimizer ? "optim" : "no_shard"},
         {"device", target.device},
         {"collectives", target.collectives.source}}},
       {"global_batch_size", gbs},
@@ -339,6 +408,16 @@ json projected_run_json(const MeasuredRun& run, const ProjectionTarget& target,
                     "compute does not slow down while collectives run"})},
       {"validation",
        std::vector<std::string>(std::begin(kValidationSeen), std::end(kValidationSeen))}};
+  if (target.dp_instances > 1) {
+    const Placement outer = plan.outer_placement;
+    out["assumptions"].push_back(
+        "HSDP: " + std::to_string(target.dp_instances) + " instances of " +
+        std::to_string(plan.placement.world) + " consecutive ranks; the collectives across " +
+        "instances run over " + std::to_string(outer.world) + " ranks on " +
+        std::to_string(outer.nodes()) + " node(s) and share the one communication stream with " +
+        "the instance's; outer " + (target.outer_shard_optimizer ? "optim" : "no_shard") +
+        " as the engine schedules it (not measured at any scale)");
+  }
   return out;
 }
 

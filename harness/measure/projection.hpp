@@ -77,7 +77,29 @@ struct ProjectionTarget {
   // 0: weak scaling, as perf-launch scales a recipe to another GPU count (the measured per-rank
   // batch kept: measured GBS x world / measured world).
   int64_t global_batch_size = 0;
+  // HSDP target (perf-project --dp_instances, --outer_dp_sharding_strategy; docs/projection.md
+  // "HSDP targets"): `world` ranks in dp_instances instances of world / dp_instances consecutive
+  // ranks; each instance shards as the run's strategy, the instances replicate one another or,
+  // with outer_shard_optimizer (outer strategy optim, HFSDP), share the optimizer. 1: no HSDP.
+  int dp_instances = 1;
+  bool outer_shard_optimizer = false;
+  int instance_size() const { return world / dp_instances; }
 };
+
+// Throws std::invalid_argument with one line naming the option, its value and what is accepted
+// when the run cannot be projected to the target's HSDP layout: dp_instances < 1 or not dividing
+// the world size; HSDP with a run that is not Megatron FSDP optim, optim_grads or
+// optim_grads_params (the engine's rule); outer optim with one instance, with another inner
+// strategy than optim_grads_params (Megatron's rule) or with ddp.fp8_param_gather
+// (`fp8_param_gather`, the run's config). Nothing for a target without HSDP.
+void check_hsdp_target(const MeasuredRun& run, const ProjectionTarget& target,
+                       bool fp8_param_gather);
+
+// The placement of one HSDP instance (all ranks without HSDP) and of the outer group: the
+// dp_instances ranks at one position of every instance, gpus_per_node / instance size of them to
+// a node (one per node when an instance fills a node or more).
+Placement instance_placement(const ProjectionTarget& target);
+Placement outer_placement(const ProjectionTarget& target);
 
 // The target's global batch (weak scaling unless set); throws std::invalid_argument naming -gb
 // when it does not split into micro-batches over the target's ranks.

@@ -73,6 +73,23 @@ void check_plan(const StepPlan& p) {
     }
   }
   make_placement(p.placement.world, p.placement.gpus_per_node);  // throws naming the field
+  if (p.outer_instances < 1) {
+    throw std::invalid_argument("step simulator: outer_instances is " +
+                                std::to_string(p.outer_instances) + "; expected >= 1");
+  }
+  if (p.outer_instances > 1) {
+    make_placement(p.outer_placement.world, p.outer_placement.gpus_per_node);
+    if (p.outer_placement.world != p.outer_instances) {
+      throw std::invalid_argument(
+          "step simulator: outer_placement.world is " + std::to_string(p.outer_placement.world) +
+          "; expected outer_instances, " + std::to_string(p.outer_instances));
+    }
+  }
+  if (p.outer_shard_optimizer && p.outer_instances < 2) {
+    throw std::invalid_argument("step simulator: outer_shard_optimizer with outer_instances " +
+                                std::to_string(p.outer_instances) +
+                                "; expected more than one instance to shard across");
+  }
 }
 
 // The engine's per-group state (engine_group.hpp), reduced to what the schedule reads.
@@ -88,6 +105,8 @@ struct GroupState {
   bool param_sync_in_flight = false;
   double param_sync_end = 0;
   bool reduce_launched = false;
+  bool outer_reduce_launched = false;  // HFSDP: the reduce-scatter across the instances
+  double outer_reduce_end = 0;
   bool grad_full_live = false;  // the unsharded gradient buffer (transient_grads)
   std::string label;  // "unit_3", "root", "bucket_0"
 };
@@ -96,6 +115,8 @@ class Simulator {
  public:
   explicit Simulator(const StepPlan& plan) : p_(plan) {
     dp_ = p_.placement.world;
+    outer_ = p_.outer_instances;
+    hfsdp_ = p_.outer_shard_optimizer && outer_ > 1;
     const bool per_param = p_.spec->cut == ShardCut::kPerParamDim0;
     const int modules = static_cast<int>(p_.forward_s.size());
     module_groups_.assign(static_cast<size_t>(modules), {});
@@ -172,7 +193,12 @@ class Simulator {
   // The collective starts once the compute stream reached its launch point (its inputs are
   // ready) and the communication stream is free.
   double launch(const std::string& op_label, CollectiveOp op, int group, int64_t bytes) {
-    const double cost = collective_time(p_.collectives, op, bytes, p_.placement).seconds;
+    return launch_over(p_.placement, op_label, op, group, bytes);
+  }
+  // A collective over the ranks of `where` (the instance, or under HSDP the outer group).
+  double launch_over(const Placement& where, const std::string& op_label, CollectiveOp op,
+                     int group, int64_t bytes) {
+    const double cost = collective_time(p_.collectives, op, bytes, where).seconds;
     Collective c;
     c.name = op_label;
     c.op = op;
@@ -215,6 +241,9 @@ class Simulator {
   void launch_gather(int gi) {
     GroupState& g = groups_[static_cast<size_t>(gi)];
     if (g.gathered || g.gather_in_flight) return;
+    // HFSDP: the shard this gather reads is rebuilt across the instances after the step; a
+    // prefetch may come before the unit's own forward waits (engine_step.cpp's launch_gather).
+    wait_param_sync(g);
     const int64_t bytes = p_.groups[static_cast<size_t>(gi)].padded_elems * p_.compute_bytes;
     g.gather_end = launch("all_gather/" + g.label, CollectiveOp::kAllGather, gi, bytes);
     g.gather_in_flight = true;
@@ -255,6 +284,22 @@ class Simulator {
   }
 
   // ---- gradients ----
+  // The group's reduced gradient this rank owns before any reduction across instances: its
+  // shard when main weights are sharded, else the whole buffer (engine.cpp's owned_grad).
+  int64_t instance_owned_elems(int gi) const {
+    const int64_t padded = p_.groups[static_cast<size_t>(gi)].padded_elems;
+    return groups_[static_cast<size_t>(gi)].spec.main_weights_sharded ? padded / dp_ : padded;
+  }
+  // HFSDP: the reduce-scatter of the group's grad shard across the instances, launched when the
+  // last reduction inside the instance completed (engine_step.cpp's launch_outer_grad_reduce).
+  void launch_outer_grad_reduce(int gi) {
+    GroupState& g = groups_[static_cast<size_t>(gi)];
+    if (g.outer_reduce_launched) return;
+    g.outer_reduce_launched = true;
+    g.outer_reduce_end =
+        launch_over(p_.outer_placement, "outer_reduce_scatter/" + g.label,
+                    CollectiveOp::kReduceScatter, gi, instance_owned_elems(gi) * p_.grad_bytes);
+  }
   void launch_grad_reduce(int gi) {
     GroupState& g = groups_[static_cast<size_t>(gi)];
     g.reduce_launched = true;
@@ -272,7 +317,7 @@ class Simulator {
       accumulate_bytes = elems / dp_ * p_.grad_bytes;
       track(accumulate_bytes);
     }
-    pending_.push_back({elems, end, gi, accumulate_bytes});
+    pending_.push_back({elems, end, gi, accumulate_bytes, microbatch_ == p_.microbatches - 1});
     drain_reductions(p_.budgets.rs_queue_capacity_elems);
   }
   void drain_reductions(int64_t keep_in_flight_elems) {
@@ -287,6 +332,7 @@ class Simulator {
         g.grad_full_live = false;
         track(-padded_bytes(pending_[i].group, p_.grad_bytes));
       }
+      if (hfsdp_ && pending_[i].last_microbatch) launch_outer_grad_reduce(pending_[i].group);
     }
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(done));
   }
@@ -356,6 +402,27 @@ class Simulator {
       }
     }
     drain_reductions(0);
+    if (!last) return;
+    // HFSDP: the reduce-scatters across the instances not launched yet (one rank per instance:
+    // no reduction inside it to wait for), then every one waited, in group order.
+    if (hfsdp_) {
+      for (size_t gi = 0; gi < groups_.size(); ++gi) launch_outer_grad_reduce(static_cast<int>(gi));
+      for (auto& g : groups_) {
+        wait(g.outer_reduce_end);
+        g.outer_reduce_launched = false;
+      }
+      return;
+    }
+    // HSDP, outer no_shard: each group's owned gradient all-reduced across the instances, one
+    // after another, each waited before the next is launched (the engine has no NVTX label for
+    // it: "outer_all_reduce/<group>").
+    if (outer_ > 1) {
+      for (size_t gi = 0; gi < groups_.size(); ++gi) {
+        const int i = static_cast<int>(gi);
+        wait(launch_over(p_.outer_placement, "outer_all_reduce/" + groups_[gi].label,
+                         CollectiveOp::kAllReduce, i, instance_owned_elems(i) * p_.grad_bytes));
+      }
+    }
   }
   void optimizer_step() {
     microbatch_ = -1;
@@ -364,11 +431,34 @@ class Simulator {
     if (any_sharded && dp_ > 1) {
       wait(launch("grad_norm_all_reduce", CollectiveOp::kAllReduce, -1, 4));
     }
+    // HFSDP: the sharded part of the norm sums over the instances' pieces too.
+    if (any_sharded && hfsdp_) {
+      wait(launch_over(p_.outer_placement, "grad_norm_outer_all_reduce", CollectiveOp::kAllReduce,
+                       -1, 4));
+    }
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
       GroupState& g = groups_[gi];
       const int64_t padded = p_.groups[gi].padded_elems;
-      const int64_t owned = g.spec.main_weights_sharded ? padded / dp_ : padded;
+      const int64_t shard = instance_owned_elems(static_cast<int>(gi));
+      // HFSDP: this rank's optimizer updates its piece, 1/outer of the shard.
+      const int64_t owned = hfsdp_ && g.spec.main_weights_sharded ? shard / outer_ : shard;
       compute(p_.optimizer_s_per_main_byte * 4.0 * static_cast<double>(owned));
+      // HFSDP, sharded compute weights: the instances' updated pieces all-gathered into the shard
+      // (compute dtype), waited before the unit's next gather (refresh_model_weights).
+      if (hfsdp_ && !g.per_param && g.spec.model_weights_sharded) {
+        wait_param_sync(g);
+        g.param_sync_end =
+            launch_over(p_.outer_placement, "outer_all_gather/" + g.label, CollectiveOp::kAllGather,
+                        static_cast<int>(gi), shard * p_.compute_bytes);
+        g.param_sync_in_flight = true;
+        continue;
+      }
+      // HFSDP, the root (full compute weights): the pieces make this rank's shard first, waited
+      // at once, then the shards make the buffer below.
+      if (hfsdp_ && !g.per_param && g.spec.main_weights_sharded) {
+        wait(launch_over(p_.outer_placement, "outer_all_gather/" + g.label,
+                         CollectiveOp::kAllGather, static_cast<int>(gi), shard * p_.compute_bytes));
+      }
       // Sharded main weights, full compute weights: the post-step all-gather.
       if (!g.per_param && !g.spec.model_weights_sharded && g.spec.main_weights_sharded &&
           dp_ > 1) {
@@ -387,10 +477,13 @@ class Simulator {
     double end;
     int group = -1;
     int64_t accumulate_bytes = 0;  // the reduce-scatter output added into the shard at the end
+    bool last_microbatch = false;  // HFSDP: its completion launches the outer reduce-scatter
   };
 
   const StepPlan& p_;
-  int dp_ = 1;
+  int dp_ = 1;     // ranks of one instance (all ranks without HSDP)
+  int outer_ = 1;  // HSDP instances
+  bool hfsdp_ = false;
   std::vector<GroupState> groups_;
   std::vector<std::vector<int>> module_groups_;
   std::vector<bool> hooked_;

@@ -52,9 +52,20 @@ struct StepPlan {
   int prefetch_blocks = 1;                  // FSDP2
   schedule::Budgets budgets;                // schedule::derive_budgets over these groups
 
-  // Where the ranks are and what their links cost.
+  // Where the ranks are and what their links cost. Under HSDP `placement` is one instance (the
+  // ranks that shard the groups: padded_elems is instance size x shard).
   Placement placement;
   CollectiveModel collectives;
+  // HSDP (ddp.num_distributed_optimizer_instances > 1, Megatron FSDP only): the instances each
+  // shard the model as `placement` says and replicate one another. outer_placement holds the
+  // outer_instances ranks at one position of every instance. After the last micro-batch each
+  // group's reduced gradient shard crosses the instances: all-reduced (outer no_shard), or, with
+  // outer_shard_optimizer (ddp.outer_dp_sharding_strategy=optim, HFSDP), reduce-scattered into
+  // one piece per instance that this rank's optimizer updates, then all-gathered back into the
+  // shard in compute dtype (groups built with one piece per instance: shard_pieces).
+  int outer_instances = 1;
+  bool outer_shard_optimizer = false;
+  Placement outer_placement;
   // Steps simulated back to back; the last one is reported (the first has no post-step
   // parameter all-gather of a previous step to wait on).
   int steps = 2;
@@ -92,7 +103,8 @@ struct StepResult {
 
 // Throws std::invalid_argument naming the field and the value for a plan it cannot run: no
 // spec, a time < 0, micro-batches or steps < 1, module counts that differ, a group with no
-// module or one outside the model.
+// module or one outside the model, outer_instances < 1, an outer placement of another size, or
+// outer_shard_optimizer with one instance.
 StepResult simulate_step(const StepPlan& plan);
 
 }  // namespace shardbench::sim

@@ -40,6 +40,7 @@ std::vector<sim::Group> engine_group_shapes(const LlamaDims& dims, Wrapper wrapp
   lo.dp = options.dp;
   lo.align_elems = options.align_elems;
   lo.row_aligned_shards = fsdp;
+  lo.shard_pieces = per_param ? 1 : options.shard_pieces;
   std::vector<sim::Group> out;
   for (size_t gi = 0; gi < members.size(); ++gi) {
     const FlatLayout layout = per_param ? make_per_param_layout(specs, members[gi], lo)

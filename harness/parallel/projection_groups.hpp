@@ -20,6 +20,9 @@ struct GroupShapeOptions {
   int64_t bucket_size_elems = 0;  // ddp.bucket_size (0 = Megatron's default)
   bool overlap_grad_reduce = true;
   int64_t align_elems = 1;  // the engine's parameter alignment (128 on GPU, 1 on CPU)
+  // HFSDP (ddp.outer_dp_sharding_strategy=optim): one piece per HSDP instance in every shard
+  // (FlatLayoutOptions::shard_pieces); `dp` is then one instance's ranks. 1 otherwise.
+  int shard_pieces = 1;
 };
 
 std::vector<sim::Group> engine_group_shapes(const LlamaDims& dims, Wrapper wrapper,

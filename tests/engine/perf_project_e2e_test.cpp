@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -126,6 +127,111 @@ nlohmann::json read_json(const std::string& path) {
 
 void write_json(const std::string& path, const nlohmann::json& j) {
   std::ofstream(path) << j.dump();
+}
+
+// The label of the report's run with this wrapper.
+std::string run_label(const nlohmann::json& report, const std::string& wrapper) {
+  for (const auto& run : report["runs"]) {
+    if (run["identity"]["wrapper"] == wrapper) return run["label"].get<std::string>();
+  }
+  return {};
+}
+
+// docs/projection.md "HSDP targets": the 1-rank Megatron FSDP run projected to 4 ranks in 2
+// instances of 2, with each outer strategy.
+TEST_F(PerfProject, HsdpTargetRunsTheOuterCollectivesOfEveryGroup) {
+  const std::string report = (dir_ / "ws1.json").string();
+  const nlohmann::json measured = read_json(report);
+  const std::string fsdp = run_label(measured, "megatron_fsdp");
+  ASSERT_FALSE(fsdp.empty());
+  const int layers = measured["runs"][0]["config"]["model"]["num_layers"].get<int>();
+  std::vector<std::string> groups;
+  for (int i = 0; i < layers; ++i) groups.push_back("unit_" + std::to_string(i));
+  groups.push_back("root");
+  std::map<std::string, nlohmann::json> projected;
+  for (const std::string outer : {"no_shard", "optim"}) {
+    const std::string out = (dir_ / ("hsdp_" + outer + ".json")).string();
+    const auto r = project(report + " -ng 4 --dp_instances 2 --outer_dp_sharding_strategy " +
+                           outer + " -g cpu --interconnect nvlink4 --run '" + fsdp + "' -o " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json j = read_json(out);
+    ASSERT_EQ(j["runs"].size(), 1U);
+    const nlohmann::json& run = j["runs"][0];
+    EXPECT_EQ(run["identity"]["world_size"], 4);
+    EXPECT_EQ(run["target"]["dp_instances"], 2);
+    EXPECT_EQ(run["target"]["outer_dp_sharding_strategy"], outer);
+    EXPECT_EQ(run["memory"]["projected_peak"]["dp_instances"], 2);
+    std::set<std::string> names;
+    for (const auto& c : run["collectives"]) names.insert(c["name"].get<std::string>());
+    // The instance of 2 ranks gathers its units.
+    EXPECT_TRUE(names.count("all_gather/unit_0")) << run["collectives"].dump();
+    for (const std::string& g : groups) {
+      if (outer == "no_shard") {
+        EXPECT_TRUE(names.count("outer_all_reduce/" + g)) << g;
+        EXPECT_FALSE(names.count("outer_reduce_scatter/" + g)) << g;
+      } else {
+        EXPECT_TRUE(names.count("outer_reduce_scatter/" + g)) << g;
+        EXPECT_TRUE(names.count("outer_all_gather/" + g)) << g;
+        EXPECT_FALSE(names.count("outer_all_reduce/" + g)) << g;
+      }
+    }
+    projected[outer] = run;
+  }
+  // HFSDP shards the main weights and optimizer state across the instances too.
+  EXPECT_LT(projected["optim"]["memory"]["projected_peak"]["static_bytes"].get<int64_t>(),
+            projected["no_shard"]["memory"]["projected_peak"]["static_bytes"].get<int64_t>());
+  // The launcher's spelling of the instance count is accepted.
+  const auto alias = project(report +
+                             " -ng 4 --ddp.num_distributed_optimizer_instances 2 -g cpu "
+                             "--interconnect nvlink4 --run '" +
+                             fsdp + "'");
+  ASSERT_EQ(alias.exit_code, 0) << alias.output;
+  EXPECT_EQ(nlohmann::json::parse(alias.output)["runs"][0]["step_ms"],
+            projected["no_shard"]["step_ms"]);
+}
+
+TEST_F(PerfProject, HsdpTargetRefusesWhatTheEngineRefuses) {
+  const std::string report = (dir_ / "ws1.json").string();
+  nlohmann::json measured = read_json(report);
+  const std::string fsdp = run_label(measured, "megatron_fsdp");
+  const std::string ddp = run_label(measured, "ddp");
+  ASSERT_FALSE(fsdp.empty());
+  ASSERT_FALSE(ddp.empty());
+  // The Megatron FSDP run as if measured with optim_grads.
+  for (auto& run : measured["runs"]) {
+    if (run["label"] == fsdp) run["identity"]["strategy"] = "optim_grads";
+  }
+  const std::string other = (dir_ / "optim_grads.json").string();
+  write_json(other, measured);
+  const std::string tail = " -g cpu --interconnect nvlink4";
+  struct Case {
+    std::string args, expected;
+  };
+  const Case cases[] = {
+      {report + " -ng 4 --dp_instances 2" + tail, "identity.wrapper=ddp"},
+      {report + " -ng 4 --dp_instances 2 --run '" + ddp + "'" + tail, "identity.wrapper=ddp"},
+      {report + " -ng 4 --dp_instances 3 --run '" + fsdp + "'" + tail, "a divisor of 4"},
+      {report + " -ng 4 --dp_instances 0 --run '" + fsdp + "'" + tail, "--dp_instances 0"},
+      {other + " -ng 4 --dp_instances 2 --outer_dp_sharding_strategy optim --run '" + fsdp + "'" +
+           tail,
+       "identity.strategy=optim_grads;"},
+      {report + " -ng 4 --outer_dp_sharding_strategy optim --run '" + fsdp + "'" + tail,
+       "--dp_instances 1"},
+      {report + " -ng 4 --dp_instances 2 --outer_dp_sharding_strategy full --run '" + fsdp + "'" +
+           tail,
+       "accepted: no_shard or optim"},
+  };
+  for (const Case& c : cases) {
+    const std::string out = (dir_ / "refused.json").string();
+    const auto r = project(c.args + " -o " + out);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line: " << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out)) << c.args;
+  }
+  // Outer no_shard takes optim_grads.
+  const auto r = project(other + " -ng 4 --dp_instances 2 --run '" + fsdp + "'" + tail);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 // docs/projection.md "Layer extrapolation": the 2-layer run projected as a 5-layer model gathers

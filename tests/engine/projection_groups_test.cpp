@@ -85,6 +85,42 @@ TEST(ProjectionGroups, MatchTheEnginesGroups) {
   }
 }
 
+// HSDP targets (docs/projection.md "HSDP targets"): 4 ranks in 2 instances. perf-project builds
+// the groups at the instance size, with one piece per instance in each shard under outer optim.
+TEST(ProjectionGroups, MatchTheEnginesGroupsUnderHsdp) {
+  const LlamaDims dims = three_layers();
+  for (const bool outer_optim : {false, true}) {
+    std::mutex mu;
+    std::vector<DataParallelEngine::GroupInfo> info;
+    testing::run_on_ranks_with(
+        4,
+        [&](int rank, ProcessGroups& pgs) {
+          EngineOptions o;
+          o.wrapper = Wrapper::kMegatronFsdp;
+          o.strategy = "optim_grads_params";
+          o.outer_shard_optimizer = outer_optim;
+          DataParallelEngine engine(dims, o, pgs);
+          if (rank == 0) {
+            std::lock_guard<std::mutex> lock(mu);
+            info = engine.group_info();
+          }
+        },
+        testing::layout_group_factory(1, 2));
+    GroupShapeOptions shape;
+    shape.dp = 2;
+    shape.shard_pieces = outer_optim ? 2 : 1;
+    const std::vector<sim::Group> groups = engine_group_shapes(
+        dims, Wrapper::kMegatronFsdp,
+        strategy_row(Wrapper::kMegatronFsdp, "optim_grads_params", false), shape);
+    ASSERT_EQ(groups.size(), info.size());
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      SCOPED_TRACE("outer optim " + std::to_string(outer_optim) + " group " + std::to_string(gi));
+      EXPECT_EQ(groups[gi].padded_elems, info[gi].layout.padded_elems);
+      EXPECT_EQ(groups[gi].param_elems, info[gi].layout.param_elems);
+    }
+  }
+}
+
 TEST(ProjectionGroups, BucketsFollowTheWorldSize) {
   // Megatron's default bucket: max(40M, 1M x DP) elements; one bucket for a small model at any
   // size, as the engine makes it.

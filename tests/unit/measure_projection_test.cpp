@@ -131,6 +131,43 @@ TEST(Projection, PlanWeakScalesTheGlobalBatchUnlessGiven) {
   EXPECT_THROW(projection_plan(m, {}, bad, target(2)), std::invalid_argument);
 }
 
+// docs/projection.md "HSDP targets": the instance and outer placements, and the plan's layout.
+TEST(Projection, HsdpTargetPlacesTheInstancesAndTheOuterGroup) {
+  ProjectionTarget t = target(16);
+  t.gpus_per_node = 8;
+  t.dp_instances = 2;  // an instance is a node: the outer ranks one per node
+  EXPECT_EQ(instance_placement(t).world, 8);
+  EXPECT_EQ(instance_placement(t).nodes(), 1);
+  EXPECT_EQ(outer_placement(t).world, 2);
+  EXPECT_EQ(outer_placement(t).nodes(), 2);
+  t.dp_instances = 8;  // instances of 2 ranks: 4 outer ranks on each of 2 nodes
+  EXPECT_EQ(outer_placement(t).world, 8);
+  EXPECT_EQ(outer_placement(t).nodes(), 2);
+  t = target(32);
+  t.gpus_per_node = 8;
+  t.dp_instances = 2;  // instances of 2 nodes: one outer rank on each
+  EXPECT_EQ(instance_placement(t).nodes(), 2);
+  EXPECT_EQ(outer_placement(t).nodes(), 2);
+  t = target(4);
+  t.dp_instances = 2;
+  t.outer_shard_optimizer = true;
+  const MeasuredRun m = read_measured_run(measured_run(), "r");
+  const std::vector<sim::Group> groups = {{sim::Group::Kind::kUnit, {1}, 1'000'000},
+                                          {sim::Group::Kind::kRoot, {0, 2}, 1'000'000}};
+  const sim::StepPlan plan = projection_plan(m, {}, groups, t);
+  EXPECT_EQ(plan.placement.world, 2);
+  EXPECT_EQ(plan.outer_instances, 2);
+  EXPECT_TRUE(plan.outer_shard_optimizer);
+  EXPECT_EQ(plan.microbatches, 4);  // the global batch still splits over all 4 ranks
+  const json j = projected_run_json(m, t, plan, sim::simulate_step(plan));
+  EXPECT_EQ(j["target"]["dp_instances"], 2);
+  EXPECT_EQ(j["target"]["outer_dp_sharding_strategy"], "optim");
+  EXPECT_NO_THROW(check_hsdp_target(m, t, false));
+  EXPECT_THROW(check_hsdp_target(m, t, true), std::invalid_argument);  // fp8 param gather
+  t.dp_instances = 3;
+  EXPECT_THROW(check_hsdp_target(m, t, false), std::invalid_argument);
+}
+
 TEST(Projection, ProjectedRunSaysSoInItsIdentity) {
   const MeasuredRun m = read_measured_run(measured_run(), "r");
   const std::vector<sim::Group> groups = {{sim::Group::Kind::kUnit, {1}, 1'000'000},

@@ -189,6 +189,89 @@ TEST(StepSimulator, OneRankRunsNoGathersOrReduceScatters) {
   EXPECT_EQ(r.peak_live_units, 0);
 }
 
+// HSDP (docs/projection.md "HSDP targets"): 2 instances of 2 ranks, the outer group one rank
+// per node. With the test links an outer all-reduce of S bytes takes S ns, a reduce-scatter or
+// all-gather S/2 ns. The optimizer runs 0.5 ns per byte of fp32 main weights this rank owns.
+StepPlan hsdp_plan(bool outer_optim) {
+  StepPlan p = plan("optim_grads_params", {unit(1, 1'000'000), root({0, 2}, 1'000'000)}, {1, 2, 1},
+                    {1, 4, 2});
+  p.optimizer_s_per_main_byte = 0.5e-9;
+  p.outer_instances = 2;
+  p.outer_shard_optimizer = outer_optim;
+  p.outer_placement = make_placement(2, 1);
+  return p;
+}
+
+TEST(StepSimulator, HsdpOuterNoShardAllReducesEachShardAfterTheDrain) {
+  // Up to the drain as OneUnitGathersInForwardAndAgainInBackward: the root's reduce-scatter
+  // ends at 13. Then each group's grad shard (5e5 elements, 1e6 bytes) is all-reduced across
+  // the instances, one after the other, each waited: unit 13..14, root 14..15. The optimizer
+  // owns the shards (2e6 fp32 bytes each, 1 ms each): 15..16, 16..17; the root's post-step
+  // all-gather inside the instance 17..18.
+  const StepResult r = simulate_step(hsdp_plan(false));
+  EXPECT_EQ(names(r), (std::vector<std::string>{"all_gather/unit_0", "all_gather/unit_0",
+                                                "reduce_scatter/unit_0", "reduce_scatter/root",
+                                                "outer_all_reduce/unit_0", "outer_all_reduce/root",
+                                                "grad_norm_all_reduce", "param_all_gather/root"}));
+  ASSERT_EQ(r.collectives.size(), 8U);
+  const Collective& unit_ar = r.collectives[4];
+  const Collective& root_ar = r.collectives[5];
+  EXPECT_EQ(unit_ar.op, CollectiveOp::kAllReduce);
+  EXPECT_EQ(unit_ar.bytes, 1'000'000);
+  EXPECT_NEAR(unit_ar.launch_s, 13 * kMs, kTol);
+  EXPECT_NEAR(unit_ar.end_s, 14 * kMs, kTol);
+  EXPECT_NEAR(root_ar.launch_s, 14 * kMs, kTol);
+  EXPECT_NEAR(root_ar.end_s, 15 * kMs, kTol);
+  EXPECT_NEAR(r.collectives[7].start_s, 17 * kMs, kTol);
+  EXPECT_NEAR(r.step_s, 18 * kMs, kTol);
+  EXPECT_NEAR(r.compute_s, 13 * kMs, kTol);
+  EXPECT_NEAR(r.exposed_comm_s, 5 * kMs, kTol);
+}
+
+TEST(StepSimulator, HfsdpReduceScattersAcrossInstancesThenGathersTheUpdatedPieces) {
+  // The unit's reduce-scatter in the instance ends at 12 (waited at the root's launch or in the
+  // drain): its outer reduce-scatter (1e6 bytes, 0.5 ms) is launched at 12 and runs after the
+  // root's in-instance one, 13..13.5; the root's is launched when that completes (13), 13.5..14,
+  // and the optimizer waits for both. Each rank updates a quarter of the group (its piece: 1e6
+  // fp32 bytes, 0.5 ms): unit 14..14.5, then its pieces all-gathered across the instances
+  // (shard in bf16, 1e6 bytes) 14.5..15 while the root's optimizer runs 14.5..15; the root's
+  // outer all-gather 15..15.5 is waited at once, then its all-gather inside the instance
+  // 15.5..16.5.
+  const StepResult r = simulate_step(hsdp_plan(true));
+  EXPECT_EQ(names(r),
+            (std::vector<std::string>{
+                "all_gather/unit_0", "all_gather/unit_0", "reduce_scatter/unit_0",
+                "reduce_scatter/root", "outer_reduce_scatter/unit_0", "outer_reduce_scatter/root",
+                "grad_norm_all_reduce", "grad_norm_outer_all_reduce", "outer_all_gather/unit_0",
+                "outer_all_gather/root", "param_all_gather/root"}));
+  ASSERT_EQ(r.collectives.size(), 11U);
+  const Collective& unit_rs = r.collectives[4];
+  const Collective& root_rs = r.collectives[5];
+  EXPECT_EQ(unit_rs.op, CollectiveOp::kReduceScatter);
+  EXPECT_EQ(unit_rs.bytes, 1'000'000);
+  EXPECT_NEAR(unit_rs.launch_s, 12 * kMs, kTol);
+  EXPECT_NEAR(unit_rs.start_s, 13 * kMs, kTol);
+  EXPECT_NEAR(unit_rs.end_s, 13.5 * kMs, kTol);
+  EXPECT_NEAR(root_rs.launch_s, 13 * kMs, kTol);
+  EXPECT_NEAR(root_rs.end_s, 14 * kMs, kTol);
+  const Collective& unit_ag = r.collectives[8];
+  EXPECT_EQ(unit_ag.op, CollectiveOp::kAllGather);
+  EXPECT_EQ(unit_ag.bytes, 1'000'000);
+  EXPECT_NEAR(unit_ag.launch_s, 14.5 * kMs, kTol);
+  EXPECT_NEAR(unit_ag.end_s, 15 * kMs, kTol);
+  EXPECT_NEAR(r.collectives[9].start_s, 15 * kMs, kTol);
+  EXPECT_NEAR(r.collectives[10].start_s, 15.5 * kMs, kTol);
+  EXPECT_NEAR(r.step_s, 16.5 * kMs, kTol);
+  EXPECT_NEAR(r.compute_s, 12 * kMs, kTol);
+  // A plan whose outer group is not the instances, or HFSDP with one instance, is refused.
+  StepPlan bad = hsdp_plan(true);
+  bad.outer_placement = make_placement(4, 1);
+  EXPECT_THROW(simulate_step(bad), std::invalid_argument);
+  bad = hsdp_plan(true);
+  bad.outer_instances = 1;
+  EXPECT_THROW(simulate_step(bad), std::invalid_argument);
+}
+
 TEST(StepSimulator, TransientPeakIsGatheredWeightsAndUnshardedGrads) {
   // As the engine's temporary_peak_bytes: in the unit's backward the root's unsharded grad buffer
   // (allocated at the head's backward, 2e6 bytes), the unit's regathered weights (2e6) and its
