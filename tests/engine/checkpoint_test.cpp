@@ -20,27 +20,16 @@
 #include "harness/parallel/checkpoint.hpp"
 #include "harness/parallel/sharding.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "tests/engine/reference_training.hpp"
 
 namespace shardbench {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kSeed = 1234;
-constexpr double kLr = 1e-3;
-
-LlamaDims odd_dims() {
-  LlamaDims d;
-  d.num_layers = 2;
-  d.hidden = 24;
-  d.heads = 3;
-  d.kv_heads = 1;
-  d.head_dim = 8;
-  d.ffn = 40;
-  d.vocab = 37;
-  d.seq_length = 8;
-  return d;
-}
+using reference::kLr;
+using reference::kSeed;
+using reference::odd_dims;
 
 using testing_util::remove_tree;
 

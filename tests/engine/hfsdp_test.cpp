@@ -21,6 +21,7 @@
 #include "harness/parallel/checkpoint.hpp"
 #include "harness/parallel/flat_layout.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "tests/engine/reference_training.hpp"
 #include "tests/remove_tree.hpp"
 
 namespace shardbench {
@@ -28,24 +29,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kSeed = 1234;
-constexpr double kLr = 1e-3;
+using reference::kLr;
+using reference::kSeed;
+// Also uneven in 2 shards of 2 pieces (qkv 40 x 24, vocabulary 37 rows).
+using reference::odd_dims;
 constexpr int kWorld = 4;  // 2 instances of 2 ranks
 constexpr int kInstances = 2;
-
-// Sizes that do not divide into 2 shards of 2 pieces evenly (qkv 40 x 24, vocabulary 37 rows).
-LlamaDims odd_dims() {
-  LlamaDims d;
-  d.num_layers = 2;
-  d.hidden = 24;
-  d.heads = 3;
-  d.kv_heads = 1;
-  d.head_dim = 8;
-  d.ffn = 40;
-  d.vocab = 37;
-  d.seq_length = 8;
-  return d;
-}
 
 EngineOptions hfsdp_options(at::ScalarType compute = at::kFloat, bool outer_optim = true) {
   EngineOptions o;

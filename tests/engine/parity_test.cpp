@@ -24,22 +24,9 @@ using reference::hyper;
 using reference::kLr;
 using reference::kSeed;
 using reference::kSteps;
+using reference::odd_dims;
 using reference::reference_run;
 using reference::Trajectory;
-
-// Sizes chosen so that no parameter divides evenly by 2 or 4 ranks' shards.
-LlamaDims odd_dims() {
-  LlamaDims d;
-  d.num_layers = 2;
-  d.hidden = 24;
-  d.heads = 3;
-  d.kv_heads = 1;
-  d.head_dim = 8;
-  d.ffn = 40;
-  d.vocab = 37;
-  d.seq_length = 8;
-  return d;
-}
 
 // FSDP2 shards every parameter on dim 0: row counts 18 (norms, proj, fc2), 30 (qkv), 42 (fc1) and
 // 37 (vocab) leave uneven last chunks at 4 ranks, 37 at 2.

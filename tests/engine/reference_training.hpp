@@ -20,6 +20,21 @@ constexpr int kSteps = 5;
 constexpr uint64_t kSeed = 1234;
 constexpr double kLr = 1e-3;
 
+// Sizes that divide evenly into no parameter's shards at 2 or 4 ranks (hidden 24, 3 heads of 8,
+// 1 KV head, FFN 40, vocabulary 37): the parity, checkpoint and HFSDP tests' uneven model.
+inline LlamaDims odd_dims() {
+  LlamaDims d;
+  d.num_layers = 2;
+  d.hidden = 24;
+  d.heads = 3;
+  d.kv_heads = 1;
+  d.head_dim = 8;
+  d.ffn = 40;
+  d.vocab = 37;
+  d.seq_length = 8;
+  return d;
+}
+
 inline AdamWHyper hyper() {
   AdamWHyper h;
   h.lr = kLr;
