@@ -6,22 +6,13 @@
 
 #include "harness/compare/report_reader.hpp"
 #include "harness/compare/svg_chart.hpp"
+#include "harness/report/json_path.hpp"
 
 namespace shardbench {
 
 namespace {
 
 using nlohmann::json;
-
-const json& at_path(const json& j, std::initializer_list<const char*> path) {
-  static const json kNull;
-  const json* cur = &j;
-  for (const char* key : path) {
-    if (!cur->is_object() || !cur->contains(key)) return kNull;
-    cur = &(*cur)[key];
-  }
-  return *cur;
-}
 
 json number_or_null(const json& v) {
   return v.is_number() && std::isfinite(v.get<double>()) ? v : json(nullptr);
@@ -86,12 +77,12 @@ ProjectionComparison compare_projection(const json& measured, const std::string&
   ProjectionComparison c;
   c.measured_file = measured_file;
   c.projection_file = projection_file;
-  const json& pruns = at_path(projection, {"runs"});
+  const json& pruns = json_at(projection, {"runs"});
   if (!pruns.is_array() || pruns.empty()) {
     throw InputError(projection_file + ": /runs is " + (pruns.is_null() ? "missing" : pruns.dump()) +
                      "; expected the projected runs of a perf-project document");
   }
-  const json& mruns = at_path(measured, {"runs"});
+  const json& mruns = json_at(measured, {"runs"});
   std::string measured_labels, projected_labels;
   for (const json& m : mruns) {
     measured_labels += (measured_labels.empty() ? "" : ", ") + m.value("label", std::string("?"));
@@ -105,13 +96,13 @@ ProjectionComparison compare_projection(const json& measured, const std::string&
     const std::string label = p["label"].get<std::string>();
     projected_labels += (projected_labels.empty() ? "" : ", ") + label;
     if (!run_label.empty() && label != run_label) continue;
-    const json& world = at_path(p, {"identity", "world_size"});
+    const json& world = json_at(p, {"identity", "world_size"});
     if (!world.is_number_integer()) {
       throw InputError(where + "/identity/world_size is " +
                        (world.is_null() ? std::string("missing") : world.dump()) +
                        "; expected the projected world size");
     }
-    if (!at_path(p, {"step_ms"}).is_number()) {
+    if (!json_at(p, {"step_ms"}).is_number()) {
       throw InputError(where + "/step_ms is missing; expected the projected step time in ms");
     }
     const json* partner = nullptr;
@@ -129,25 +120,25 @@ ProjectionComparison compare_projection(const json& measured, const std::string&
     ProjectedPair pair;
     pair.label = label;
     pair.projected_world = world.get<int>();
-    pair.measured_world = at_path(m, {"identity", "world_size"}).is_number_integer()
-                              ? at_path(m, {"identity", "world_size"}).get<int>()
+    pair.measured_world = json_at(m, {"identity", "world_size"}).is_number_integer()
+                              ? json_at(m, {"identity", "world_size"}).get<int>()
                               : 0;
-    pair.projected_device = at_path(p, {"identity", "projected_device"}).is_string()
-                                ? at_path(p, {"identity", "projected_device"}).get<std::string>()
+    pair.projected_device = json_at(p, {"identity", "projected_device"}).is_string()
+                                ? json_at(p, {"identity", "projected_device"}).get<std::string>()
                                 : std::string();
-    pair.measured_device = at_path(m, {"identity", "device"}).is_string()
-                               ? at_path(m, {"identity", "device"}).get<std::string>()
+    pair.measured_device = json_at(m, {"identity", "device"}).is_string()
+                               ? json_at(m, {"identity", "device"}).get<std::string>()
                                : std::string("?");
     const json measured_figures[] = {
-        at_path(m, {"summary", "step_time_ms", "median"}),
-        at_path(m, {"summary", "from_median_step_time", "tokens_per_sec_per_gpu"}),
-        at_path(m, {"summary", "from_median_step_time", "tflops_per_gpu"}),
-        at_path(m, {"summary", "phase_ms_median", "exposed_comm"}),
-        at_path(m, {"memory", "peak_breakdown", "max_allocated_bytes"})};
+        json_at(m, {"summary", "step_time_ms", "median"}),
+        json_at(m, {"summary", "from_median_step_time", "tokens_per_sec_per_gpu"}),
+        json_at(m, {"summary", "from_median_step_time", "tflops_per_gpu"}),
+        json_at(m, {"summary", "phase_ms_median", "exposed_comm"}),
+        json_at(m, {"memory", "peak_breakdown", "max_allocated_bytes"})};
     const json projected_figures[] = {
-        at_path(p, {"step_ms"}), at_path(p, {"tokens_per_s_per_rank"}),
-        at_path(p, {"tflops_per_s_per_rank"}), at_path(p, {"exposed_comm_ms"}),
-        at_path(p, {"memory", "projected_peak", "max_allocated_bytes"})};
+        json_at(p, {"step_ms"}), json_at(p, {"tokens_per_s_per_rank"}),
+        json_at(p, {"tflops_per_s_per_rank"}), json_at(p, {"exposed_comm_ms"}),
+        json_at(p, {"memory", "projected_peak", "max_allocated_bytes"})};
     for (size_t f = 0; f < std::size(kFigures); ++f) {
       pair.figures.push_back({kFigures[f].name, number_or_null(measured_figures[f]),
                               number_or_null(projected_figures[f])});

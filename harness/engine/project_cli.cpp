@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/config/field_registry.hpp"
+#include "harness/config/text.hpp"
 #include "harness/engine/bench_run.hpp"
 #include "harness/measure/collective_fit.hpp"
 #include "harness/measure/compute_scaling.hpp"
@@ -19,6 +20,7 @@
 #include "harness/measure/projection_sweep.hpp"
 #include "harness/parallel/projection_groups.hpp"
 #include "harness/report/atomic_write.hpp"
+#include "harness/report/json_path.hpp"
 
 namespace shardbench {
 namespace {
@@ -98,30 +100,13 @@ CollectiveModel collective_model_for(const Options& o, const std::string& spec) 
   }
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// The peak table's name of the measured device ("NVIDIA H200" -> "h200"); empty when none.
-std::string measured_peak_name(const MeasuredRun& run) {
-  const std::string measured = lower(run.device);
-  for (const char* n : {"gb200", "b200", "h100", "h200"}) {
-    if (measured.find(n) != std::string::npos &&
-        (std::string(n) != "b200" || measured.find("gb200") == std::string::npos)) {
-      return n;
-    }
-  }
-  return {};
-}
-
 // -g names the measured kind of device, or another GPU type to which --kernels' classes scale
 // the measured compute (compute_scaling.hpp). Returns the scale (factors 1 when -g is the
 // measured device).
 ComputeScale compute_scale_for(const Options& o, const MeasuredRun& run, const std::string& where,
                                const json& kernels) {
-  const std::string wanted = lower(o.device);
-  if (!wanted.empty() && lower(run.device).find(wanted) != std::string::npos) {
+  const std::string wanted = to_lower(o.device);
+  if (!wanted.empty() && to_lower(run.device).find(wanted) != std::string::npos) {
     if (!o.kernels.empty()) {
       throw InputError("--kernels with -g " + o.device + ", the device " + where +
                        " was measured on; accepted: --kernels only to scale compute to another "
@@ -129,7 +114,7 @@ ComputeScale compute_scale_for(const Options& o, const MeasuredRun& run, const s
     }
     return ComputeScale{};
   }
-  const std::string from = measured_peak_name(run);
+  const std::string from = peak_table_name(run.device);
   std::string names;
   for (const auto& n : device_peak_names()) names += (names.empty() ? "" : ", ") + n;
   if (from.empty()) {
@@ -193,13 +178,9 @@ LayerExtrapolation layer_extrapolation(const ConfigContainer& measured, int64_t 
 // Each measured layer's saved activations (less what offload moved), from the report.
 std::vector<int64_t> layer_saved_bytes(const json& r, int64_t layers) {
   std::vector<int64_t> out;
-  const json* modules = &r;
-  for (const char* k : {"memory", "saved_activations", "modules"}) {
-    if (!modules->is_object() || !modules->contains(k)) return {};
-    modules = &(*modules)[k];
-  }
-  if (!modules->is_array()) return {};
-  for (const json& mod : *modules) {
+  const json& modules = json_at(r, {"memory", "saved_activations", "modules"});
+  if (!modules.is_array()) return {};
+  for (const json& mod : modules) {
     const int64_t i = mod.value("module", int64_t{-1});
     if (i < 1 || i > layers || !mod.value("bytes", json()).is_number_integer()) continue;
     out.push_back(mod["bytes"].get<int64_t>() - mod.value("offloaded_bytes", int64_t{0}));

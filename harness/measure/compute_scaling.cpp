@@ -6,17 +6,13 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "harness/config/text.hpp"
+
 namespace shardbench {
 
 namespace {
 
 using nlohmann::json;
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
 
 bool has_any(const std::string& s, std::initializer_list<const char*> parts) {
   return std::any_of(parts.begin(), parts.end(),
@@ -60,7 +56,7 @@ const char* to_string(KernelClass c) {
 }
 
 KernelClass classify_kernel(const std::string& name) {
-  const std::string n = lower(name);
+  const std::string n = to_lower(name);
   // NCCL's kernels, including its one-rank reduce ("onerank_cu" in the mangled name).
   if (has_any(n, {"nccl", "onerank"})) return KernelClass::kCommunication;
   // cuDNN's and FlashAttention's fused attention (their names also carry "wgmma").
@@ -129,7 +125,7 @@ KernelClassTimes kernel_class_times(const json& kernels, const std::string& wher
 }
 
 const DevicePeaks& device_peaks(const std::string& name) {
-  const std::string n = lower(name);
+  const std::string n = to_lower(name);
   for (const auto& p : kPeaks) {
     if (p.name == n) return p;
   }
@@ -139,6 +135,15 @@ const DevicePeaks& device_peaks(const std::string& name) {
                               "accepted: " + accepted);
 }
 
+std::string peak_table_name(const std::string& device_name) {
+  const std::string n = to_lower(device_name);
+  std::string found;
+  for (const auto& p : kPeaks) {
+    if (n.find(p.name) != std::string::npos && p.name.size() > found.size()) found = p.name;
+  }
+  return found;
+}
+
 std::vector<std::string> device_peak_names() {
   std::vector<std::string> out;
   for (const auto& p : kPeaks) out.push_back(p.name);
@@ -146,7 +151,7 @@ std::vector<std::string> device_peak_names() {
 }
 
 std::optional<int64_t> device_memory_bytes(const std::string& device) {
-  const std::string n = lower(device);
+  const std::string n = to_lower(device);
   for (const auto& p : kPeaks) {
     if (p.name == n) return static_cast<int64_t>(p.memory_gib * static_cast<double>(1LL << 30));
   }

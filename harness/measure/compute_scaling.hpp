@@ -48,6 +48,9 @@ struct DevicePeaks {
 // Throws std::invalid_argument naming the device and the accepted names.
 const DevicePeaks& device_peaks(const std::string& name);
 std::vector<std::string> device_peak_names();
+// The table's name found in a device's name ("NVIDIA H200" -> "h200"; the longest match, so
+// "GB200" is not "b200"), or empty when none is.
+std::string peak_table_name(const std::string& device_name);
 // The memory of one GPU of `device` in bytes (its memory_gib), or nullopt for a device outside the
 // table (cpu). The allocator gets slightly less: the driver and the CUDA context keep some.
 std::optional<int64_t> device_memory_bytes(const std::string& device);

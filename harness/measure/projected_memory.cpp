@@ -2,25 +2,17 @@
 
 #include <stdexcept>
 
+#include "harness/report/json_path.hpp"
+
 namespace shardbench {
 
 namespace {
 
 using nlohmann::json;
 
-const json& at_path(const json& j, std::initializer_list<const char*> path) {
-  static const json kNull;
-  const json* cur = &j;
-  for (const char* key : path) {
-    if (!cur->is_object() || !cur->contains(key)) return kNull;
-    cur = &(*cur)[key];
-  }
-  return *cur;
-}
-
 std::optional<int64_t> optional_int(const json& run, std::initializer_list<const char*> path,
                                     const std::string& where) {
-  const json& v = at_path(run, path);
+  const json& v = json_at(run, path);
   if (v.is_null()) return std::nullopt;
   if (!v.is_number_integer()) {
     std::string field;
@@ -65,7 +57,7 @@ StaticMemoryPrediction predicted_static_memory(Wrapper wrapper, MemoryStrategy s
 
 MeasuredMemory read_measured_memory(const json& run, const std::string& where) {
   MeasuredMemory m;
-  const json& policy = at_path(run, {"memory", "predicted", "dtype_policy"});
+  const json& policy = json_at(run, {"memory", "predicted", "dtype_policy"});
   if (policy.is_object()) {
     DtypePolicy p;
     p.model_weight_bytes = optional_int(run, {"memory", "predicted", "dtype_policy",

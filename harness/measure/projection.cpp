@@ -156,6 +156,7 @@ void extrapolate_layers(MeasuredRun& run, LayerExtrapolation& ext,
     return sum / static_cast<double>(last - first + 1);
   };
   const auto stretch = [&](const std::vector<double>& t) {
+    const double stand_in = middle(t);
     std::vector<double> out;
     out.push_back(t.front());
     for (int64_t l = 1; l <= ext.layers; ++l) {
@@ -166,7 +167,7 @@ void extrapolate_layers(MeasuredRun& run, LayerExtrapolation& ext,
       } else if (l < lm) {
         out.push_back(t[static_cast<size_t>(l)]);  // measured layers keep their times
       } else {
-        out.push_back(middle(t));
+        out.push_back(stand_in);
       }
     }
     out.push_back(t.back());
