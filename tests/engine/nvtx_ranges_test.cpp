@@ -145,6 +145,33 @@ void remove_run_files(const std::filesystem::path& dir) {
   std::filesystem::remove(dir);
 }
 
+// The shell command of a perf-launch run (`args` after the binary) with the recorder attached,
+// writing rank<r>.tsv and report.json into `dir`.
+std::string recorded_launch(const std::filesystem::path& dir, const std::string& args) {
+  return std::string("NVTX_INJECTION64_PATH=") + SHARDBENCH_NVTX_RECORDER +
+         " SHARDBENCH_NVTX_RECORD=" + (dir / "rank%r.tsv").string() + " " + SHARDBENCH_PERF_LAUNCH +
+         " " + args + " shardbench.report_path=" + (dir / "report.json").string();
+}
+
+struct RecordedRun {
+  int exit_code = -1;
+  std::string output;
+  Recording rank0;
+};
+
+// One recorded run in a folder of its own (named by `tag`), removed afterwards.
+RecordedRun record_run(const std::string& tag, const std::string& args) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("shardbench_nvtx_" + tag + "_" + std::to_string(getpid()));
+  remove_run_files(dir);
+  std::filesystem::create_directories(dir);
+  RecordedRun r;
+  r.exit_code = run_shell(recorded_launch(dir, args), &r.output);
+  r.rank0 = load(dir / "rank0.tsv", "shardbench");
+  remove_run_files(dir);
+  return r;
+}
+
 class NvtxRanges : public ::testing::Test {
  protected:
   // One perf-launch run for the whole suite: FSDP (2 layers = 2 units, 2 micro-batches a step)
@@ -156,12 +183,9 @@ class NvtxRanges : public ::testing::Test {
     remove_run_files(*dir_);
     std::filesystem::create_directories(*dir_);
     const std::string cmd =
-        std::string("NVTX_INJECTION64_PATH=") + SHARDBENCH_NVTX_RECORDER +
-        " SHARDBENCH_NVTX_RECORD=" + (*dir_ / "rank%r.tsv").string() + " " +
-        SHARDBENCH_PERF_LAUNCH +
-        " -m llama -mr llama3_tiny_cpu -ng 2 -g cpu --use_megatron_fsdp true -ms 2"
-        " ddp.bucket_size=40000 shardbench.report_path=" +
-        (*dir_ / "report.json").string();
+        recorded_launch(*dir_,
+                        "-m llama -mr llama3_tiny_cpu -ng 2 -g cpu --use_megatron_fsdp true -ms 2"
+                        " ddp.bucket_size=40000");
     output_ = new std::string;
     exit_code_ = run_shell(cmd, output_);
     rank0_ = new Recording(load(*dir_ / "rank0.tsv", "shardbench"));
@@ -283,21 +307,12 @@ TEST_F(NvtxRanges, DdpBaselineReducesEachBucketInEveryStep) {
 // head, each with its bytes.
 TEST(NvtxRangesTensorParallel, CollectivesAreNamedInsideTheirLayers) {
   if (!nvtx::kCompiledIn) GTEST_SKIP() << "built without the NVTX headers";
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("shardbench_nvtx_tp_" + std::to_string(getpid()));
-  remove_run_files(dir);
-  std::filesystem::create_directories(dir);
-  const std::string cmd =
-      std::string("NVTX_INJECTION64_PATH=") + SHARDBENCH_NVTX_RECORDER +
-      " SHARDBENCH_NVTX_RECORD=" + (dir / "rank%r.tsv").string() + " " + SHARDBENCH_PERF_LAUNCH +
-      " -m llama -mr llama3_tiny_cpu -ng 2 -tp 2 -g cpu -ms 1 -gb 2 -mb 1"
-      " ddp.use_distributed_optimizer=false optimizer.use_distributed_optimizer=false"
-      " shardbench.report_path=" +
-      (dir / "report.json").string();
-  std::string output;
-  ASSERT_EQ(run_shell(cmd, &output), 0) << output;
-  const Recording rec = load(dir / "rank0.tsv", "shardbench");
-  remove_run_files(dir);
+  const RecordedRun run =
+      record_run("tp",
+                 "-m llama -mr llama3_tiny_cpu -ng 2 -tp 2 -g cpu -ms 1 -gb 2 -mb 1"
+                 " ddp.use_distributed_optimizer=false optimizer.use_distributed_optimizer=false");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const Recording& rec = run.rank0;
   EXPECT_TRUE(rec.errors.empty()) << rec.errors.front();
   const auto steps = rec.named("training_step_1");
   ASSERT_EQ(steps.size(), 1u);
@@ -324,22 +339,14 @@ TEST(NvtxRangesTensorParallel, CollectivesAreNamedInsideTheirLayers) {
 // all-gather of every group's updated pieces, each carrying its bytes.
 TEST(NvtxRangesHfsdp, OuterCollectivesAreNamedByGroupInEveryStep) {
   if (!nvtx::kCompiledIn) GTEST_SKIP() << "built without the NVTX headers";
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("shardbench_nvtx_hfsdp_" + std::to_string(getpid()));
-  remove_run_files(dir);
-  std::filesystem::create_directories(dir);
-  const std::string cmd =
-      std::string("NVTX_INJECTION64_PATH=") + SHARDBENCH_NVTX_RECORDER +
-      " SHARDBENCH_NVTX_RECORD=" + (dir / "rank%r.tsv").string() + " " + SHARDBENCH_PERF_LAUNCH +
-      " -m llama -mr llama3_tiny_cpu -ng 4 -g cpu --use_megatron_fsdp true -ms 2 -gb 8 -mb 1"
+  const RecordedRun run = record_run(
+      "hfsdp",
+      "-m llama -mr llama3_tiny_cpu -ng 4 -g cpu --use_megatron_fsdp true -ms 2 -gb 8 -mb 1"
       " ddp.data_parallel_sharding_strategy=optim_grads_params"
       " ddp.num_distributed_optimizer_instances=2 ddp.outer_dp_sharding_strategy=optim"
-      " shardbench.compare_with_ddp=false shardbench.report_path=" +
-      (dir / "report.json").string();
-  std::string output;
-  ASSERT_EQ(run_shell(cmd, &output), 0) << output;
-  const Recording rec = load(dir / "rank0.tsv", "shardbench");
-  remove_run_files(dir);
+      " shardbench.compare_with_ddp=false");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const Recording& rec = run.rank0;
   EXPECT_TRUE(rec.errors.empty()) << rec.errors.front();
   for (const char* step_name : {"training_step_1", "training_step_2"}) {
     const auto steps = rec.named(step_name);

@@ -29,6 +29,20 @@ Result run(const std::string& args, const std::string& env = "") {
   return testing_util::run_perf_launch(args, env);
 }
 
+nlohmann::json read_report(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// Every step's loss of `run` within 1e-5 (relative) of `want`'s.
+void expect_losses_near(const nlohmann::json& run, const nlohmann::json& want, size_t steps) {
+  for (size_t step = 0; step < steps; ++step) {
+    const double w = want["steps"][step]["loss"].get<double>();
+    EXPECT_NEAR(run["steps"][step]["loss"].get<double>(), w, 1e-5 * std::abs(w))
+        << run["identity"]["label"] << ", step " << step + 1;
+  }
+}
+
 std::filesystem::path temp_report(const std::string& name) {
   auto dir =
       std::filesystem::temp_directory_path() / ("shardbench_e2e_" + std::to_string(getpid()));
@@ -95,9 +109,8 @@ TEST(PerfLaunchTensorParallel, Tp2Dp4TrainsLikeDp4AndRecordsTheLayout) {
   ASSERT_EQ(tp.exit_code, 0) << tp.output;
   const Result dp = run("-ng 4" + common + dp_report.string());
   ASSERT_EQ(dp.exit_code, 0) << dp.output;
-  std::ifstream tp_in(tp_report), dp_in(dp_report);
-  const auto t = nlohmann::json::parse(tp_in);
-  const auto d = nlohmann::json::parse(dp_in);
+  const auto t = read_report(tp_report);
+  const auto d = read_report(dp_report);
   ASSERT_EQ(t["runs"].size(), 2u);
   ASSERT_EQ(d["runs"].size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
@@ -110,11 +123,7 @@ TEST(PerfLaunchTensorParallel, Tp2Dp4TrainsLikeDp4AndRecordsTheLayout) {
     // The model's parameters, not one TP rank's parts.
     EXPECT_EQ(run_tp["identity"]["num_parameters"], run_dp["identity"]["num_parameters"]);
     ASSERT_EQ(run_tp["steps"].size(), 3u);
-    for (size_t step = 0; step < 3; ++step) {
-      const double want = run_dp["steps"][step]["loss"].get<double>();
-      EXPECT_NEAR(run_tp["steps"][step]["loss"].get<double>(), want, 1e-5 * std::abs(want))
-          << run_tp["identity"]["label"] << ", step " << step + 1;
-    }
+    expect_losses_near(run_tp, run_dp, 3);
     // Every TP rank holds half of each split parameter: a rank's weights are about half of the
     // data-parallel run's (the norms are whole on both).
     const double ratio = run_tp["memory"]["per_rank"][0]["model_weight_bytes"].get<double>() /
@@ -170,19 +179,14 @@ TEST(PerfLaunchHsdp, TwoInstancesTrainLikeOneAndRecordTheLayout) {
   ASSERT_EQ(hsdp.exit_code, 0) << hsdp.output;
   const Result plain = run(common.substr(1) + plain_report.string());
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
-  std::ifstream h_in(hsdp_report), p_in(plain_report);
-  const auto h = nlohmann::json::parse(h_in);
-  const auto p = nlohmann::json::parse(p_in);
+  const auto h = read_report(hsdp_report);
+  const auto p = read_report(plain_report);
   ASSERT_EQ(h["runs"].size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     const auto& run_h = h["runs"][i];
     EXPECT_EQ(run_h["status"], "ok");
     EXPECT_EQ(run_h["parallel_layout"]["dp_instances"], 2);
-    for (size_t step = 0; step < 3; ++step) {
-      const double want = p["runs"][i]["steps"][step]["loss"].get<double>();
-      EXPECT_NEAR(run_h["steps"][step]["loss"].get<double>(), want, 1e-5 * std::abs(want))
-          << run_h["identity"]["label"] << ", step " << step + 1;
-    }
+    expect_losses_near(run_h, p["runs"][i], 3);
   }
   EXPECT_EQ(h["comparison"]["head_parallel_layout"], "tp1 dp4 instances2");
 }
@@ -204,9 +208,8 @@ TEST(PerfLaunchHsdp, OuterOptimTrainsLikeOneInstanceAndRecordsTheLayout) {
   ASSERT_EQ(hfsdp.exit_code, 0) << hfsdp.output;
   const Result plain = run(common + plain_report.string());
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
-  std::ifstream h_in(hfsdp_report), p_in(plain_report);
-  const auto h = nlohmann::json::parse(h_in);
-  const auto p = nlohmann::json::parse(p_in);
+  const auto h = read_report(hfsdp_report);
+  const auto p = read_report(plain_report);
   ASSERT_EQ(h["runs"].size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     const auto& run_h = h["runs"][i];
@@ -214,11 +217,7 @@ TEST(PerfLaunchHsdp, OuterOptimTrainsLikeOneInstanceAndRecordsTheLayout) {
     EXPECT_EQ(run_h["parallel_layout"]["dp_instances"], 2);
     EXPECT_EQ(run_h["parallel_layout"]["outer_dp_sharding_strategy"],
               i == 0 ? "optim" : "no_shard");
-    for (size_t step = 0; step < 3; ++step) {
-      const double want = p["runs"][i]["steps"][step]["loss"].get<double>();
-      EXPECT_NEAR(run_h["steps"][step]["loss"].get<double>(), want, 1e-5 * std::abs(want))
-          << run_h["identity"]["label"] << ", step " << step + 1;
-    }
+    expect_losses_near(run_h, p["runs"][i], 3);
   }
   EXPECT_EQ(h["comparison"]["head_parallel_layout"], "tp1 dp4 instances2 outer-optim");
   EXPECT_EQ(h["comparison"]["baseline_parallel_layout"], "tp1 dp4 instances2");
@@ -234,8 +233,7 @@ TEST(PerfLaunchHsdp, OuterOptimTrainsLikeOneInstanceAndRecordsTheLayout) {
                           " ddp.num_distributed_optimizer_instances=2 "
                           "shardbench.compare_with_ddp=false");
   ASSERT_EQ(hsdp.exit_code, 0) << hsdp.output;
-  std::ifstream s_in(hsdp_report);
-  const auto s = nlohmann::json::parse(s_in);
+  const auto s = read_report(hsdp_report);
   const auto& mine = memory["per_rank"][0];
   const auto& replicated = s["runs"][0]["memory"]["per_rank"][0];
   // fp32 (the CPU recipe): the main weights are the compute weights, counted once as such.
