@@ -35,7 +35,7 @@ struct FlagSpec {
   // without a status makes flag_specs() throw, so none can be added without one.
   Support support = Support::kUnset;
   // not_implemented flags: the one value still accepted (argparse's default), "" for none.
-  std::string accepted;
+  std::string accepted{};
 
   // "-ng/--num_gpus" or "--lr".
   std::string display_name() const {

@@ -77,7 +77,7 @@ TEST(ActivationCensus, TinyLayerMatchesTheHandCount) {
   ASSERT_EQ(census->modules.size(), static_cast<size_t>(d.num_layers + 2));
   const int64_t layer = hand_count_layer_bytes(d, Fixture::kBatch);
   for (int64_t l = 0; l < d.num_layers; ++l) {
-    const auto& m = module_named(*census, "layer " + std::to_string(l));
+    const ModuleSavedActivations m = module_named(*census, "layer " + std::to_string(l));
     SCOPED_TRACE(m.name);
     EXPECT_EQ(m.module, l + 1);
     EXPECT_EQ(m.bytes, layer);
@@ -100,7 +100,7 @@ TEST(ActivationCensus, TinyLayerMatchesTheHandCount) {
   EXPECT_EQ(census->offloaded_bytes, 0);
 
   // The groups name the region and the producing op: SwiGLU's gate|up comes from fc1's view.
-  const auto& l0 = module_named(*census, "layer 0");
+  const ModuleSavedActivations l0 = module_named(*census, "layer 0");
   int64_t swiglu_bytes = 0, group_bytes = 0;
   for (const auto& g : l0.groups) {
     group_bytes += g.new_bytes;
@@ -141,7 +141,7 @@ TEST(ActivationCensus, RecomputedLayersKeepOnlyTheirInput) {
   ASSERT_TRUE(census.has_value());
   const int64_t input = Fixture::kBatch * f.d.seq_length * f.d.hidden * 4;
   for (const char* name : {"layer 0", "layer 1"}) {
-    const auto& m = module_named(*census, name);
+    const ModuleSavedActivations m = module_named(*census, name);
     EXPECT_EQ(m.bytes, input) << name;
     ASSERT_EQ(m.groups.size(), 1u) << name;
     EXPECT_EQ(m.groups[0].region, "recompute_input") << name;
@@ -158,7 +158,7 @@ TEST(ActivationCensus, OffloadedLayersAreCountedAndMarked) {
   const auto census = f.model.take_activation_census();
   ASSERT_TRUE(census.has_value());
   const int64_t layer = hand_count_layer_bytes(f.d, Fixture::kBatch);
-  const auto& l0 = module_named(*census, "layer 0");
+  const ModuleSavedActivations l0 = module_named(*census, "layer 0");
   EXPECT_EQ(l0.bytes, layer);
   EXPECT_EQ(l0.offloaded_bytes, layer);
   EXPECT_EQ(l0.weights, 10);  // the offload keeps weights by reference; the census sees them too

@@ -134,12 +134,14 @@ void expect_inside_domains(const ResolvedConfig& r, const std::string& command) 
       if (!item.is_number()) continue;
       const double v = item.get<double>();
       EXPECT_TRUE(std::isfinite(v)) << field.name << " in " << command;
-      if (d.min)
+      if (d.min) {
         EXPECT_TRUE(d.min_exclusive ? v > *d.min : v >= *d.min)
             << field.name << " = " << v << " in " << command;
-      if (d.max)
+      }
+      if (d.max) {
         EXPECT_TRUE(d.max_exclusive ? v < *d.max : v <= *d.max)
             << field.name << " = " << v << " in " << command;
+      }
     }
     if (d.support == Support::kNotImplemented) {
       const std::vector<json> accepted =
