@@ -30,7 +30,9 @@ using nlohmann::json;
 constexpr const char* kDescription =
     "perf-project: project a measured report to another world size and interconnect.\n"
     "  perf-project REPORT -ng N [-gn G] -g DEVICE (--interconnect INTRA[,INTER] | "
-    "--collectives BENCH.json) [-gb GBS] [--num_layers L] [--kernels KERNELS.json] [--run LABEL] "
+    "--collectives BENCH.json) [-gb GBS] [--num_layers L] [--kernels KERNELS.json [--calibrate "
+    "ON_MEASURED ON_TARGET]] "
+    "[--run LABEL] "
     "[--dp_instances K [--outer_dp_sharding_strategy no_shard|optim]] [-o OUT]\n"
     "  perf-project REPORT --sweep N1,N2,... [-gn G] -g DEVICE --interconnect SPEC[;SPEC...] "
     "[--exposed_threshold F] [-o OUT] [--html PAGE]\n"
@@ -54,6 +56,8 @@ struct Options {
   int64_t global_batch_size = 0;
   int64_t num_layers = 0;  // 0: as measured
   std::string kernels;     // the measured run's profiler kernel summary (another -g)
+  // --calibrate: one reference run's kernel summaries on the measured device and on the target
+  std::vector<std::string> calibrate;
   int dp_instances = 1;    // --dp_instances (ddp.num_distributed_optimizer_instances)
   std::string outer_strategy = "no_shard";  // --outer_dp_sharding_strategy
 };
@@ -107,10 +111,11 @@ ComputeScale compute_scale_for(const Options& o, const MeasuredRun& run, const s
                                const json& kernels) {
   const std::string wanted = to_lower(o.device);
   if (!wanted.empty() && to_lower(run.device).find(wanted) != std::string::npos) {
-    if (!o.kernels.empty()) {
-      throw InputError("--kernels with -g " + o.device + ", the device " + where +
-                       " was measured on; accepted: --kernels only to scale compute to another "
-                       "GPU type");
+    if (!o.kernels.empty() || !o.calibrate.empty()) {
+      const std::string flag = o.kernels.empty() ? "--calibrate" : "--kernels";
+      throw InputError(flag + " with -g " + o.device + ", the device " + where +
+                       " was measured on; accepted: " + flag +
+                       " only to scale compute to another GPU type");
     }
     return ComputeScale{};
   }
@@ -129,9 +134,23 @@ ComputeScale compute_scale_for(const Options& o, const MeasuredRun& run, const s
                      "--kernels <stem>_rank0.kernels.json (perf-launch -pyp true)");
   }
   try {
-    return compute_scale(kernel_class_times(kernels, "--kernels '" + o.kernels + "'"),
-                         device_peaks(from), device_peaks(o.device),
-                         run.identity.contains("fp8") && !run.identity["fp8"].is_null());
+    const KernelClassTimes classes = kernel_class_times(kernels, "--kernels '" + o.kernels + "'");
+    const bool fp8 = run.identity.contains("fp8") && !run.identity["fp8"].is_null();
+    ComputeScale s = compute_scale(classes, device_peaks(from), device_peaks(o.device), fp8);
+    if (o.calibrate.empty()) return s;
+    // The reference run's classes on both devices replace the datasheet's ratios.
+    const auto summary = [&](size_t i) {
+      const std::string at = "--calibrate '" + o.calibrate[i] + "'";
+      return kernel_class_times(read_json_file(o.calibrate[i], "--calibrate"), at);
+    };
+    const CalibratedRatios cal = calibrated_ratios(summary(0), summary(1), s.ratios);
+    ComputeScale c = compute_scale(classes, cal.ratios);
+    c.from = s.from;
+    c.to = s.to;
+    c.fp8_gemms = fp8;
+    c.ratio_source = "calibrated";
+    c.datasheet_classes = cal.datasheet_classes;
+    return c;
   } catch (const std::invalid_argument& e) {
     throw InputError(e.what());
   }
@@ -311,9 +330,12 @@ json project_runs(const Options& o, const json& report, const ProjectionTarget& 
         projected["compute_scaling"] = compute_scale_json(scale);
         projected["assumptions"][0] =
             "compute per module and micro-batch as measured on " + m.device + " at world size " +
-            std::to_string(m.world_size) + ", scaled to " + scale.to +
-            " by kernel class: GEMMs and attention by the dense peak FLOP/s, the rest and the "
-            "optimizer by HBM bandwidth (compute_scaling)";
+            std::to_string(m.world_size) + ", scaled to " + scale.to + " by kernel class: " +
+            (scale.ratio_source == "calibrated"
+                 ? std::string("each class by its ratio in --calibrate's reference run, measured "
+                               "on both devices (compute_scaling.class_ratios)")
+                 : std::string("GEMMs and attention by the dense peak FLOP/s, the rest and the "
+                               "optimizer by HBM bandwidth (compute_scaling)"));
       }
       if (ext.layers > 0) {
         projected["layer_extrapolation"] = {
@@ -515,6 +537,11 @@ int perf_project_main(const std::vector<std::string>& args, std::ostream& out, s
   app.add_option("--kernels", o.kernels,
                  "The measured run's profiler kernel summary (<stem>_rank0.kernels.json): with -g "
                  "another GPU type, scales compute by kernel class");
+  app.add_option("--calibrate", o.calibrate,
+                 "With --kernels: the kernel summaries of one reference run profiled on the "
+                 "measured device and on the target (two files, in that order); each kernel class "
+                 "scales by its measured ratio instead of the datasheets'")
+      ->expected(2);
   app.add_option("--run", o.run_label, "Only the run with this label");
   app.add_option("--dp_instances", o.dp_instances,
                  "HSDP target: this many instances (ddp.num_distributed_optimizer_instances, also "

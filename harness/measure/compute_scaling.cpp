@@ -158,20 +158,50 @@ std::optional<int64_t> device_memory_bytes(const std::string& device) {
   return std::nullopt;
 }
 
-ComputeScale compute_scale(const KernelClassTimes& c, const DevicePeaks& from,
-                           const DevicePeaks& to, bool fp8_gemms) {
+ClassRatios datasheet_ratios(const DevicePeaks& from, const DevicePeaks& to, bool fp8_gemms) {
+  ClassRatios r;
+  r.gemm = fp8_gemms ? from.fp8_tflops / to.fp8_tflops : from.bf16_tflops / to.bf16_tflops;
+  r.attention = from.bf16_tflops / to.bf16_tflops;
+  r.memory = from.hbm_tbps / to.hbm_tbps;
+  r.optimizer = r.memory;
+  return r;
+}
+
+CalibratedRatios calibrated_ratios(const KernelClassTimes& on_from, const KernelClassTimes& on_to,
+                                   const ClassRatios& datasheet) {
+  CalibratedRatios out;
+  out.ratios = datasheet;
+  const auto take = [&](const char* name, double from_us, double to_us, double& ratio) {
+    if (from_us > 0 && to_us > 0) {
+      ratio = to_us / from_us;
+    } else {
+      out.datasheet_classes.emplace_back(name);
+    }
+  };
+  take("gemm", on_from.gemm_us, on_to.gemm_us, out.ratios.gemm);
+  take("attention", on_from.attention_us, on_to.attention_us, out.ratios.attention);
+  take("memory_bound", on_from.memory_us, on_to.memory_us, out.ratios.memory);
+  take("optimizer", on_from.optimizer_us, on_to.optimizer_us, out.ratios.optimizer);
+  return out;
+}
+
+ComputeScale compute_scale(const KernelClassTimes& c, const ClassRatios& ratios) {
   ComputeScale s;
   s.classes = c;
+  s.ratios = ratios;
+  s.module_factor =
+      (c.gemm_us * ratios.gemm + c.attention_us * ratios.attention + c.memory_us * ratios.memory) /
+      c.module_us();
+  s.optimizer_factor = ratios.optimizer;
+  return s;
+}
+
+ComputeScale compute_scale(const KernelClassTimes& c, const DevicePeaks& from,
+                           const DevicePeaks& to, bool fp8_gemms) {
+  ComputeScale s = compute_scale(c, datasheet_ratios(from, to, fp8_gemms));
   s.from = from.name;
   s.to = to.name;
   s.fp8_gemms = fp8_gemms;
-  const double gemm = fp8_gemms ? from.fp8_tflops / to.fp8_tflops
-                                : from.bf16_tflops / to.bf16_tflops;
-  const double attention = from.bf16_tflops / to.bf16_tflops;
-  const double memory = from.hbm_tbps / to.hbm_tbps;
-  s.module_factor = (c.gemm_us * gemm + c.attention_us * attention + c.memory_us * memory) /
-                    c.module_us();
-  s.optimizer_factor = memory;
   return s;
 }
 
@@ -183,6 +213,13 @@ json compute_scale_json(const ComputeScale& s) {
           {"module_factor", s.module_factor},
           {"optimizer_factor", s.optimizer_factor},
           {"fp8_gemms", s.fp8_gemms},
+          {"ratio_source", s.ratio_source},
+          {"class_ratios",
+           {{"gemm", s.ratios.gemm},
+            {"attention", s.ratios.attention},
+            {"memory_bound", s.ratios.memory},
+            {"optimizer", s.ratios.optimizer}}},
+          {"datasheet_classes", s.datasheet_classes},
           {"module_shares",
            {{"gemm", share(s.classes.gemm_us)},
             {"attention", share(s.classes.attention_us)},

@@ -4,7 +4,8 @@
 // dense tensor-core peak (fp8 for the GEMMs of an FP8 run), everything else (elementwise, norms,
 // copies, the optimizer) with the HBM bandwidth; the collectives are left out, since the
 // collective model prices them. A module's forward and backward scale by one factor, the
-// time-weighted mix of their classes; the optimizer by the bandwidth ratio. Torch-free.
+// time-weighted mix of their classes; the optimizer by the bandwidth ratio. With --calibrate the
+// class ratios are measured instead: one reference run profiled on both GPU types. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -55,13 +56,39 @@ std::string peak_table_name(const std::string& device_name);
 // table (cpu). The allocator gets slightly less: the driver and the CUDA context keep some.
 std::optional<int64_t> device_memory_bytes(const std::string& device);
 
+// Each class's time on the target over its time on the measured device.
+struct ClassRatios {
+  double gemm = 1, attention = 1, memory = 1, optimizer = 1;
+};
+// From the datasheets: GEMMs by the dense peak (fp8 for an FP8 run's GEMMs), attention by the
+// bf16 peak, memory-bound kernels and the optimizer by the HBM bandwidth.
+ClassRatios datasheet_ratios(const DevicePeaks& from, const DevicePeaks& to, bool fp8_gemms);
+
+// Measured ratios (perf-project --calibrate): the kernel summaries of one reference run profiled
+// on the measured device (`on_from`) and on the target (`on_to`). Each class takes the ratio of
+// its times; a class with no time in `on_from` or in `on_to` keeps the datasheet's ratio and is
+// named in `datasheet_classes`.
+struct CalibratedRatios {
+  ClassRatios ratios;
+  std::vector<std::string> datasheet_classes;
+};
+CalibratedRatios calibrated_ratios(const KernelClassTimes& on_from, const KernelClassTimes& on_to,
+                                   const ClassRatios& datasheet);
+
 struct ComputeScale {
   double module_factor = 1;     // multiplies every module's forward and backward time
   double optimizer_factor = 1;  // multiplies the optimizer's time per byte
   KernelClassTimes classes;
+  ClassRatios ratios;
   std::string from, to;
   bool fp8_gemms = false;
+  // "datasheet", or "calibrated" with the classes that still took the datasheet's ratio.
+  std::string ratio_source = "datasheet";
+  std::vector<std::string> datasheet_classes;
 };
+// The run's classes mixed by `ratios`: a module's factor is the time-weighted mean of its
+// classes' ratios, the optimizer's is the optimizer class's ratio.
+ComputeScale compute_scale(const KernelClassTimes& classes, const ClassRatios& ratios);
 // `fp8_gemms`: the run's GEMMs are FP8 (its fp8 recipe), so they scale with the fp8 peak.
 ComputeScale compute_scale(const KernelClassTimes& classes, const DevicePeaks& from,
                            const DevicePeaks& to, bool fp8_gemms);

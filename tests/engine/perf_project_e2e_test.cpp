@@ -344,6 +344,45 @@ TEST_F(PerfProject, ComputeScalesToAnotherGpuTypeByKernelClass) {
   const auto measured = project(common + h100 + " -g h200 --kernels " + kernels);
   EXPECT_EQ(measured.exit_code, 2);
   EXPECT_NE(measured.output.find("another GPU type"), std::string::npos) << measured.output;
+
+  // --calibrate: a reference run's summaries on both devices set each class's ratio (GEMMs 1.02,
+  // memory-bound 1.25, the optimizer 1.3); the report says where the ratios came from.
+  const std::string ref_from = (dir_ / "ref_h200.kernels.json").string();
+  const std::string ref_to = (dir_ / "ref_h100.kernels.json").string();
+  write_json(ref_from, {{"kind", "device_activities"},
+                        {"rows",
+                         {{{"name", "nvjet_sm90_gemm"}, {"us_per_step", 1000.0}},
+                          {{"name", "elementwise_kernel"}, {"us_per_step", 400.0}},
+                          {{"name", "multi_tensor_apply_adam"}, {"us_per_step", 100.0}}}}});
+  write_json(ref_to, {{"kind", "device_activities"},
+                      {"rows",
+                       {{{"name", "nvjet_sm90_gemm"}, {"us_per_step", 1020.0}},
+                        {{"name", "elementwise_kernel"}, {"us_per_step", 500.0}},
+                        {{"name", "multi_tensor_apply_adam"}, {"us_per_step", 130.0}}}}});
+  const std::string cal = (dir_ / "cal.json").string();
+  const auto c = project(common + cal + " -g h100 --kernels " + kernels + " --calibrate " +
+                         ref_from + " " + ref_to);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const nlohmann::json cs = read_json(cal)["runs"][0]["compute_scaling"];
+  EXPECT_NEAR(cs["module_factor"].get<double>(), (700 * 1.02 + 300 * 1.25) / 1000, 1e-12);
+  EXPECT_NEAR(cs["optimizer_factor"].get<double>(), 1.3, 1e-12);
+  EXPECT_EQ(cs["ratio_source"], "calibrated");
+  EXPECT_EQ(cs["datasheet_classes"], nlohmann::json::array({"attention"}));
+  EXPECT_EQ(b["compute_scaling"]["ratio_source"], "datasheet");
+  // One file, a bad summary, or a calibration for the measured device: refused, naming it.
+  const auto one =
+      project(common + cal + " -g h100 --kernels " + kernels + " --calibrate " + ref_from);
+  EXPECT_NE(one.exit_code, 0);
+  EXPECT_NE(one.output.find("--calibrate"), std::string::npos) << one.output;
+  const auto bad = project(common + cal + " -g h100 --kernels " + kernels + " --calibrate " +
+                           ref_from + " " + h200);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("--calibrate '" + h200 + "'"), std::string::npos) << bad.output;
+  const auto same_device =
+      project(common + cal + " -g h200 --calibrate " + ref_from + " " + ref_to);
+  EXPECT_EQ(same_device.exit_code, 2);
+  EXPECT_NE(same_device.output.find("--calibrate with -g h200"), std::string::npos)
+      << same_device.output;
 }
 
 // docs/projection.md "Sweep": every cell of the sweep is the single-target projection of the same

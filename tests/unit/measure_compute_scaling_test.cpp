@@ -70,6 +70,33 @@ TEST(ComputeScaling, Fp8GemmsScaleByTheFp8Peak) {
               (700 * 1979.0 / 5000 + 100 * 989.0 / 2500 + 200 * 3.35 / 8.0) / 1000, 1e-12);
 }
 
+// --calibrate: each class takes its ratio in a reference run profiled on both devices; a class
+// the reference run lacks (here attention) keeps the datasheet's ratio and is named.
+TEST(ComputeScaling, CalibratedRatiosComeFromTheReferenceRunClassByClass) {
+  const KernelClassTimes run = kernel_class_times(summary({{"nvjet_a", 600},
+                                                           {"cudnn_sdpa_fprop", 200},
+                                                           {"elementwise_add", 200},
+                                                           {"adamw_kernel", 80}}),
+                                                  "run.json");
+  const KernelClassTimes on_h200 = kernel_class_times(
+      summary({{"nvjet_a", 1000}, {"copy", 400}, {"adamw_kernel", 100}}), "ref_h200.json");
+  const KernelClassTimes on_h100 = kernel_class_times(
+      summary({{"nvjet_a", 1010}, {"copy", 500}, {"adamw_kernel", 130}}), "ref_h100.json");
+  const ClassRatios sheet = datasheet_ratios(device_peaks("h200"), device_peaks("h100"), false);
+  EXPECT_DOUBLE_EQ(sheet.memory, 4.8 / 3.35);
+  const CalibratedRatios cal = calibrated_ratios(on_h200, on_h100, sheet);
+  EXPECT_DOUBLE_EQ(cal.ratios.gemm, 1.01);
+  EXPECT_DOUBLE_EQ(cal.ratios.memory, 1.25);
+  EXPECT_DOUBLE_EQ(cal.ratios.optimizer, 1.3);
+  EXPECT_DOUBLE_EQ(cal.ratios.attention, sheet.attention);
+  EXPECT_EQ(cal.datasheet_classes, std::vector<std::string>{"attention"});
+  const ComputeScale s = compute_scale(run, cal.ratios);
+  EXPECT_NEAR(s.module_factor, (600 * 1.01 + 200 * 1.0 + 200 * 1.25) / 1000, 1e-12);
+  EXPECT_NEAR(s.optimizer_factor, 1.3, 1e-12);
+  const nlohmann::json j = compute_scale_json(s);
+  EXPECT_DOUBLE_EQ(j["class_ratios"]["memory_bound"].get<double>(), 1.25);
+}
+
 TEST(ComputeScaling, OneGpusMemoryIsTheDatasheetsInGiB) {
   EXPECT_EQ(device_memory_bytes("h200"), int64_t{141} << 30);
   EXPECT_EQ(device_memory_bytes("H100"), int64_t{80} << 30);
