@@ -338,7 +338,8 @@ const char* const kValidationSeen[] = {
     "layer extrapolation, Llama 3 8B from 4 to 8 layers on the H200 "
     "(results/h200/projection_models_2026-12-05): step within 0.8%, peak within 0.01%",
     "compute scaled from the H200 to the H100 by kernel class "
-    "(results/h200/projection_ws1_marks_2026-12-05): DDP step 4.1% too long (optimizer 11.3%)",
+    "(results/h100/projection_gpu_types_2026-12-05): step 4.2-4.7% too long with the datasheet "
+    "ratios, 1.1-1.7% with --calibrate by another wrapper's run (DDP, Megatron FSDP, FSDP2)",
     "gloo at 2 and 4 ranks on a 2-core CPU (results/cpu/projection_2026-12-05): collective order "
     "exact, step up to 60% short (the ranks share the cores the 1-rank run had alone)",
     "HSDP targets, gloo at 4 ranks in 2 instances on CPU (results/cpu/projection_hsdp_2026-12-05): "
