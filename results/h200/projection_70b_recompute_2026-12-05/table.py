@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Prints the markdown table of tables/*.json (make_tables.sh's projections) as README.md's
-"Projecting to more GPUs" has it. Run from the repository root:
+"""Prints the markdown table of tables.tgz's tables/*.json (make_tables.sh's projections) as
+README.md's "Projecting to more GPUs" has it. Run from the repository root:
 python3 results/h200/projection_70b_recompute_2026-12-05/table.py"""
 import json
+import tarfile
 
-D = 'results/h200/projection_70b_recompute_2026-12-05/tables'
+TABLES = tarfile.open('results/h200/projection_70b_recompute_2026-12-05/tables.tgz')
 NAMES = {'ddp-distopt': 'DDP + dist. optimizer', 'fsdp-optim_grads_params':
          'Megatron FSDP optim_grads_params', 'fsdp2': 'FSDP2'}
 print('| wrapper | GPUs | H200 step s | H200 tokens/s/GPU | H200 exposed comm | H100 step s | '
@@ -12,7 +13,8 @@ print('| wrapper | GPUs | H200 step s | H200 tokens/s/GPU | H200 exposed comm | 
 print('|---|---|---|---|---|---|---|---|---|')
 for w in ('ddp-distopt', 'fsdp-optim_grads_params', 'fsdp2'):
     for n in (8, 64, 512):
-        a, b = (json.load(open(f'{D}/70b_rl_{w}_{g}_ng{n}.json'))['runs'][0] for g in ('h200', 'h100'))
+        a, b = (json.load(TABLES.extractfile(f'tables/70b_rl_{w}_{g}_ng{n}.json'))['runs'][0]
+                for g in ('h200', 'h100'))
         peak = a['memory']['projected_peak']
         # perf-project's verdict against one GPU's memory (141 GiB H200, 80 GiB H100).
         fits = ' / '.join('yes' if p['memory']['projected_peak']['fits'] else 'no' for p in (a, b))

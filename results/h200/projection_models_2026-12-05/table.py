@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Prints the markdown tables of tables/*.json (make_tables.sh's projections), as README.md has
-them. Run from the repository root: python3 results/h200/projection_models_2026-12-05/table.py"""
+"""Prints the markdown tables of tables.tgz's tables/*.json (make_tables.sh's projections), as
+README.md has them. Run from the repository root:
+python3 results/h200/projection_models_2026-12-05/table.py"""
 import json
+import tarfile
 
-D = 'results/h200/projection_models_2026-12-05/tables'
+TABLES = tarfile.open('results/h200/projection_models_2026-12-05/tables.tgz')
 NAMES = {'ddp-distopt': 'DDP + dist. optimizer', 'fsdp-optim_grads_params':
          'Megatron FSDP optim_grads_params', 'fsdp2': 'FSDP2'}
 for model, title in (('8b', 'Llama 3 8B (32 layers, seq 8192, GBS 16 per GPU)'),
@@ -14,7 +16,7 @@ for model, title in (('8b', 'Llama 3 8B (32 layers, seq 8192, GBS 16 per GPU)'),
         print('|---|---|---|---|---|---|---|')
         for w in ('ddp-distopt', 'fsdp-optim_grads_params', 'fsdp2'):
             for n in (8, 64, 512):
-                p = json.load(open(f'{D}/{model}_{w}_{gpu}_ng{n}.json'))['runs'][0]
+                p = json.load(TABLES.extractfile(f'tables/{model}_{w}_{gpu}_ng{n}.json'))['runs'][0]
                 peak = p['memory']['projected_peak']['max_allocated_bytes'] / 2**30
                 # perf-project's verdict against one GPU's memory (141 GiB H200, 80 GiB H100).
                 over = ' (over)' if p['memory']['projected_peak']['fits'] is False else ''
