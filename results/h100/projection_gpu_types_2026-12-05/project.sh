@@ -37,3 +37,11 @@ for run in ddp fsdp-optim_grads_params fsdp2; do
   build/perf-compare $W/llama3_bench_1p5b_${run}-unit_timing_ws1.json $out >> $W/comparison_self_calibrated.txt
   echo >> $W/comparison_self_calibrated.txt
 done
+# Each H100 run projected back to the H200 by its own kernel summary: not a prediction to check,
+# but the file whose compute_scaling.us_per_step holds the H100 run's time per kernel class (the
+# README's "Kernel time against phase time").
+for run in ddp fsdp-optim_grads_params fsdp2; do
+  build/perf-project $W/llama3_bench_1p5b_${run}-unit_timing_ws1.json -ng 1 -g h200 \
+    --interconnect nvlink4 --kernels "$(kernels $W $run)" \
+    -o $W/classes_${run}-unit_timing_h100.json > /dev/null
+done
