@@ -106,9 +106,9 @@ CollectiveModel collective_model_for(const Options& o, const std::string& spec) 
 
 // -g names the measured kind of device, or another GPU type to which --kernels' classes scale
 // the measured compute (compute_scaling.hpp). Returns the scale (factors 1 when -g is the
-// measured device).
+// measured device). `calibration`: --calibrate's two summaries, read, or empty.
 ComputeScale compute_scale_for(const Options& o, const MeasuredRun& run, const std::string& where,
-                               const json& kernels) {
+                               const json& kernels, const std::vector<json>& calibration) {
   const std::string wanted = to_lower(o.device);
   if (!wanted.empty() && to_lower(run.device).find(wanted) != std::string::npos) {
     if (!o.kernels.empty() || !o.calibrate.empty()) {
@@ -136,21 +136,24 @@ ComputeScale compute_scale_for(const Options& o, const MeasuredRun& run, const s
   try {
     const KernelClassTimes classes = kernel_class_times(kernels, "--kernels '" + o.kernels + "'");
     const bool fp8 = run.identity.contains("fp8") && !run.identity["fp8"].is_null();
-    ComputeScale s = compute_scale(classes, device_peaks(from), device_peaks(o.device), fp8);
-    if (o.calibrate.empty()) return s;
-    // The reference run's classes on both devices replace the datasheet's ratios.
-    const auto summary = [&](size_t i) {
-      const std::string at = "--calibrate '" + o.calibrate[i] + "'";
-      return kernel_class_times(read_json_file(o.calibrate[i], "--calibrate"), at);
-    };
-    const CalibratedRatios cal = calibrated_ratios(summary(0), summary(1), s.ratios);
-    ComputeScale c = compute_scale(classes, cal.ratios);
-    c.from = s.from;
-    c.to = s.to;
-    c.fp8_gemms = fp8;
-    c.ratio_source = "calibrated";
-    c.datasheet_classes = cal.datasheet_classes;
-    return c;
+    ClassRatios ratios = datasheet_ratios(device_peaks(from), device_peaks(o.device), fp8);
+    CalibratedRatios cal;
+    if (!calibration.empty()) {
+      // The reference run's classes on both devices replace the datasheet's ratios.
+      const auto at = [&](size_t i) { return "--calibrate '" + o.calibrate[i] + "'"; };
+      cal = calibrated_ratios(kernel_class_times(calibration[0], at(0)),
+                              kernel_class_times(calibration[1], at(1)), ratios);
+      ratios = cal.ratios;
+    }
+    ComputeScale s = compute_scale(classes, ratios);
+    s.from = from;
+    s.to = device_peaks(o.device).name;
+    s.fp8_gemms = fp8;
+    if (!calibration.empty()) {
+      s.ratio_source = "calibrated";
+      s.datasheet_classes = cal.datasheet_classes;
+    }
+    return s;
   } catch (const std::invalid_argument& e) {
     throw InputError(e.what());
   }
@@ -272,6 +275,8 @@ ProjectionTarget target_for(const Options& o, int world, const CollectiveModel& 
 // "runs". The sweep calls it once per world size and interconnect.
 json project_runs(const Options& o, const json& report, const ProjectionTarget& target) {
   const json kernels = o.kernels.empty() ? json() : read_json_file(o.kernels, "--kernels");
+  std::vector<json> calibration;
+  for (const auto& path : o.calibrate) calibration.push_back(read_json_file(path, "--calibrate"));
   if (!o.kernels.empty() && o.run_label.empty() && report["runs"].size() > 1) {
     throw InputError("--kernels with a report of " + std::to_string(report["runs"].size()) +
                      " runs; accepted: --run LABEL naming the run the kernel summary profiled");
@@ -286,7 +291,7 @@ json project_runs(const Options& o, const json& report, const ProjectionTarget& 
     const std::string where = "report '" + o.report + "': runs[" + std::to_string(i) + "]";
     try {
       MeasuredRun m = read_measured_run(r, where);
-      const ComputeScale scale = compute_scale_for(o, m, where, kernels);
+      const ComputeScale scale = compute_scale_for(o, m, where, kernels, calibration);
       for (double& ms : m.forward_ms) ms *= scale.module_factor;
       for (double& ms : m.backward_ms) ms *= scale.module_factor;
       m.optimizer_ns_per_byte *= scale.optimizer_factor;
