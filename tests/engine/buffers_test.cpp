@@ -6,20 +6,14 @@
 
 #include "harness/parallel/engine.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "tests/engine/reference_training.hpp"
 
 namespace shardbench {
 namespace {
 
 LlamaDims dims() {
-  LlamaDims d;
+  LlamaDims d = reference::odd_dims();
   d.num_layers = 3;
-  d.hidden = 24;
-  d.heads = 3;
-  d.kv_heads = 1;
-  d.head_dim = 8;
-  d.ffn = 40;
-  d.vocab = 37;
-  d.seq_length = 8;
   return d;
 }
 

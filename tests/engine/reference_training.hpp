@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 

@@ -13,21 +13,16 @@
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "tests/engine/reference_training.hpp"
 
 namespace shardbench::testing {
 
 constexpr uint64_t kThreeLayerSeed = 99;
 
+// The parity tests' uneven model (reference::odd_dims) with three layers.
 inline LlamaDims three_layer_dims() {
-  LlamaDims d;
+  LlamaDims d = reference::odd_dims();
   d.num_layers = 3;
-  d.hidden = 24;
-  d.heads = 3;
-  d.kv_heads = 1;
-  d.head_dim = 8;
-  d.ffn = 40;
-  d.vocab = 37;
-  d.seq_length = 8;
   return d;
 }
 
