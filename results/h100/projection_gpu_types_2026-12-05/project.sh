@@ -15,28 +15,25 @@ kernels() {  # the kernel summary of a run name in folder $1
     fsdp2) echo "$1/llama3_bench_1p5b_torch_fsdp2-reshard_after_forward_ws1_rank0.kernels.json" ;;
   esac
 }
-: > $W/comparison_calibrated.txt
+# predict RUN REF NAME: RUN's H200 report to the H100, calibrated by REF's summaries on both
+# GPUs, written as prediction_RUN-..._calibrated_by_NAME.json and compared with RUN's H100 report.
+predict() {
+  local out=$W/prediction_$1-unit_timing_h100_ng1_calibrated_by_$3.json
+  build/perf-project $P/llama3_bench_1p5b_$1-unit_timing_ws1.json -ng 1 -g h100 \
+    --interconnect nvlink4 --kernels "$(kernels $P $1)" \
+    --calibrate "$(kernels $P $2)" "$(kernels $W $2)" -o $out > /dev/null
+  build/perf-compare $W/llama3_bench_1p5b_$1-unit_timing_ws1.json $out
+  echo
+}
 for pair in ddp:fsdp-optim_grads_params fsdp-optim_grads_params:ddp fsdp2:ddp; do
-  run=${pair%%:*}; ref=${pair##*:}
-  out=$W/prediction_${run}-unit_timing_h100_ng1_calibrated_by_${ref}.json
-  build/perf-project $P/llama3_bench_1p5b_${run}-unit_timing_ws1.json -ng 1 -g h100 \
-    --interconnect nvlink4 --kernels "$(kernels $P $run)" \
-    --calibrate "$(kernels $P $ref)" "$(kernels $W $ref)" -o $out > /dev/null
-  build/perf-compare $W/llama3_bench_1p5b_${run}-unit_timing_ws1.json $out >> $W/comparison_calibrated.txt
-  echo >> $W/comparison_calibrated.txt
-done
+  predict ${pair%%:*} ${pair##*:} ${pair##*:}
+done > $W/comparison_calibrated.txt
 # Each wrapper calibrated with its own pair: not a check (the answer is in the input); its
 # compute_scaling.class_ratios are the README's class-by-class table, and its error is what
 # per-class scaling leaves even with the right ratios.
-: > $W/comparison_self_calibrated.txt
 for run in ddp fsdp-optim_grads_params fsdp2; do
-  out=$W/prediction_${run}-unit_timing_h100_ng1_calibrated_by_itself.json
-  build/perf-project $P/llama3_bench_1p5b_${run}-unit_timing_ws1.json -ng 1 -g h100 \
-    --interconnect nvlink4 --kernels "$(kernels $P $run)" \
-    --calibrate "$(kernels $P $run)" "$(kernels $W $run)" -o $out > /dev/null
-  build/perf-compare $W/llama3_bench_1p5b_${run}-unit_timing_ws1.json $out >> $W/comparison_self_calibrated.txt
-  echo >> $W/comparison_self_calibrated.txt
-done
+  predict $run $run itself
+done > $W/comparison_self_calibrated.txt
 # Each H100 run projected back to the H200 by its own kernel summary: not a prediction to check,
 # but the file whose compute_scaling.us_per_step holds the H100 run's time per kernel class (the
 # README's "Kernel time against phase time").
