@@ -4,4 +4,6 @@ namespace shardbench {
 
 const char* version() { return SHARDBENCH_VERSION; }
 
+const char* source_dir() { return SHARDBENCH_SOURCE_DIR; }
+
 }  // namespace shardbench

@@ -7,6 +7,11 @@ namespace shardbench {
 // shardbench's own version (CMake project version).
 const char* version();
 
+// The source tree this binary was built from (the override sets, the report schema and the docs
+// live there). Defined in version.cpp alone: a clone-specific path in every translation unit's
+// compile definitions would make ccache miss in every other clone (docs/development.md).
+const char* source_dir();
+
 // The source tree this binary was built from, fixed at build time (cmake/build_revision.cmake
 // runs on every build), so that a report names the code that ran, not the checkout's state when
 // it ran.

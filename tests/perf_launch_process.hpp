@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <string>
 
+#include "tests/test_paths.hpp"
+
 namespace shardbench::testing_util {
 
 struct LaunchResult {

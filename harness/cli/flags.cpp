@@ -55,6 +55,9 @@ std::vector<FlagSpec> general_training_parallel_slurm_flags() {
       {"-d", "--dryrun", "General", K::kSwitch, "", "false",
        "Print the resolved config and its provenance, run nothing", false, on(&LaunchArgs::dryrun),
        H},
+      {"", "--list", "General", K::kSwitch, "", "false",
+       "Print the recipes (family, GPUs, size) and the override sets, run nothing", false,
+       on(&LaunchArgs::list), H},
       // ---- Training / optimizer / checkpoint / data / tokenizer
       {"", "--task", "Training", K::kValue, "{pretrain,sft,peft}", "pretrain", "Training task",
        false, choice(&LaunchArgs::task, {"pretrain", "sft", "peft"}), NI, "pretrain"},

@@ -24,6 +24,7 @@ struct LaunchArgs {
   std::optional<int64_t> hidden_size;
   std::optional<int64_t> num_layers;
   bool dryrun = false;
+  bool list = false;  // --list: print the recipes and override sets, run nothing
 
   // Training / optimizer / checkpoint.
   std::string task = "pretrain";

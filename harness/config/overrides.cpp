@@ -9,6 +9,7 @@
 #include "harness/config/errors.hpp"
 #include "harness/config/field_registry.hpp"
 #include "harness/config/text.hpp"
+#include "harness/version.hpp"
 
 namespace shardbench {
 namespace {
@@ -163,7 +164,7 @@ std::string substitute(const std::string& value, const ConfigEditor& editor, con
 
 std::string overrides_dir() {
   if (const char* dir = std::getenv("SHARDBENCH_OVERRIDES_DIR"); dir && *dir) return dir;
-  return std::string(SHARDBENCH_SOURCE_DIR) + "/overrides";
+  return std::string(source_dir()) + "/overrides";
 }
 
 std::vector<std::string> builtin_override_sets() {

@@ -20,6 +20,7 @@
 #include "harness/launch/output_probe.hpp"
 #include "harness/launch/rendezvous.hpp"
 #include "harness/launch/shared_gpu.hpp"
+#include "harness/main/listing.hpp"
 #include "harness/slurm/submit.hpp"
 
 namespace {
@@ -38,6 +39,13 @@ void report_unexpected(const std::string& what) {
 int main(int argc, char** argv) {
   using namespace shardbench;
   try {
+    // --list needs no recipe: answer it before resolution asks for -m and -mr.
+    for (int i = 1; i < argc; ++i) {
+      if (std::string(argv[i]) == "--list") {
+        std::cout << recipes_and_sets_listing();
+        return 0;
+      }
+    }
     ResolvedConfig resolved;
     try {
       resolved = resolve_from_argv(argc, argv);

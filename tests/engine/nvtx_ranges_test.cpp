@@ -19,6 +19,7 @@
 
 #include "harness/measure/nvtx.hpp"
 #include "tests/perf_launch_process.hpp"
+#include "tests/test_paths.hpp"
 
 namespace shardbench {
 namespace {

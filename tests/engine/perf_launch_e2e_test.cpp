@@ -19,6 +19,7 @@
 #include "harness/report/schema_check.hpp"
 #include "tests/perf_launch_process.hpp"
 #include "tests/remove_tree.hpp"
+#include "harness/version.hpp"
 
 namespace shardbench {
 namespace {
@@ -429,7 +430,7 @@ TEST(PerfLaunchLinearCrossEntropy, ChunkedHeadTrainsLikeTheWholeLogits) {
   ASSERT_EQ(whole["runs"].size(), 2u);
   // Real reports, not only the unit tests' synthetic ones, conform to the published schema.
   const auto schema =
-      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+      load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
   EXPECT_EQ(check_against_schema(chunked, schema), std::vector<std::string>{});
   EXPECT_EQ(check_against_schema(whole, schema), std::vector<std::string>{});
   for (size_t i = 0; i < 2; ++i) {

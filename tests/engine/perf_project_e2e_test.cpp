@@ -16,6 +16,7 @@
 #include "harness/compare/compare_cli.hpp"
 #include "tests/perf_launch_process.hpp"
 #include "tests/remove_tree.hpp"
+#include "tests/test_paths.hpp"
 
 namespace shardbench {
 namespace {

@@ -18,9 +18,7 @@
 #include "tests/gpu/small_dims.hpp"
 #include "workloads/llama/fp8_linear.hpp"
 
-#ifndef SHARDBENCH_PERF_LAUNCH
-#error "tests/CMakeLists.txt defines SHARDBENCH_PERF_LAUNCH for the GPU tests"
-#endif
+#include "tests/test_paths.hpp"
 
 namespace shardbench {
 namespace {

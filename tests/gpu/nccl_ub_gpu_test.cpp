@@ -23,9 +23,7 @@
 #include "tests/gpu/nccl_world.hpp"
 #include "tests/gpu/small_dims.hpp"
 
-#ifndef SHARDBENCH_PERF_LAUNCH
-#error "tests/CMakeLists.txt defines SHARDBENCH_PERF_LAUNCH for the GPU tests"
-#endif
+#include "tests/test_paths.hpp"
 
 namespace shardbench {
 namespace {

@@ -31,9 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
-#ifndef SHARDBENCH_PERF_LAUNCH
-#error "tests/CMakeLists.txt defines SHARDBENCH_PERF_LAUNCH for the GPU tests"
-#endif
+#include "tests/test_paths.hpp"
 
 #include "tests/perf_launch_process.hpp"
 #include "tests/remove_tree.hpp"

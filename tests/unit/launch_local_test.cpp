@@ -20,9 +20,7 @@
 #include "harness/launch/local_launcher.hpp"
 #include "tests/launch/test_helpers.hpp"
 
-#ifndef SHARDBENCH_FAKE_WORKER
-#error "tests/launch/CMakeLists.txt defines SHARDBENCH_FAKE_WORKER"
-#endif
+#include "tests/test_paths.hpp"
 
 namespace shardbench {
 namespace {

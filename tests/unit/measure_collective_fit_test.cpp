@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/measure/collective_fit.hpp"
+#include "harness/version.hpp"
 
 namespace shardbench {
 namespace {
@@ -236,7 +237,7 @@ TEST(MeasureCollectiveFit, RefusesMalformedJson) {
 // bandwidth; the out-of-place variants also pay a device-local copy that grows with size, which
 // is not wire traffic and which an alpha-only fit cannot follow.
 TEST(MeasureCollectiveFit, CommittedH200WorldSizeOne) {
-  const CollectiveBenchRun run = load_collectives_bench(std::string(SHARDBENCH_SOURCE_DIR) +
+  const CollectiveBenchRun run = load_collectives_bench(std::string(source_dir()) +
                                                         "/results/h200/collectives_ws1.json");
   EXPECT_EQ(run.world, 1);
   EXPECT_EQ(run.backend, "nccl");

@@ -9,6 +9,7 @@
 #include "harness/report/report.hpp"
 #include "harness/report/run_json.hpp"
 #include "harness/report/schema_check.hpp"
+#include "harness/version.hpp"
 
 namespace shardbench {
 namespace {
@@ -295,7 +296,7 @@ TEST(ReportJson, ThreeWrapperSummaryLines) {
 
 TEST(ReportJson, ConformsToSchemaFile) {
   const json schema =
-      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+      load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
   EXPECT_EQ(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
   const json report = comparison_report();
   const std::vector<std::string> errors = check_against_schema(report, schema);
@@ -324,7 +325,7 @@ TEST(ReportJson, ConformsToSchemaFile) {
 
 TEST(ReportJson, CheckpointSavesAndLoad) {
   const json schema =
-      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+      load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
   // No checkpointing: the block is there and says why nothing was loaded.
   RunRecord plain = synthetic_run("ddp", "ddp", 100, 100);
   plain.checkpoint.format = "torch_dist";
@@ -360,7 +361,7 @@ TEST(ReportJson, CheckpointSavesAndLoad) {
 
 TEST(ReportJson, ActivationOffloadOnlyWhenItRan) {
   const json schema =
-      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+      load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
   RunRecord plain = synthetic_run("ddp", "ddp", 100, 100);
   EXPECT_FALSE(run_to_json(plain).contains("activation_offload"));
   RunRecord offloaded = synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50);
@@ -378,7 +379,7 @@ TEST(ReportJson, ActivationOffloadOnlyWhenItRan) {
 
 TEST(ReportJson, UnitTimingOnlyWhenMeasured) {
   const json schema =
-      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+      load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
   RunRecord plain = synthetic_run("ddp", "ddp", 100, 100);
   EXPECT_FALSE(run_to_json(plain).contains("unit_timing"));
   RunRecord timed = synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50);
@@ -414,7 +415,7 @@ TEST(ReportJson, UnitTimingOnlyWhenMeasured) {
 
 TEST(ReportJson, Fp8IdentityFields) {
   const json schema =
-      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+      load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
   RunRecord plain = synthetic_run("ddp", "ddp", 100, 100);
   EXPECT_TRUE(run_to_json(plain)["identity"]["fp8"].is_null());
   RunRecord fp8 = synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50);
@@ -433,7 +434,7 @@ TEST(ReportJson, Fp8IdentityFields) {
 
 TEST(ReportJson, SchemaCheckerFindsViolations) {
   const json schema =
-      load_schema(std::string(SHARDBENCH_SOURCE_DIR) + "/" + kReportSchemaRelativePath);
+      load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
   json report = comparison_report();
   report.erase("environment");
   report["runs"][0].erase("summary");
