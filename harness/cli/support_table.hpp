@@ -1,7 +1,7 @@
-// The README's "Supported fields and flags" section, generated from the field table
+// docs/support-table.md ("Supported fields and flags"), generated from the field table
 // (field_domains.cpp) and the flag table (flags*.cpp) so that it cannot drift from what
-// resolution enforces. tests/unit/support_table_test.cpp fails when README.md differs; run it
-// with SHARDBENCH_UPDATE_README=1 to rewrite the section.
+// resolution enforces. tests/unit/support_table_test.cpp fails when the file differs; run it
+// with SHARDBENCH_UPDATE_SUPPORT_TABLE=1 to rewrite the section.
 #pragma once
 
 #include <string>

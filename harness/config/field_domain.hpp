@@ -4,7 +4,7 @@
 // refuses to build otherwise, so a new field cannot be added without a status), and every flag of
 // flags*.cpp carries a Support value. Resolution checks the config against the table
 // (field_checks.hpp), so --dryrun, the Slurm executor and every worker refuse the same values.
-// docs/field-support.md explains the statuses; the README's table is generated from here.
+// docs/field-support.md explains the statuses; docs/support-table.md is generated from here.
 #pragma once
 
 #include <optional>
@@ -26,7 +26,7 @@ enum class Support {
   kBuiltinOnly,
 };
 
-// "honoured", "informational", "not_implemented", "builtin_only" (the README's words).
+// "honoured", "informational", "not_implemented", "builtin_only" (docs/support-table.md's words).
 const char* support_name(Support support);
 
 struct FieldDomain {
@@ -40,7 +40,7 @@ struct FieldDomain {
   // The only accepted values (kNotImplemented without it: the field's default). For an honoured
   // field, the subset of its type's values that the engine implements.
   std::vector<nlohmann::json> only;
-  std::string note;  // why (not implemented / informational / restricted); messages and README
+  std::string note;  // why (not implemented / informational / restricted); messages and docs/support-table.md
 
   FieldDomain& at_least(double v) { return min = v, min_exclusive = false, *this; }
   FieldDomain& above(double v) { return min = v, min_exclusive = true, *this; }

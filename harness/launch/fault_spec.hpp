@@ -1,4 +1,4 @@
-// SHARDBENCH_FAULT: failure drills for the launcher's fail-fast path (README, Development).
+// SHARDBENCH_FAULT: failure drills for the launcher's fail-fast path (docs/development.md).
 // "kill:<rank>:<step>" makes that rank SIGKILL itself when iteration <step> (1-based) starts,
 // "hang:<rank>:<step>" makes it stop forever there. The engine fires it (bench_run.cpp); this
 // checks it up front so that a drill that can never fire is refused instead of silently passing.
