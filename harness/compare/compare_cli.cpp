@@ -7,7 +7,7 @@
 #include "harness/compare/compare_sides.hpp"
 #include "harness/compare/history.hpp"
 #include "harness/compare/loss_check.hpp"
-#include "harness/compare/projection_compare.hpp"
+#include "harness/project/projection_compare.hpp"
 #include "harness/compare/render.hpp"
 #include "harness/compare/report_reader.hpp"
 #include "harness/report/atomic_write.hpp"

@@ -12,15 +12,13 @@
 #include "harness/measure/flops.hpp"
 #include "harness/parallel/engine.hpp"
 #include "harness/report/run_record.hpp"
+#include "workloads/llama/llama_config.hpp"
 
 namespace shardbench {
 
 // The engine's settings for `config`; throws std::invalid_argument naming a field that asks for
 // something the engine does not implement.
 EngineOptions engine_options_from(const ConfigContainer& config, const WorkerContext& ctx);
-LlamaDims llama_dims_from(const ConfigContainer& config);
-// The model's dimensions as the torch-free FLOPs and memory formulas take them.
-DecoderDims decoder_dims(const LlamaDims& dims);
 // The model's fused kernels: shardbench.fused_kernels, narrowed by model.apply_rope_fusion and
 // model.cross_entropy_loss_fusion.
 LlamaModel::FusedKernels fused_kernels_from(const ConfigContainer& config);

@@ -1,10 +1,10 @@
 // perf-project: projects a measured report to another world size and interconnect (exit 0), or
-// refuses bad input with one line (exit 2). See harness/engine/project_cli.hpp.
+// refuses bad input with one line (exit 2). See harness/project/project_cli.hpp.
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "harness/engine/project_cli.hpp"
+#include "harness/project/project_cli.hpp"
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);

@@ -11,12 +11,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "workloads/llama/llama_model.hpp"
+#include "harness/model/param_spec.hpp"
 
 namespace shardbench {
 
 struct FlatSlot {
-  int64_t spec_index = 0;  // index into llama_param_specs()
+  int64_t spec_index = 0;  // index into the model's ParamSpec list
   int64_t offset = 0;      // element offset in the group's unsharded (gathered) buffer
   int64_t numel = 0;
   // Per-parameter sharding only: where this parameter's chunk starts in every rank's shard, and

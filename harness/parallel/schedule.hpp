@@ -1,7 +1,7 @@
 // The engine's scheduling decisions as pure functions: which FSDP units to all-gather ahead of
 // compute, when the gradient-reduction queue must wait on its oldest entry, how DDP cuts its
 // parameters into buckets, and the budgets Megatron FSDP derives from its communication unit.
-// The engine (engine.cpp, engine_step.cpp) and the step simulator (measure/step_simulator.hpp)
+// The engine (engine.cpp, engine_step.cpp) and the step simulator (project/step_simulator.hpp)
 // both call these, so a projection replays the engine's own schedule rather than a copy of it.
 // Torch-free (shardbench_core).
 #pragma once

@@ -109,7 +109,7 @@ struct UnitTimingGroup {
 };
 
 // Per-module compute times of rank 0 (shardbench.unit_timing): the inputs of the step simulator
-// (harness/measure/step_simulator.hpp, docs/projection.md).
+// (harness/project/step_simulator.hpp, docs/projection.md).
 struct UnitTimingRecord {
   std::string clock;         // "host_clock" (CPU) or "cuda_events"
   int64_t steps = 0;         // steps the medians are over (the run's first left out)

@@ -1,4 +1,4 @@
-// The groups perf-project builds for a world size (harness/parallel/projection_groups.hpp) are the
+// The groups perf-project builds for a world size (harness/project/projection_groups.hpp) are the
 // engine's own: the same count, kinds, modules and padded sizes as DataParallelEngine's groups.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/parallel/projection_groups.hpp"
+#include "harness/project/projection_groups.hpp"
 #include "tests/engine/rank_threads.hpp"
 
 namespace shardbench {

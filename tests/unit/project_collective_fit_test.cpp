@@ -1,4 +1,4 @@
-// Fitting the collective cost model to collectives_bench JSON (harness/measure/collective_fit.hpp):
+// Fitting the collective cost model to collectives_bench JSON (harness/project/collective_fit.hpp):
 // synthetic runs with known alpha and bandwidth, malformed files refused with one exact message,
 // and the committed H200 run at world size 1.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/measure/collective_fit.hpp"
+#include "harness/project/collective_fit.hpp"
 #include "harness/version.hpp"
 
 namespace shardbench {

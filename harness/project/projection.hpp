@@ -1,7 +1,7 @@
 // Scale projection of one measured run (issue 19, docs/projection.md): its per-module compute
 // times (the report's unit_timing) replayed by the step simulator at another world size and
 // interconnect, written as a run whose identity says `projected`. The CLI is perf-project
-// (harness/engine/project_cli.hpp), which also builds the engine's groups at the target size.
+// (harness/project/project_cli.hpp), which also builds the engine's groups at the target size.
 // Torch-free.
 #pragma once
 
@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/measure/collective_model.hpp"
-#include "harness/measure/step_simulator.hpp"
 #include "harness/parallel/sharding.hpp"
+#include "harness/project/collective_model.hpp"
+#include "harness/project/step_simulator.hpp"
 
 namespace shardbench {
 

@@ -1,4 +1,4 @@
-#include "harness/measure/collective_fit.hpp"
+#include "harness/project/collective_fit.hpp"
 
 #include <algorithm>
 #include <cmath>

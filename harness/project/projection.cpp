@@ -1,4 +1,4 @@
-#include "harness/measure/projection.hpp"
+#include "harness/project/projection.hpp"
 
 #include <algorithm>
 #include <cmath>

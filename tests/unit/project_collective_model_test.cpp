@@ -1,11 +1,11 @@
-// The collective cost model (harness/measure/collective_model.hpp) against nccl-tests' formulas
+// The collective cost model (harness/project/collective_model.hpp) against nccl-tests' formulas
 // (doc/PERFORMANCE.md) and hand-computed cases, the interconnect table's arithmetic, and the
 // placement rules.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
-#include "harness/measure/collective_model.hpp"
+#include "harness/project/collective_model.hpp"
 
 namespace shardbench {
 namespace {

@@ -1,4 +1,4 @@
-// Scale projection of a measured run (harness/measure/projection.hpp): reading the run, the
+// Scale projection of a measured run (harness/project/projection.hpp): reading the run, the
 // simulator's plan, the projected run's identity.
 #include <stdexcept>
 #include <string>
@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "harness/measure/projection.hpp"
+#include "harness/project/projection.hpp"
 
 namespace shardbench {
 namespace {

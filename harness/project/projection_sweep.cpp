@@ -1,4 +1,4 @@
-#include "harness/measure/projection_sweep.hpp"
+#include "harness/project/projection_sweep.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "harness/measure/compute_scaling.hpp"
+#include "harness/project/compute_scaling.hpp"
 
 #include <algorithm>
 #include <array>

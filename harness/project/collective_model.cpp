@@ -1,4 +1,4 @@
-#include "harness/measure/collective_model.hpp"
+#include "harness/project/collective_model.hpp"
 
 #include <algorithm>
 #include <stdexcept>

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "harness/measure/collective_model.hpp"
+#include "harness/project/collective_model.hpp"
 
 namespace shardbench {
 

@@ -1,4 +1,4 @@
-#include "harness/engine/project_cli.hpp"
+#include "harness/project/project_cli.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fstream>
@@ -11,16 +11,16 @@
 
 #include "harness/config/field_registry.hpp"
 #include "harness/config/text.hpp"
-#include "harness/engine/bench_run.hpp"
-#include "harness/measure/collective_fit.hpp"
-#include "harness/measure/compute_scaling.hpp"
 #include "harness/measure/flops.hpp"
-#include "harness/measure/projected_memory.hpp"
-#include "harness/measure/projection.hpp"
-#include "harness/measure/projection_sweep.hpp"
-#include "harness/parallel/projection_groups.hpp"
+#include "harness/project/collective_fit.hpp"
+#include "harness/project/compute_scaling.hpp"
+#include "harness/project/projected_memory.hpp"
+#include "harness/project/projection.hpp"
+#include "harness/project/projection_groups.hpp"
+#include "harness/project/projection_sweep.hpp"
 #include "harness/report/atomic_write.hpp"
 #include "harness/report/json_path.hpp"
+#include "workloads/llama/llama_config.hpp"
 
 namespace shardbench {
 namespace {
@@ -223,7 +223,7 @@ ProjectionKnobs knobs_from(const ConfigContainer& c) {
 }
 
 // memory.projected_peak: the measured peak breakdown rebuilt at the target world size
-// (harness/measure/projected_memory.hpp).
+// (harness/project/projected_memory.hpp).
 json peak_memory_json(const json& r, const std::string& where, const MeasuredRun& m,
                       const ConfigContainer& config, const sim::StepResult& result,
                       const ProjectionTarget& target, int64_t added_saved_bytes) {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "harness/measure/collective_model.hpp"
 #include "harness/parallel/schedule.hpp"
 #include "harness/parallel/sharding.hpp"
+#include "harness/project/collective_model.hpp"
 
 namespace shardbench::sim {
 

@@ -1,4 +1,4 @@
-#include "harness/measure/step_simulator.hpp"
+#include "harness/project/step_simulator.hpp"
 
 #include <algorithm>
 #include <cmath>

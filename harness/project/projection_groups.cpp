@@ -1,4 +1,4 @@
-#include "harness/parallel/projection_groups.hpp"
+#include "harness/project/projection_groups.hpp"
 
 #include <algorithm>
 

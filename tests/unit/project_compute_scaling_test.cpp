@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/measure/compute_scaling.hpp"
-#include "harness/measure/projection.hpp"
+#include "harness/project/compute_scaling.hpp"
+#include "harness/project/projection.hpp"
 
 namespace shardbench {
 namespace {

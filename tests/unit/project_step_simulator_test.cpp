@@ -1,4 +1,4 @@
-// The step simulator (harness/measure/step_simulator.hpp) against schedules worked out by hand.
+// The step simulator (harness/project/step_simulator.hpp) against schedules worked out by hand.
 // Links run at 1 GB/s with no latency, so on 2 ranks an all-gather or reduce-scatter of S bytes
 // takes S/2 ns and an all-reduce S ns; every time below is in milliseconds.
 #include <stdexcept>
@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/measure/projection_sweep.hpp"
-#include "harness/measure/step_simulator.hpp"
+#include "harness/project/projection_sweep.hpp"
+#include "harness/project/step_simulator.hpp"
 
 namespace shardbench::sim {
 namespace {
@@ -346,7 +346,7 @@ TEST(StepSimulator, RefusesBadPlansNamingTheField) {
 }
 
 
-// perf-project --sweep (harness/measure/projection_sweep.hpp): hand-made sweep entries.
+// perf-project --sweep (harness/project/projection_sweep.hpp): hand-made sweep entries.
 SweepEntry cell(const std::string& label, const std::string& ic, int world, double fraction) {
   SweepEntry e;
   e.label = label;

@@ -2,16 +2,16 @@
 // the root group, or DDP buckets, with the padded sizes the engine's flat layouts give them at
 // `dp` ranks. Built as DataParallelEngine::build_groups builds them (flat_layout.hpp for the
 // padding, schedule.hpp for the buckets); tests/engine/projection_groups_test.cpp holds the two
-// together. Input of the step simulator (harness/measure/step_simulator.hpp).
+// together. Input of the step simulator (harness/project/step_simulator.hpp).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "harness/config/wrapper.hpp"
-#include "harness/measure/step_simulator.hpp"
 #include "harness/parallel/sharding.hpp"
-#include "workloads/llama/llama_model.hpp"
+#include "harness/project/step_simulator.hpp"
+#include "workloads/llama/llama_specs.hpp"
 
 namespace shardbench {
 

@@ -1,4 +1,4 @@
-#include "harness/compare/projection_compare.hpp"
+#include "harness/project/projection_compare.hpp"
 
 #include <cmath>
 #include <cstdio>

@@ -2,7 +2,7 @@
 // a report at several world sizes and interconnects gathered into one table, the crossover (the
 // smallest world size at which exposed communication exceeds a fraction of the step) per run and
 // interconnect, a text table and a self-contained HTML chart. The projections themselves come
-// from perf-project's single-target path (harness/engine/project_cli.cpp); this file only reads
+// from perf-project's single-target path (harness/project/project_cli.cpp); this file only reads
 // their runs. Torch-free.
 #pragma once
 

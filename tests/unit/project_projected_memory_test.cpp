@@ -1,4 +1,4 @@
-// Peak memory per GPU of a projected run (harness/measure/projected_memory.hpp): the static part
+// Peak memory per GPU of a projected run (harness/project/projected_memory.hpp): the static part
 // against bytes worked out by hand, and at the measured world size the projection against the
 // measured peak of a synthetic report.
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "harness/measure/projected_memory.hpp"
+#include "harness/project/projected_memory.hpp"
 
 namespace shardbench {
 namespace {

@@ -1,4 +1,4 @@
-#include "harness/measure/projected_memory.hpp"
+#include "harness/project/projected_memory.hpp"
 
 #include <stdexcept>
 

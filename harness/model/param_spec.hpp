@@ -1,0 +1,33 @@
+// What the data-parallel engine, the flat layouts and the projection know about a model's
+// parameters, independent of which model it is. Torch-free: a model family (workloads/llama/)
+// describes its parameters with these and the engine places them; nothing here names a model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardbench {
+
+// One parameter of a model, in forward execution order. `module` is the index of the module
+// that uses it: the engine groups parameters by module (an FSDP unit or a module outside the
+// units) and gathers, prefetches and releases them around that module's forward and backward.
+struct ParamSpec {
+  std::string name;               // Megatron-style name, e.g. "decoder.layers.3.mlp.linear_fc1.weight"
+  std::vector<int64_t> shape;
+  int module = 0;                 // the model's module index (Llama: module_count())
+  int layer = -1;                 // transformer layer index, -1 outside units
+  bool no_weight_decay = false;   // Megatron skips weight decay for norms (1-D params)
+  double init_std = 0.0;          // 0: initialised to ones (norm weights)
+  // Tensor parallelism (docs/tensor-parallel.md): the dimension of the full parameter that the
+  // TP ranks split, 0 (column-parallel qkv and fc1, vocab-parallel embedding and output layer:
+  // output rows) or 1 (row-parallel proj and fc2: input columns), or -1 where every TP rank
+  // holds the whole parameter (the RMSNorm weights). `shape` is this rank's part, `full_shape`
+  // the parameter before the split (equal with one TP rank).
+  int tp_dim = -1;
+  std::vector<int64_t> full_shape;
+  int64_t numel() const;
+  int64_t row_elems() const;      // elements per dim-0 row
+};
+
+}  // namespace shardbench
