@@ -388,7 +388,7 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
     median.note = no_model_reason;
   } else if (pair.noise_model.is_object() && median.verdict == Verdict::kInconclusive &&
              median.ci_low && median.ci_high && *median.ci_low <= 0 && *median.ci_high >= 0) {
-    median.note = "change " + pct(judged->estimate) + " is within noise: " + median.note;
+    median.note = "within noise: " + median.note;
   }
   pair.metrics.push_back(median);
   pair.metrics.push_back(make_row("step_time_p90_ms", "step time p90", "ms", false, Gate::kNone,

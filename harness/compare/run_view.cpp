@@ -325,7 +325,8 @@ RunView run_view_of(const LoadedReport& report, const json& environment, std::si
 
     v.start_time_utc = environment.value("start_time_utc", std::string());
     if (!report.golden) {
-      v.device_class = device_class_of(gpu_of(environment, identity));
+      v.device_class = device_class_of(gpu_of(environment, identity),
+                                       identity.value("cpu_scheduling", std::string("default")));
       if (environment.contains("host_name") && environment.at("host_name").is_string())
         v.host_name = environment.at("host_name").get<std::string>();
     }

@@ -16,11 +16,14 @@ using nlohmann::json;
 
 // Committed defaults, the 95% upper confidence bound of the run-to-run sd (chi-square with one
 // degree of freedom per pair, the mean of an A/A log ratio taken as 0):
-//   cpu: results/cpu/compare_calibration_paired/run_medians.tsv, the single-run A/A pairs A_r / C_r
-//     of 20 rounds x 10 runs (200 pairs, llama3_tiny_cpu, 2 gloo ranks, 40 steps, 2-core machine
-//     under a concurrent 2-job build): RMS of log(C_r / A_r) 0.186, bound 0.186 * sqrt(200 /
-//     168.28) = 0.203. The larger of the two committed CPU calibrations (the 400 pairs of
-//     compare_calibration_paired_r20 give 0.128).
+//   cpu-realtime: results/cpu/compare_calibration_paired/run_medians.tsv, the single-run A/A pairs
+//     A_r / C_r of 20 rounds x 10 runs (200 pairs, llama3_tiny_cpu, 2 gloo ranks with
+//     shardbench.cpu_scheduling=realtime, 40 steps, 2-core machine under a concurrent 2-job
+//     build): RMS of log(C_r / A_r) 0.186, bound 0.186 * sqrt(200 / 168.28) = 0.203. The larger of
+//     the two committed CPU calibrations (the 400 pairs of compare_calibration_paired_r20 give
+//     0.128); its 95th percentile of |log ratio| / 1.96 is 0.201, so the normal model holds there.
+//   cpu-default, cpu-pinned: no committed measurement; ranks the OS places moved by up to 60%
+//     between two runs under load (results/cpu/one_run_per_side_2026-12-06): no default.
 //   h200: results/h200/compare_calibration/run2/results.tsv, 10 A/A pairs of single runs
 //     (llama3_bench_1p5b, one GPU, 30 steps): RMS of the changes 0.0019, plus 0.0005 for their
 //     rounding to 0.1%, bound 0.0024 * sqrt(10 / 3.93) = 0.0039.
@@ -32,8 +35,9 @@ struct DefaultRow {
   const char* source;
 };
 constexpr DefaultRow kDefaults[] = {
-    {"cpu", 0.203, 200,
-     "results/cpu/compare_calibration_paired (200 A/A run pairs, 2-core machine under a build)"},
+    {"cpu-realtime", 0.203, 200,
+     "results/cpu/compare_calibration_paired (200 A/A run pairs, real-time ranks, 2-core machine "
+     "under a build)"},
     {"h200", 0.0039, 10, "results/h200/compare_calibration/run2 (10 A/A run pairs)"},
 };
 
@@ -69,9 +73,9 @@ json NoiseModel::to_json() const {
           {"source", source}};
 }
 
-std::string device_class_of(const std::string& gpu_name) {
+std::string device_class_of(const std::string& gpu_name, const std::string& cpu_scheduling) {
   const std::string name = lower(gpu_name);
-  if (name == "cpu") return "cpu";
+  if (name == "cpu") return "cpu-" + (cpu_scheduling.empty() ? "default" : cpu_scheduling);
   for (const char* known : {"h100", "h200"}) {
     if (name.find(known) != std::string::npos) return known;
   }

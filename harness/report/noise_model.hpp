@@ -20,7 +20,7 @@ inline constexpr const char* kNoNoiseModelReason =
     "one run per side cannot see run-to-run variation; run --repeats N or calibrate";
 
 struct NoiseModel {
-  std::string device_class;  // "cpu", "h100", "h200" (device_class_of)
+  std::string device_class;  // "cpu-realtime", "h100", "h200", .. (device_class_of)
   std::string host;          // the calibrated host; empty for a device-class default
   // Standard deviation of log(median(run 2) / median(run 1)) over A/A pairs of single runs: the
   // 95% upper confidence bound of it, so that a few pairs do not make the band too narrow.
@@ -33,9 +33,11 @@ struct NoiseModel {
   nlohmann::json to_json() const;
 };
 
-// "cpu" for CPU runs; "h100" / "h200" for GPU names that contain H100 / H200 (any case);
-// otherwise the name lower-cased with spaces as '_' (no default exists for it).
-std::string device_class_of(const std::string& gpu_name);
+// "cpu-<scheduling>" for CPU runs ("cpu-default", "cpu-pinned", "cpu-realtime": ranks the OS
+// places vary from run to run far more than pinned or real-time ranks, so each mode has its own
+// model); "h100" / "h200" for GPU names that contain H100 / H200 (any case); otherwise the name
+// lower-cased with spaces as '_' (no default exists for it).
+std::string device_class_of(const std::string& gpu_name, const std::string& cpu_scheduling = "");
 
 // The committed default of a device class; nullopt where shardbench has no measurement.
 std::optional<NoiseModel> default_noise_model(const std::string& device_class);

@@ -59,7 +59,9 @@ json build_report(const EnvironmentInfo& env, std::span<const RunRecord> runs,
   std::optional<NoiseModel> noise;
   std::string no_noise_reason;
   if (head && base && *head != *base) {
-    const std::string device = device_class_of(env.gpu_names.empty() ? "cpu" : env.gpu_names[0]);
+    const json& id = run_objects[*head].at("identity");
+    const std::string device = device_class_of(env.gpu_names.empty() ? "cpu" : env.gpu_names[0],
+                                               id.value("cpu_scheduling", std::string("default")));
     try {
       noise = find_noise_model(device, env.host_name, noise_model_dir());
     } catch (const std::invalid_argument& e) {

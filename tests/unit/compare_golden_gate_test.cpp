@@ -140,7 +140,7 @@ class GoldenGate : public ::testing::Test {
   // step-time verdict out of the exit code (the noise model has its own tests).
   Out compare(std::vector<std::string> args) {
     args.push_back("--noise_model");
-    args.push_back((compare_fixtures::quiet_noise_dir() / "cpu@fixture.json").string());
+    args.push_back((compare_fixtures::quiet_noise_dir() / "cpu-default@fixture.json").string());
     std::ostringstream out, err;
     Out r;
     r.code = perf_compare_main(args, out, err);

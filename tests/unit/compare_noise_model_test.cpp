@@ -228,28 +228,32 @@ TEST(CompareNoiseModel, WithoutAModelOneRunPerSideIsInconclusiveAndSaysWhy) {
 
 TEST(CompareNoiseModel, CalibrationOfTheHostWinsOverTheDeviceDefault) {
   TempDir dir("lookup");
-  EXPECT_EQ(find_noise_model("cpu", "ci-1", dir.path)->host, "");  // committed default
-  EXPECT_EQ(find_noise_model("cpu", "ci-1", dir.path)->run_to_run_sd, 0.203);
+  EXPECT_EQ(find_noise_model("cpu-realtime", "ci-1", dir.path)->host, "");  // committed default
+  EXPECT_EQ(find_noise_model("cpu-realtime", "ci-1", dir.path)->run_to_run_sd, 0.203);
   EXPECT_EQ(find_noise_model("h200", "", dir.path)->device_class, "h200");
-  EXPECT_FALSE(find_noise_model("h100", "gpu-7", dir.path));  // no committed H100 measurement
-  write_model(noise_model_path(dir.path, "cpu", "ci 1"), "cpu", "ci 1", 0.05, 12);
-  EXPECT_EQ(noise_model_path(dir.path, "cpu", "ci 1").filename(), "cpu@ci_1.json");
-  const auto m = find_noise_model("cpu", "ci 1", dir.path);
+  EXPECT_FALSE(find_noise_model("h100", "gpu-7", dir.path));        // no committed H100 measurement
+  EXPECT_FALSE(find_noise_model("cpu-default", "ci-1", dir.path));  // nor of OS-placed ranks
+  write_model(noise_model_path(dir.path, "cpu-default", "ci 1"), "cpu-default", "ci 1", 0.05, 12);
+  EXPECT_EQ(noise_model_path(dir.path, "cpu-default", "ci 1").filename(), "cpu-default@ci_1.json");
+  const auto m = find_noise_model("cpu-default", "ci 1", dir.path);
   ASSERT_TRUE(m);
   EXPECT_EQ(m->run_to_run_sd, 0.05);
   EXPECT_EQ(m->pairs, 12u);
-  EXPECT_NE(m->description().find("calibration of cpu on ci 1"), std::string::npos);
+  EXPECT_NE(m->description().find("calibration of cpu-default on ci 1"), std::string::npos);
   // A calibration file for another host under this name is refused, naming both.
-  write_model(noise_model_path(dir.path, "cpu", "ci-2"), "cpu", "elsewhere", 0.05, 12);
+  write_model(noise_model_path(dir.path, "cpu-realtime", "ci-2"), "cpu-realtime", "elsewhere", 0.05,
+              12);
   try {
-    find_noise_model("cpu", "ci-2", dir.path);
+    find_noise_model("cpu-realtime", "ci-2", dir.path);
     ADD_FAILURE() << "no error";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("elsewhere"), std::string::npos) << e.what();
   }
   EXPECT_EQ(device_class_of("NVIDIA H100 80GB HBM3"), "h100");
   EXPECT_EQ(device_class_of("NVIDIA H200"), "h200");
-  EXPECT_EQ(device_class_of("cpu"), "cpu");
+  EXPECT_EQ(device_class_of("cpu"), "cpu-default");
+  EXPECT_EQ(device_class_of("cpu", "realtime"), "cpu-realtime");
+  EXPECT_EQ(device_class_of("NVIDIA H200", "realtime"), "h200");
 }
 
 TEST(CompareNoiseModel, BadCalibrationFilesNameTheField) {

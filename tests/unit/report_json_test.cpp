@@ -205,12 +205,14 @@ TEST(ReportJson, OnParInsideNoiseBand) {
 }
 
 TEST(ReportJson, OneRunPerSideNoiseModelSetsTheBand) {
-  // The CPU default (sd 0.203): a band of exp(1.96 * 0.203) - 1 = 48.9%; 20% is within it.
+  // The default of real-time CPU ranks (sd 0.203): a band of exp(1.96 * 0.203) - 1 = 48.9%;
+  // 20% is within it.
   EnvironmentInfo cpu = synthetic_env();
   cpu.gpu_names.clear();
   cpu.host_name = "no-calibration-here";
-  const std::vector<RunRecord> runs = {synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50),
-                                       synthetic_run("ddp", "ddp", 100, 100)};
+  std::vector<RunRecord> runs = {synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50),
+                                 synthetic_run("ddp", "ddp", 100, 100)};
+  for (RunRecord& run : runs) run.config["shardbench"]["cpu_scheduling"] = "realtime";
   const json c = build_report(cpu, runs)["comparison"];
   EXPECT_NEAR(c["noise_band"].get<double>(), std::expm1(1.959963984540054 * 0.203), 1e-9);
   EXPECT_EQ(c["noise_model"]["applied"], true);
