@@ -37,7 +37,7 @@ struct Options {
        paired = false;
   std::vector<std::string> ignore_identity, match_config;
   std::string run_label, format = "table", json_path, markdown_path, html_path, history_dir;
-  std::string color = "auto", export_golden, output;
+  std::string color = "auto", export_golden, output, noise_model;
   LossTolerances loss;
 };
 
@@ -185,7 +185,9 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
     list_runs(head_runs, "head", out);
     return 0;
   }
-  CompareResult result = compare_sides(base_runs, head_runs, t, o.run_label);
+  NoiseOptions noise;
+  if (!o.noise_model.empty()) noise.file = o.noise_model;
+  CompareResult result = compare_sides(base_runs, head_runs, t, o.run_label, noise);
   judge_golden_losses(base_runs, head_runs, o.run_label, o.loss, result);
   result.base_files = base_files;
   result.head_files = head_files;
@@ -218,8 +220,12 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
   Options o;
   app.add_option("paths", o.positional,
                  "BASE HEAD: report files, folders of reports, or golden values (BASE)");
-  app.add_option("--base", o.base, "A base-side report or folder; repeatable");
-  app.add_option("--head", o.head, "A head-side report or folder; repeatable");
+  // Repeatable options take one value per flag: `--ignore_identity gpu BASE HEAD` leaves BASE and
+  // HEAD to the positional paths.
+  app.add_option("--base", o.base, "A base-side report or folder; repeatable")
+      ->allow_extra_args(false);
+  app.add_option("--head", o.head, "A head-side report or folder; repeatable")
+      ->allow_extra_args(false);
   app.add_option(
       "--thresholds", o.thresholds_file,
       "JSON file with any of timing_threshold, memory_threshold, skip_first_percent_time, "
@@ -269,10 +275,19 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
                "Exit 1 on an unexpected improvement too, as Megatron-Bridge's evaluate.py does");
   app.add_option("--ignore_identity", o.ignore_identity,
                  "Identity field left out of matching, e.g. gpu, sdpa_backend, "
-                 "config.ddp.bucket_size; repeatable");
+                 "config.ddp.bucket_size; repeatable, one field per flag")
+      ->allow_extra_args(false);
   app.add_option(
-      "--match_config", o.match_config,
-      "Extra resolved-config field that must agree, dotted (ddp.num_buckets); repeatable");
+         "--match_config", o.match_config,
+         "Extra resolved-config field that must agree, dotted (ddp.num_buckets); repeatable, one "
+         "field per flag")
+      ->allow_extra_args(false);
+  app.add_option("--noise_model", o.noise_model,
+                 "Run-to-run noise for comparisons with one run on a side: a calibration file "
+                 "(scripts/compare_calibration writes one). Default: the calibration of the runs' "
+                 "device and host in $SHARDBENCH_NOISE_DIR (else ~/.cache/shardbench/noise), else "
+                 "the device's committed default (cpu, h200); with neither, the timing verdict "
+                 "is inconclusive");
   app.add_option(
       "--run", o.run_label,
       "Run label: the head run golden values stand for, or the run --export_golden exports "

@@ -128,6 +128,60 @@ void judge_run_spread(MetricRow& row, const PairResult& pair, const Thresholds& 
              " head): the machine's run-to-run noise is larger than the change to detect";
 }
 
+// The noise model of a pair whose sides ran on one device class: the --noise_model file, else the
+// calibration of the host both sides ran on, else the class default. nullopt with `reason` set
+// when none applies.
+std::optional<NoiseModel> pair_noise_model(std::span<const RunView* const> base,
+                                           std::span<const RunView* const> head,
+                                           const NoiseOptions& noise, std::string& reason) {
+  std::vector<const RunView*> runs;
+  for (auto side : {base, head}) {
+    for (const RunView* run : side) {
+      if (!run->golden) runs.push_back(run);  // golden values stand for the head's device
+    }
+  }
+  std::string device, host;
+  bool one_host = true;
+  for (const RunView* run : runs) {
+    if (device.empty()) {
+      device = run->device_class;
+      host = run->host_name;
+    } else if (run->device_class != device) {
+      reason = "the sides ran on different devices (" + device + ", " + run->device_class +
+               "): no noise model covers both; " + kNoNoiseModelReason;
+      return std::nullopt;
+    }
+    one_host = one_host && run->host_name == host;
+  }
+  const bool golden = std::any_of(base.begin(), base.end(), [](auto* r) { return r->golden; });
+  if (!one_host || golden) host.clear();  // a calibration covers runs on its own host only
+  if (noise.file) {
+    NoiseModel m;
+    try {
+      m = read_noise_model(*noise.file);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(std::string("--noise_model: ") + e.what());
+    }
+    if (m.device_class != device) {
+      throw InputError("--noise_model " + noise.file->string() + ": device_class \"" +
+                       m.device_class + "\" does not match the runs' device \"" + device +
+                       "\"; accepted: a calibration of " + device);
+    }
+    return m;
+  }
+  std::optional<NoiseModel> m;
+  try {
+    m = find_noise_model(device, host, noise.dir);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());
+  }
+  if (!m)
+    reason = std::string(kNoNoiseModelReason) + " (no calibration of " + device +
+             (host.empty() ? "" : " on " + host) + " in " + noise.dir.string() +
+             " and no default for " + device + ")";
+  return m;
+}
+
 void judge_timing(MetricRow& row, const std::optional<MedianChangeCi>& ci, const Thresholds& t) {
   if (!row.base || !row.head || !ci) {
     row.verdict = Verdict::kMissing;
@@ -197,10 +251,57 @@ RunRef ref_of(const RunView& run) {
   return {run.file, run.label, run.start_time_utc, run.git_revision};
 }
 
+// The identity fields in which a base run and a head run differ (a field one side lacks counts).
+std::vector<std::string> identity_differences(const nlohmann::json& a, const nlohmann::json& b) {
+  std::vector<std::string> out;
+  for (const auto& [field, value] : a.items()) {
+    if (!b.contains(field) || b.at(field) != value) out.push_back(field);
+  }
+  for (const auto& [field, value] : b.items()) {
+    if (!a.contains(field)) out.push_back(field);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// For "nothing matched": the base and head runs that differ in the fewest identity fields, those
+// fields with both values, and the --ignore_identity flags that would match the two runs. Labels
+// alone can look identical when the difference is a config field.
+std::string closest_difference(const std::vector<RunView>& base, const std::vector<RunView>& head) {
+  const RunView *best_base = nullptr, *best_head = nullptr;
+  std::vector<std::string> best;
+  for (const RunView& b : base) {
+    if (b.golden) continue;
+    for (const RunView& h : head) {
+      std::vector<std::string> fields = identity_differences(b.identity, h.identity);
+      if (!best_base || fields.size() < best.size()) {
+        best_base = &b;
+        best_head = &h;
+        best = std::move(fields);
+      }
+    }
+  }
+  if (!best_base || best.empty()) return "";
+  auto value = [](const nlohmann::json& id, const std::string& field) {
+    return id.contains(field) ? id.at(field).dump() : std::string("(absent)");
+  };
+  std::string out = "\n  closest pair: base " + best_base->file + " \"" + best_base->label +
+                    "\" and head " + best_head->file + " \"" + best_head->label + "\" differ in " +
+                    std::to_string(best.size()) + " identity field" +
+                    (best.size() == 1 ? "" : "s") + ":";
+  std::string flags;
+  for (const std::string& field : best) {
+    out += "\n    " + field + ": base " + value(best_base->identity, field) + ", head " +
+           value(best_head->identity, field);
+    flags += " --ignore_identity " + field;
+  }
+  return out + "\n  to compare them anyway:" + flags;
+}
+
 }  // namespace
 
 PairResult compare_pair(std::span<const RunView* const> base, std::span<const RunView* const> head,
-                        const Thresholds& t) {
+                        const Thresholds& t, const NoiseOptions& noise) {
   PairResult pair;
   const RunView& first_head = *head.front();
   pair.key = first_head.key;
@@ -261,8 +362,34 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
   MetricRow median = make_row("step_time_median_ms", "step time median (measured window)", "ms",
                               false, Gate::kTiming, stat(base_ms, 50), stat(head_ms, 50));
   if (ci) median.relative_change = ci->estimate;
-  judge_timing(median, ci, t);
+  // One run on a side: the run-to-run noise joins the interval, or the verdict cannot be given.
+  std::optional<MedianChangeCi> judged = ci;
+  std::string no_model_reason, noise_note;
+  const bool one_run = ci && ci->pairs == 0 && (ci->base_runs == 1 || ci->head_runs == 1);
+  if (one_run && t.utest) {
+    const std::optional<NoiseModel> model = pair_noise_model(base, head, noise, no_model_reason);
+    if (model) {
+      const WidenedInterval w =
+          widen_by_run_noise(ci->estimate, ci->low, ci->high, model->run_to_run_sd, 1 - t.alpha);
+      judged->low = w.low;
+      judged->high = w.high;
+      const double band = run_noise_band(model->run_to_run_sd, 1 - t.alpha);
+      pair.noise_model = {{"applied", true}, {"model", model->to_json()}, {"run_noise_band", band}};
+      noise_note = "one run per side: the timing interval includes run-to-run noise of " +
+                   pct(band) + " (" + model->description() + ")";
+    } else {
+      pair.noise_model = {{"applied", false}, {"model", nullptr}, {"reason", no_model_reason}};
+    }
+  }
+  judge_timing(median, judged, t);
   judge_run_spread(median, pair, t);
+  if (!no_model_reason.empty() && median.verdict != Verdict::kMissing) {
+    median.verdict = Verdict::kInconclusive;
+    median.note = no_model_reason;
+  } else if (pair.noise_model.is_object() && median.verdict == Verdict::kInconclusive &&
+             median.ci_low && median.ci_high && *median.ci_low <= 0 && *median.ci_high >= 0) {
+    median.note = "within noise: " + median.note;
+  }
   pair.metrics.push_back(median);
   pair.metrics.push_back(make_row("step_time_p90_ms", "step time p90", "ms", false, Gate::kNone,
                                   stat(base_ms, 90), stat(head_ms, 90)));
@@ -355,6 +482,7 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
     if (!row.note.empty() && row.gate != Gate::kNone)
       pair.notes.push_back(row.title + ": " + row.note);
   }
+  if (!noise_note.empty()) pair.notes.push_back(noise_note);
   pair.verdict = worst;
   if (!base.front()->golden) {
     pair.config_differences = config_differences(base.front()->config, head.front()->config);
@@ -363,7 +491,8 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
 }
 
 CompareResult compare_sides(std::vector<RunView> base, std::vector<RunView> head,
-                            const Thresholds& t, const std::string& golden_head_label) {
+                            const Thresholds& t, const std::string& golden_head_label,
+                            const NoiseOptions& noise) {
   validate_thresholds(t, "thresholds");
   // Timings of ranks sharing a GPU are not performance: never weigh them against real runs.
   const RunView* functional = nullptr;
@@ -421,7 +550,7 @@ CompareResult compare_sides(std::vector<RunView> base, std::vector<RunView> head
         result.unmatched_head.push_back({run->name, run->file, run->label});
       continue;
     }
-    result.pairs.push_back(compare_pair(it->second, head_by_key[key], t));
+    result.pairs.push_back(compare_pair(it->second, head_by_key[key], t, noise));
   }
   for (const RunView& run : base) {
     if (!head_by_key.contains(run.key))
@@ -436,7 +565,7 @@ CompareResult compare_sides(std::vector<RunView> base, std::vector<RunView> head
     throw InputError(
         "nothing matched: no run identity (recipe, strategy, world size, GPU, dtype, "
         "batch, config) is on both sides.\n  base:" +
-        names(base) + "\n  head:" + names(head) +
+        names(base) + "\n  head:" + names(head) + closest_difference(base, head) +
         "\n  (--ignore_identity FIELD relaxes the match; --list_runs shows identities)");
   }
   return result;

@@ -75,7 +75,9 @@ json render_json(const CompareResult& result) {
                          {"block_length", pair.head_block},
                          {"runs", pair.head_step_ms.size()}}},
                        // 0: the step-level block bootstrap; n: Student's t over n run pairs.
-                       {"run_pairs", pair.run_pairs}}},
+                       {"run_pairs", pair.run_pairs},
+                       // One run on a side: the run-to-run noise model used (verdict.hpp).
+                       {"noise_model", pair.noise_model}}},
                      {"loss_parity", pair.loss_parity},
                      {"metrics", metrics},
                      {"notes", pair.notes},

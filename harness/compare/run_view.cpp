@@ -7,6 +7,7 @@
 
 #include "harness/compare/golden_input.hpp"
 #include "harness/report/comparison.hpp"
+#include "harness/report/noise_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -323,6 +324,12 @@ RunView run_view_of(const LoadedReport& report, const json& environment, std::si
     v.engine_temporary_peak_bytes = finite_number(engine, "temporary_peak_bytes");
 
     v.start_time_utc = environment.value("start_time_utc", std::string());
+    if (!report.golden) {
+      v.device_class = device_class_of(gpu_of(environment, identity),
+                                       identity.value("cpu_scheduling", std::string("default")));
+      if (environment.contains("host_name") && environment.at("host_name").is_string())
+        v.host_name = environment.at("host_name").get<std::string>();
+    }
     const json git = environment.value("git", json());
     if (git.is_object()) {
       v.git_revision = git.value("revision", std::string());

@@ -62,6 +62,10 @@ struct RunView {
   std::string start_time_utc;
   std::string git_revision;
   std::string git_branch;
+  // Where the run ran, for the noise model (harness/report/noise_model.hpp): the device class
+  // ("cpu", "h100", "h200", ..) and environment.host_name; empty for golden values.
+  std::string device_class;
+  std::string host_name;
   nlohmann::json config;  // resolved config (pass-through), for listing differences
   // The report's loss parity of this run against its DDP baseline (comparisons[].loss_parity of
   // the comparison whose head_index is this run), or null.

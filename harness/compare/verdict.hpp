@@ -64,6 +64,11 @@ struct PairResult {
   double base_rho = 0, head_rho = 0;               // lag-1 autocorrelation of step times
   std::size_t base_block = 0, head_block = 0;      // bootstrap block lengths (steps)
   std::size_t run_pairs = 0;  // > 0: the timing interval is over this many paired runs (--paired)
+  // One run on a side: {"applied": true, "model": NoiseModel::to_json(), "run_noise_band"} when a
+  // noise model widened the timing interval, {"applied": false, "model": null, "reason"} when none
+  // applies (the timing verdict is then inconclusive); null when the interval sees run-to-run
+  // variation itself (--paired, or several runs per side).
+  nlohmann::json noise_model;
   // Loss parity of the head reports' FSDP-vs-DDP comparisons, one line each ("ok: .." or
   // "fail: ..").
   std::vector<std::string> loss_parity;

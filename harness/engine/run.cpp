@@ -1,10 +1,12 @@
 #include "harness/engine/run.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -27,6 +29,7 @@
 #include "harness/report/environment.hpp"
 #include "harness/report/report.hpp"
 #include "harness/report/report_path.hpp"
+#include "harness/report/run_order.hpp"
 
 namespace shardbench {
 namespace {
@@ -103,14 +106,29 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
     // model, batch, dtype policy and seed; validation already checked their configs.
     ValidationContext validation;
     validation.num_gpus = env.world_size;
-    std::vector<RunRecord> runs;
     const nlohmann::json provenance = resolved.provenance.to_json();
-    for (const PlannedRun& planned : planned_runs(config, validation)) {
+    const std::vector<PlannedRun> plan = planned_runs(config, validation);
+    // The runs share this process: a fixed order would turn the first run's cold start into a
+    // difference between the wrappers (run_order.hpp). Every rank runs rank 0's order.
+    const RunOrderRule order_rule = run_order_rule(std::getenv(kRunOrderVariable));
+    const bool reverse_coin = order_rule == RunOrderRule::kRandom && plan.size() > 1 &&
+                              agree_on_failure(env.rank == 0 && std::random_device{}() % 2 == 1,
+                                               *ctx);  // rank 0's bit to every rank
+    const std::vector<std::size_t> order = run_order(plan.size(), order_rule, reverse_coin);
+    if (env.rank == 0 && plan.size() > 1) {
+      std::vector<std::string> labels;
+      for (const PlannedRun& planned : plan) labels.emplace_back(label(planned.wrapper));
+      std::cout << "perf-launch: run order: " << run_order_text(order_rule, order, labels)
+                << std::endl;
+    }
+    std::vector<std::optional<RunRecord>> ran(plan.size());
+    for (const std::size_t index : order) {
+      const PlannedRun& planned = plan[index];
       nlohmann::json run_prov = provenance;
       if (!planned.derivation.empty()) {
         if (env.rank == 0) {
-          std::cout << "perf-launch: measuring " << label(planned.wrapper) << " (" << planned.derivation
-                    << ")" << std::endl;
+          std::cout << "perf-launch: measuring " << label(planned.wrapper) << " ("
+                    << planned.derivation << ")" << std::endl;
         }
         run_prov["derived"] = planned.derivation;
         // Derived runs never save or load: only the requested run checkpoints.
@@ -120,10 +138,13 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
                                    {"value", nullptr}});
         }
       }
-      runs.push_back(run_benchmark(planned.config, run_prov, resolved.model_recipe_name, *ctx));
+      ran[index] = run_benchmark(planned.config, run_prov, resolved.model_recipe_name, *ctx);
       // Every rank's own engine buffers (the run record holds only this rank's).
-      runs.back().memory_per_rank = gather_engine_memory(*ctx, runs.back().memory);
+      ran[index]->memory_per_rank = gather_engine_memory(*ctx, ran[index]->memory);
     }
+    // The report lists the runs in planned order whatever order they ran in.
+    std::vector<RunRecord> runs;
+    for (std::optional<RunRecord>& run : ran) runs.push_back(std::move(*run));
     ctx->pgs.world->barrier();
     // Rank 0's report decides the run's status; every rank exits with it, after the report is
     // written (a rank leaving early would make the launcher stop rank 0 mid-write).
@@ -131,6 +152,7 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
     if (env.rank == 0) {
       ReportOptions report_options;
       report_options.ranks_per_gpu = ranks_per_gpu;
+      report_options.run_order = run_order_json(order_rule, order);
       const nlohmann::json report = build_report(info, runs, report_options);
       failure = first_failure(report);
       const RunRecord& head = runs.front();

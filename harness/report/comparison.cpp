@@ -58,8 +58,7 @@ std::string wrapper_name(const json& run) {
 }
 
 int layout_size(const json& layout, const char* key) {
-  return layout.contains(key) && layout.at(key).is_number_integer() ? layout.at(key).get<int>()
-                                                                    : 1;
+  return layout.contains(key) && layout.at(key).is_number_integer() ? layout.at(key).get<int>() : 1;
 }
 
 // The run's name in a comparison line, with its layout when either side of the comparison
@@ -70,7 +69,8 @@ std::string run_name(const json& run, bool with_layout = false) {
   return with_layout && !layout.empty() ? name + " (" + layout + ")" : name;
 }
 
-std::string verdict(const json& head, const json& base, const json& metrics, double band) {
+std::string verdict(const json& head, const json& base, const json& metrics, double band,
+                    const std::optional<NoiseModel>& noise, const std::string& no_noise_reason) {
   const bool layouts = splits_beyond_data_parallel(head) || splits_beyond_data_parallel(base);
   const std::string head_name = run_name(head, layouts);
   const std::string base_name = run_name(base, layouts);
@@ -83,10 +83,15 @@ std::string verdict(const json& head, const json& base, const json& metrics, dou
   if (!dt) {
     time_part = "step time not comparable";
   } else if (std::fabs(*dt) <= band) {
-    time_part = "on par in step time (" + std::string(*dt < 0 ? "-" : "+") + percent(*dt) +
-                ", within the " + percent(band) + " noise band)";
+    time_part = "within noise in step time (" + std::string(*dt < 0 ? "-" : "+") + percent(*dt) +
+                ", inside the " + percent(band) + " noise band" +
+                (noise ? " of the " + noise->device_class + " noise model" : "") + ")";
+  } else if (!noise) {
+    time_part = percent(*dt) + (*dt < 0 ? " faster" : " slower") + " per step, inconclusive (" +
+                no_noise_reason + ")";
   } else {
-    time_part = percent(*dt) + (*dt < 0 ? " faster" : " slower") + " per step";
+    time_part = percent(*dt) + (*dt < 0 ? " faster" : " slower") + " per step, beyond the " +
+                percent(band) + " noise band";
   }
   // Peak allocated memory is what decides whether a larger model or batch fits; the engine's
   // static buffers stand in where no caching allocator exists (CPU).
@@ -143,7 +148,8 @@ std::string parallel_layout_text(const json& run) {
   const json& l = run.at("parallel_layout");
   std::string out = "tp" + std::to_string(layout_size(l, "tp"));
   for (const char* key : {"cp", "pp"}) {
-    if (layout_size(l, key) > 1) out += " " + std::string(key) + std::to_string(layout_size(l, key));
+    if (layout_size(l, key) > 1)
+      out += " " + std::string(key) + std::to_string(layout_size(l, key));
   }
   out += " dp" + std::to_string(layout_size(l, "dp"));
   if (layout_size(l, "dp_instances") > 1) {
@@ -263,7 +269,10 @@ json loss_parity(const json& head, const json& base) {
 }
 
 json compare_runs(const json& head, std::size_t head_index, const json& base,
-                  std::size_t baseline_index) {
+                  std::size_t baseline_index, const std::optional<NoiseModel>& noise,
+                  const std::string& no_noise_reason_given) {
+  const std::string no_noise_reason =
+      no_noise_reason_given.empty() ? kNoNoiseModelReason : no_noise_reason_given;
   json metrics = json::object();
   auto both = [&](const char* key, const char* pointer, const char* better) {
     metrics[key] = metric(base, head, pointer, better);
@@ -286,9 +295,11 @@ json compare_runs(const json& head, std::size_t head_index, const json& base,
   for (const json* run : {&head, &base}) {
     band = std::max(band, number_at(*run, "/summary/step_time_ms/cv").value_or(0));
   }
+  // Two single runs: their medians differ by the machine's run-to-run noise as well (95%).
+  if (noise) band = std::max(band, run_noise_band(noise->run_to_run_sd, 0.95));
   const bool valid = head.value("status", "") == "ok" && base.value("status", "") == "ok";
   const json parity = loss_parity(head, base);
-  std::string line = verdict(head, base, metrics, band);
+  std::string line = verdict(head, base, metrics, band, noise, no_noise_reason);
   if (parity.at("verdict") == "fail") {
     line += "; LOSS MISMATCH: " + run_name(head) + " does not train like " + run_name(base) + " (" +
             parity.at("summary").get<std::string>() + ")";
@@ -307,6 +318,10 @@ json compare_runs(const json& head, std::size_t head_index, const json& base,
           {"sign_convention", "relative_change = head / baseline - 1"},
           {"metrics", metrics},
           {"noise_band", band},
+          {"noise_model",
+           {{"applied", noise.has_value()},
+            {"model", noise ? noise->to_json() : json(nullptr)},
+            {"reason", noise ? json(nullptr) : json(no_noise_reason)}}},
           {"loss_parity", parity},
           {"verdict", line}};
 }

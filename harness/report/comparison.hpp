@@ -3,9 +3,12 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "harness/report/noise_model.hpp"
 
 namespace shardbench {
 
@@ -31,12 +34,21 @@ bool splits_beyond_data_parallel(const nlohmann::json& run);
 //   median_step_time_ms (over the measured window), mean_tflops_per_gpu and
 //   mean_tokens_per_sec_per_gpu (evaluate.py's evaluation-window means), engine_<class>_bytes for
 //   each engine buffer class, and allocator_max_allocated_bytes / allocator_max_reserved_bytes.
-// "noise_band" = max(kMinNoiseBand, cv of either run's step time); "loss_parity" (below);
+// "noise_band" = max(kMinNoiseBand, cv of either run's step time, run_noise_band of the noise
+// model at 95%): one run per side, so the run-to-run noise of the machine (noise_model.hpp)
+// bounds what the two medians can tell apart; "noise_model" = {"applied", "model"
+// (NoiseModel::to_json() or null), "reason" (why none applies, or null)}; the verdict says
+// "within noise" inside the band, and "inconclusive" beyond the cv band when no model applies;
+// "loss_parity" (below);
 // "head_parallel_layout" / "baseline_parallel_layout" (parallel_layout_text, null when not
 // recorded); "verdict" is one line, which names each side's layout when either side splits beyond
 // data parallelism ("FSDP optim_grads_params (tp2 dp4) vs DDP+distopt (tp2 dp4): ...").
+// `noise` is the model for the machine both runs ran on; `no_noise_reason` says why there is none
+// (kNoNoiseModelReason when empty).
 nlohmann::json compare_runs(const nlohmann::json& head_run, std::size_t head_index,
-                            const nlohmann::json& baseline_run, std::size_t baseline_index);
+                            const nlohmann::json& baseline_run, std::size_t baseline_index,
+                            const std::optional<NoiseModel>& noise = std::nullopt,
+                            const std::string& no_noise_reason = "");
 
 // Per-step loss tolerance of a run against its DDP baseline, relative to the DDP loss, at
 // 1-based iteration k: tolerance_per_step * sqrt(k), capped at tolerance_cap. Both runs start

@@ -55,27 +55,45 @@ json build_report(const EnvironmentInfo& env, std::span<const RunRecord> runs,
   }
   json comparison = nullptr;
   json comparisons = json::array();
+  // Both runs ran on this host: its calibration, else the device class's default.
+  std::optional<NoiseModel> noise;
+  std::string no_noise_reason;
   if (head && base && *head != *base) {
-    comparison = compare_runs(run_objects[*head], *head, run_objects[*base], *base);
+    const json& id = run_objects[*head].at("identity");
+    const std::string device = device_class_of(env.gpu_names.empty() ? "cpu" : env.gpu_names[0],
+                                               id.value("cpu_scheduling", std::string("default")));
+    try {
+      noise = find_noise_model(device, env.host_name, noise_model_dir());
+    } catch (const std::invalid_argument& e) {
+      no_noise_reason = std::string(e.what()) + "; " + kNoNoiseModelReason;
+    }
+  }
+  if (head && base && *head != *base) {
+    comparison =
+        compare_runs(run_objects[*head], *head, run_objects[*base], *base, noise, no_noise_reason);
     comparisons.push_back(comparison);
     // Side by side: the other FSDP runs against the same DDP run (explicit indices ask for one
     // pair only).
     const bool explicit_pair = options.head_index || options.baseline_index;
     for (std::size_t i : fsdp) {
       if (explicit_pair || i == *head || i == *base) continue;
-      comparisons.push_back(compare_runs(run_objects[i], i, run_objects[*base], *base));
+      comparisons.push_back(
+          compare_runs(run_objects[i], i, run_objects[*base], *base, noise, no_noise_reason));
     }
   }
-  return {{"schema_version", kReportSchemaVersion},
-          {"generator", "shardbench"},
-          {"flops_formula", {{"name", kFlopsFormulaName}, {"expression", kFlopsFormulaExpression}}},
-          {"warmup",
-           {{"skip_first_steps", options.warmup.skip_first_steps},
-            {"evaluation_window_start_fraction", options.warmup.evaluation_window_start_fraction}}},
-          {"environment", environment_to_json(env)},
-          {"runs", run_objects},
-          {"comparison", comparison},
-          {"comparisons", comparisons}};
+  json report = {
+      {"schema_version", kReportSchemaVersion},
+      {"generator", "shardbench"},
+      {"flops_formula", {{"name", kFlopsFormulaName}, {"expression", kFlopsFormulaExpression}}},
+      {"warmup",
+       {{"skip_first_steps", options.warmup.skip_first_steps},
+        {"evaluation_window_start_fraction", options.warmup.evaluation_window_start_fraction}}},
+      {"environment", environment_to_json(env)},
+      {"runs", run_objects},
+      {"comparison", comparison},
+      {"comparisons", comparisons}};
+  if (!options.run_order.is_null()) report["run_order"] = options.run_order;
+  return report;
 }
 
 void write_report(const std::filesystem::path& path, const json& report, ExistingFile existing) {

@@ -32,6 +32,8 @@ struct ReportOptions {
   // shardbench.ranks_per_gpu of the runs: recorded in every run's identity ("ranks_per_gpu", and
   // "functional_only": true above 1, where ranks share GPUs and timings are not performance).
   int ranks_per_gpu = 1;
+  // The order the runs ran in (run_order_json, harness/report/run_order.hpp); null: not recorded.
+  nlohmann::json run_order;
 };
 
 nlohmann::json build_report(const EnvironmentInfo& env, std::span<const RunRecord> runs,

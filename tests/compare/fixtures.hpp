@@ -14,9 +14,31 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/compare/compare_sides.hpp"
 #include "harness/report/report.hpp"
 
 namespace shardbench::compare_fixtures {
+
+// A calibration of the fixtures' machine (cpu-default on host "fixture") with no run-to-run noise,
+// for tests of the step-level statistics with one run per side: the interval is the bootstrap's
+// alone. The noise model itself is tested in compare_noise_model_test.cpp.
+inline std::filesystem::path quiet_noise_dir() {
+  static const std::filesystem::path dir = [] {
+    const std::filesystem::path d = std::filesystem::temp_directory_path() /
+                                    ("shardbench_quiet_noise_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(d);
+    std::ofstream(d / "cpu-default@fixture.json")
+        << R"({"device_class": "cpu-default", "host": "fixture", "run_to_run_sd": 0, "pairs": 20})";
+    return d;
+  }();
+  return dir;
+}
+
+inline NoiseOptions quiet_noise() {
+  NoiseOptions noise;
+  noise.dir = quiet_noise_dir();
+  return noise;
+}
 
 struct FixtureRun {
   std::string label = "megatron_fsdp/optim_grads_params";

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "harness/compare/compare_cli.hpp"
+#include "harness/report/noise_model.hpp"
 #include "tests/compare/fixtures.hpp"
 
 namespace shardbench {
@@ -22,7 +23,12 @@ struct CliResult {
   std::string out, err;
 };
 
-CliResult cli(const std::vector<std::string>& args, bool terminal = false) {
+// One run per side in most tests here: the fixtures' machine is calibrated with no run-to-run
+// noise (SHARDBENCH_NOISE_DIR), so the step-level interval decides; OneRunPerSide below uses the
+// committed CPU default instead.
+CliResult cli(const std::vector<std::string>& args, bool terminal = false,
+              const std::filesystem::path& noise_dir = compare_fixtures::quiet_noise_dir()) {
+  ::setenv("SHARDBENCH_NOISE_DIR", noise_dir.c_str(), 1);
   std::ostringstream out, err;
   CliResult r;
   r.code = perf_compare_main(args, out, err, terminal);
@@ -90,6 +96,60 @@ TEST_F(CompareCli, ExitTwoOnBadInputNamingTheFileAndProblem) {
   const CliResult unreadable = cli({dir_.write_text("broken.json", "{"), same_});
   EXPECT_EQ(unreadable.code, 2);
   EXPECT_NE(unreadable.err.find("broken.json: not valid JSON"), std::string::npos);
+}
+
+TEST_F(CompareCli, OneRunPerSideUsesTheNoiseModelOrSaysWhyItCannot) {
+  // No calibration of host "fixture", and the fixtures' ranks are placed by the OS (cpu-default),
+  // for which no committed default exists: a 15% slowdown of one run against one run is
+  // inconclusive, with the reason.
+  const std::filesystem::path empty = dir_.path() / "no_calibration";
+  std::filesystem::create_directories(empty);
+  const std::string json_out = (dir_.path() / "r.json").string();
+  const CliResult r = cli({base_, slower_, "--json", json_out}, false, empty);
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  EXPECT_NE(r.out.find(kNoNoiseModelReason), std::string::npos) << r.out;
+  const json doc = json::parse(slurp(json_out));
+  const json& none = doc.at("pairs")[0].at("step_time").at("noise_model");
+  EXPECT_EQ(none.at("applied"), false);
+  EXPECT_TRUE(none.at("model").is_null());
+  // A calibration with the CPU default's sd (0.203, a 49% band): within noise.
+  const std::string wide = dir_.write("wide.json", json{{"device_class", "cpu-default"},
+                                                        {"host", "fixture"},
+                                                        {"run_to_run_sd", 0.203},
+                                                        {"pairs", 200}});
+  const CliResult w =
+      cli({base_, slower_, "--noise_model", wide, "--json", json_out}, false, empty);
+  EXPECT_EQ(w.code, 3) << w.out << w.err;
+  EXPECT_NE(w.out.find("within noise"), std::string::npos) << w.out;
+  EXPECT_NE(w.out.find("calibration of cpu-default on fixture"), std::string::npos) << w.out;
+  const json wdoc = json::parse(slurp(json_out));
+  EXPECT_EQ(wdoc.at("pairs")[0].at("step_time").at("noise_model").at("model").at("kind"),
+            "calibration");
+  // A calm calibration lets the step-level interval decide; one of another device is refused,
+  // naming both.
+  const std::string calm = dir_.write("calm.json", json{{"device_class", "cpu-default"},
+                                                        {"host", "fixture"},
+                                                        {"run_to_run_sd", 0.001},
+                                                        {"pairs", 20}});
+  EXPECT_EQ(cli({base_, slower_, "--noise_model", calm}, false, empty).code, 1);
+  const std::string gpu = dir_.write(
+      "gpu.json",
+      json{{"device_class", "h200"}, {"host", "fixture"}, {"run_to_run_sd", 0.001}, {"pairs", 20}});
+  const CliResult wrong = cli({base_, slower_, "--noise_model", gpu}, false, empty);
+  EXPECT_EQ(wrong.code, 2);
+  EXPECT_NE(wrong.err.find("h200"), std::string::npos) << wrong.err;
+  EXPECT_NE(wrong.err.find("cpu-default"), std::string::npos) << wrong.err;
+}
+
+TEST_F(CompareCli, RepeatableOptionsTakeOneValuePerFlag) {
+  // `--ignore_identity FIELD BASE HEAD`: BASE and HEAD stay positional.
+  const CliResult r = cli({"--ignore_identity", "gpu", base_, slower_});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.out.find("REGRESSION"), std::string::npos) << r.out;
+  EXPECT_EQ(
+      cli({"--ignore_identity", "gpu", "--ignore_identity", "sdpa_backend", base_, same_}).code, 0);
+  EXPECT_EQ(cli({"--match_config", "ddp.num_buckets", base_, same_}).code, 0);
+  EXPECT_EQ(cli({"--base", base_, "--head", same_}).code, 0);
 }
 
 TEST_F(CompareCli, ExitTwoWhenNothingMatchedOrFlagsAreWrong) {
@@ -205,8 +265,8 @@ TEST_F(CompareCli, PairedRunsCancelSharedLoad) {
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   const json j = json::parse(r.out);
   EXPECT_EQ(j.at("pairs")[0].at("step_time").at("run_pairs"), 4);
-  EXPECT_NEAR(j.at("pairs")[0].at("metrics").at("step_time_median_ms").at("relative_change"),
-              0.10, 1e-3);
+  EXPECT_NEAR(j.at("pairs")[0].at("metrics").at("step_time_median_ms").at("relative_change"), 0.10,
+              1e-3);
   EXPECT_EQ(j.at("thresholds").at("paired"), true);
   // The same from a thresholds file.
   const std::string file = dir_.write("paired.json", json{{"paired", true}});
@@ -247,8 +307,12 @@ TEST_F(CompareCli, ExportGoldenValuesAndCompareAgainstThem) {
   const json g = json::parse(slurp(golden));
   EXPECT_TRUE(g.contains("0"));
   EXPECT_TRUE(g.at("19").contains("GPU utilization"));
-  EXPECT_EQ(cli({golden, same_}).code, 0);
-  EXPECT_EQ(cli({golden, slower_}).code, 1);
+  // Golden values come from one run on an unknown host: the CPU default's band would make the
+  // step-time verdict inconclusive; a calibration file given on the command line applies instead.
+  const std::string quiet =
+      (compare_fixtures::quiet_noise_dir() / "cpu-default@fixture.json").string();
+  EXPECT_EQ(cli({golden, same_, "--noise_model", quiet}).code, 0);
+  EXPECT_EQ(cli({golden, slower_, "--noise_model", quiet}).code, 1);
   // The DDP run exported and compared by label.
   const CliResult ddp = cli({"--export_golden", base_, "--run", "ddp+distopt"});
   EXPECT_EQ(ddp.code, 0);

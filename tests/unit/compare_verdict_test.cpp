@@ -25,7 +25,10 @@ std::vector<RunView> views(const std::vector<FixtureRun>& runs, const std::strin
 
 CompareResult compare(const std::vector<FixtureRun>& base, const std::vector<FixtureRun>& head,
                       const Thresholds& t = {}) {
-  return compare_sides(views(base, "base.json"), views(head, "head.json"), t);
+  // One run per side in most tests here: a calibration with no run-to-run noise keeps the
+  // step-level interval as it is (the noise model has its own tests).
+  return compare_sides(views(base, "base.json"), views(head, "head.json"), t, "",
+                       compare_fixtures::quiet_noise());
 }
 
 TEST(CompareMatching, MatchesByIdentityAndListsTheRest) {
@@ -115,6 +118,34 @@ TEST(CompareMatching, NothingMatchedNamesBothSides) {
     EXPECT_NE(m.find("ddp+distopt"), std::string::npos);
     EXPECT_NE(m.find("head.json"), std::string::npos);
   }
+}
+
+TEST(CompareMatching, NothingMatchedNamesTheDifferingIdentityFieldsAndTheFlags) {
+  // Base and head differ only in a config field of the identity: their labels look the same.
+  FixtureRun base = fsdp_run(steady_steps(20, 10));
+  FixtureRun head = fsdp_run(steady_steps(20, 10));
+  json base_report = compare_fixtures::make_report({base});
+  json head_report = compare_fixtures::make_report({head});
+  head_report["runs"][0]["config"]["model"]["recompute_granularity"] = "full";
+  try {
+    compare_sides(runs_of(LoadedReport{"base.json", base_report, false}),
+                  runs_of(LoadedReport{"head.json", head_report, false}), {});
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("differ in 1 identity field:"), std::string::npos) << m;
+    EXPECT_NE(m.find("config.model.recompute_granularity: base "), std::string::npos) << m;
+    EXPECT_NE(m.find("head \"full\""), std::string::npos) << m;
+    EXPECT_NE(m.find("--ignore_identity config.model.recompute_granularity"), std::string::npos)
+        << m;
+  }
+  // The suggested flag makes them match.
+  MatchOptions ignore;
+  ignore.ignore_fields = {"config.model.recompute_granularity"};
+  EXPECT_EQ(compare_sides(runs_of(LoadedReport{"base.json", base_report, false}, ignore),
+                          runs_of(LoadedReport{"head.json", head_report, false}, ignore), {})
+                .pairs.size(),
+            1u);
 }
 
 TEST(CompareMatching, RunsOfOneIdentityArePooled) {

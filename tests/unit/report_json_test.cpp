@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "harness/report/console.hpp"
+#include "harness/report/noise_model.hpp"
 #include "harness/report/report.hpp"
 #include "harness/report/run_json.hpp"
 #include "harness/report/schema_check.hpp"
@@ -180,8 +181,8 @@ TEST(ReportJson, ComparisonSigns) {
   EXPECT_TRUE(m["engine_temporary_peak_bytes"]["relative_change"].is_null());      // baseline 0
   EXPECT_EQ(m["median_step_time_ms"]["better"], "lower");
   EXPECT_EQ(cmp["verdict"],
-            "FSDP optim_grads_params vs DDP: 20.0% faster per step, 50.0% less peak allocated "
-            "memory per rank");
+            "FSDP optim_grads_params vs DDP: 20.0% faster per step, beyond the 1.0% noise band, "
+            "50.0% less peak allocated memory per rank");
 
   // A single run, or two DDP runs, have no comparison.
   const std::vector<RunRecord> one = {synthetic_run("ddp", "ddp", 100, 100)};
@@ -198,8 +199,39 @@ TEST(ReportJson, OnParInsideNoiseBand) {
   const json cmp = build_report(synthetic_env(), runs)["comparison"];
   EXPECT_DOUBLE_EQ(cmp["noise_band"].get<double>(), 0.01);
   EXPECT_EQ(cmp["verdict"],
-            "FSDP optim_grads_params vs DDP: on par in step time (+0.5%, within the 1.0% noise "
-            "band), same peak allocated memory per rank");
+            "FSDP optim_grads_params vs DDP: within noise in step time (+0.5%, inside the 1.0% "
+            "noise band of the h200 noise model), same peak allocated memory per rank");
+  EXPECT_EQ(cmp["noise_model"]["model"]["kind"], "device_default");
+  EXPECT_EQ(cmp["noise_model"]["model"]["device_class"], "h200");
+}
+
+TEST(ReportJson, OneRunPerSideNoiseModelSetsTheBand) {
+  // The default of real-time CPU ranks (sd 0.203): a band of exp(1.96 * 0.203) - 1 = 48.9%;
+  // 20% is within it.
+  EnvironmentInfo cpu = synthetic_env();
+  cpu.gpu_names.clear();
+  cpu.host_name = "no-calibration-here";
+  std::vector<RunRecord> runs = {synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50),
+                                 synthetic_run("ddp", "ddp", 100, 100)};
+  for (RunRecord& run : runs) run.config["shardbench"]["cpu_scheduling"] = "realtime";
+  const json c = build_report(cpu, runs)["comparison"];
+  EXPECT_NEAR(c["noise_band"].get<double>(), std::expm1(1.959963984540054 * 0.203), 1e-9);
+  EXPECT_EQ(c["noise_model"]["applied"], true);
+  EXPECT_NE(c["verdict"].get<std::string>().find("within noise in step time (-20.0%"),
+            std::string::npos)
+      << c["verdict"];
+  // No committed H100 measurement and no calibration: beyond the cv band it is inconclusive,
+  // with the reason.
+  EnvironmentInfo h100 = synthetic_env();
+  h100.gpu_names = {"NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"};
+  h100.host_name = "no-calibration-here";
+  const json h = build_report(h100, runs)["comparison"];
+  EXPECT_EQ(h["noise_model"]["applied"], false);
+  EXPECT_EQ(h["noise_model"]["reason"], kNoNoiseModelReason);
+  EXPECT_NE(h["verdict"].get<std::string>().find(
+                std::string("20.0% faster per step, inconclusive (") + kNoNoiseModelReason + ")"),
+            std::string::npos)
+      << h["verdict"];
 }
 
 TEST(ReportJson, NanLossFailsRunAndIsEncodedAsNull) {
@@ -253,8 +285,8 @@ TEST(ReportJson, ThreeWrappersSideBySide) {
   EXPECT_NEAR(megatron["metrics"]["median_step_time_ms"]["relative_change"].get<double>(), -0.20,
               1e-12);
   EXPECT_EQ(fsdp2["verdict"],
-            "FSDP2 reshard_after_forward vs DDP: 10.0% faster per step, 60.0% less peak allocated "
-            "memory per rank");
+            "FSDP2 reshard_after_forward vs DDP: 10.0% faster per step, beyond the 1.0% noise "
+            "band, 60.0% less peak allocated memory per rank");
   // The FSDP2 prediction is ZeRO-3 without a resident bf16 copy: (4 + 4 + 8) x 500 per rank.
   EXPECT_EQ(report["runs"][0]["memory"]["predicted"]["static_total_bytes"], 8000);
   EXPECT_EQ(report["runs"][0]["memory"]["predicted"]["model_weight_bytes"], 0);
@@ -304,6 +336,23 @@ TEST(ReportJson, ConformsToSchemaFile) {
   const std::vector<std::string> three_errors =
       check_against_schema(three_wrapper_report(), schema);
   EXPECT_TRUE(three_errors.empty()) << ::testing::PrintToString(three_errors);
+  // The run order and the noise model (the h200 default here, none on an H100) conform.
+  ReportOptions ordered;
+  ordered.run_order = {{"rule", "random"}, {"executed", {1, 0}}};
+  const std::vector<RunRecord> pair = {synthetic_run("megatron_fsdp", "optim", 80, 50),
+                                       synthetic_run("ddp", "ddp", 100, 100)};
+  EnvironmentInfo h100 = synthetic_env();
+  h100.gpu_names = {"NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"};
+  for (const EnvironmentInfo& env : {synthetic_env(), h100}) {
+    const json with_order = build_report(env, pair, ordered);
+    EXPECT_EQ(with_order["run_order"]["executed"], json({1, 0}));
+    EXPECT_TRUE(with_order["comparison"].contains("noise_model"));
+    const std::vector<std::string> order_errors = check_against_schema(with_order, schema);
+    EXPECT_TRUE(order_errors.empty()) << ::testing::PrintToString(order_errors);
+  }
+  json bad_order = build_report(synthetic_env(), pair, ordered);
+  bad_order["run_order"]["rule"] = "sometimes";
+  EXPECT_FALSE(check_against_schema(bad_order, schema).empty());
   // Every required property, top level and per run, is present.
   for (const json& name : schema["required"]) EXPECT_TRUE(report.contains(name)) << name;
   for (const json& run : report["runs"]) {

@@ -43,6 +43,33 @@ TEST(ReportLossParity, Fp32ToleranceGrowsWithTheSquareRootOfTheStep) {
       "ok");
 }
 
+TEST(ReportLossParity, ToleranceIsTheIterationsAtEveryStep) {
+  // At every iteration k of 1..30, a difference just inside min(cap, per_step * sqrt(k)) passes
+  // and one just beyond it fails at k, for both dtypes. Indexing the tolerance by the 0-based
+  // position instead of the iteration (sqrt(k - 1)) fails the first half at every step.
+  for (const std::string dtype : {"fp32", "bf16"}) {
+    const LossTolerance tol = loss_tolerance(dtype);
+    const std::size_t n = 30;
+    const std::vector<double> ddp(n, 2.5);
+    std::vector<double> inside(n);
+    for (std::size_t i = 0; i < n; ++i) inside[i] = 2.5 * (1 + 0.98 * tol.at(i + 1));
+    const json ok = loss_parity(run_with_losses(inside, dtype), run_with_losses(ddp, dtype));
+    EXPECT_EQ(ok.at("verdict"), "ok") << dtype << ": " << ok.at("summary");
+    for (std::size_t k = 1; k <= n; ++k) {
+      std::vector<double> beyond(n, 2.5);
+      beyond[k - 1] = 2.5 * (1 + 1.02 * tol.at(static_cast<long long>(k)));
+      const json off = loss_parity(run_with_losses(beyond, dtype), run_with_losses(ddp, dtype));
+      EXPECT_EQ(off.at("first_failing_iteration"), k) << dtype << " iteration " << k;
+    }
+    // Iterations need not start at 1 (a resumed run): the tolerance follows the iteration.
+    json head = run_with_losses({2.5 * (1 + 0.98 * tol.at(100))}, dtype);
+    json base = run_with_losses({2.5}, dtype);
+    head["steps"][0]["iteration"] = 100;
+    base["steps"][0]["iteration"] = 100;
+    EXPECT_EQ(loss_parity(head, base).at("verdict"), "ok") << dtype;
+  }
+}
+
 TEST(ReportLossParity, Bf16IsLooser) {
   const json ddp = run_with_losses({6.0, 5.9, 5.8}, "bf16");
   // 3e-3 relative at iteration 1 is inside one bf16 roundoff (4e-3) ..
