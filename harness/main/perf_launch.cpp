@@ -17,6 +17,7 @@
 #include "harness/launch/fault_spec.hpp"
 #include "harness/launch/launch_env.hpp"
 #include "harness/launch/local_launcher.hpp"
+#include "harness/launch/machine_preflight.hpp"
 #include "harness/launch/output_probe.hpp"
 #include "harness/launch/rendezvous.hpp"
 #include "harness/launch/shared_gpu.hpp"
@@ -68,7 +69,8 @@ int main(int argc, char** argv) {
     };
     if (resolved.args.dryrun) {
       check_scheduling(slurm ? "slurm" : "none");
-      std::cout << (slurm ? slurm_dryrun_text(resolved, words) : dryrun_text(resolved));
+      std::cout << (slurm ? slurm_dryrun_text(resolved, words) : dryrun_text(resolved))
+                << preflight_dryrun_text(resolved, probe_host(false));
       return 0;
     }
     LaunchEnv env;
@@ -84,6 +86,11 @@ int main(int argc, char** argv) {
     if (env.is_worker) {
       // perf-launch's own workers were probed by their launcher; torchrun and srun ranks were not.
       if (env.launcher != "perf-launch" && env.rank == 0) probe_outputs(config);
+      // Each node's first rank checks the node, as perf-launch does before starting workers;
+      // torchrun and srun (--kill-on-bad-exit) then end the node's other ranks.
+      if (env.launcher != "perf-launch" && env.local_rank == 0) {
+        preflight_this_node(resolved, env.local_world_size);
+      }
       std::filesystem::path report;
       const int rc = run_worker(resolved, env, &report);
       return golden_gate_after_run(resolved.args, env.rank, rc, report, std::cout, std::cerr);
@@ -96,6 +103,7 @@ int main(int argc, char** argv) {
     // here as workers (SLURM_PROCID and a step id in their environment).
     if (slurm) return run_slurm_executor(resolved, words);
     check_local_launch(resolved);
+    preflight_this_node(resolved, resolved.world_size);
     probe_outputs(config);
     const RendezvousAddress rendezvous = local_rendezvous(process_environment());
     LocalLaunchOptions o;
