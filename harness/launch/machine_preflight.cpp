@@ -64,14 +64,16 @@ void check_cpu(const ResolvedConfig& r, int local_ranks, const HostFacts& f, boo
   const std::optional<RankMemoryEstimate> e = try_estimate(r);
   if (!e) return;
   const int64_t per_rank = cpu_rank_resident_bytes(r, *e);
-  const double all = static_cast<double>(per_rank) * local_ranks;
+  const double all = cpu_ranks_resident_bytes(r, *e, local_ranks);
   if (all > static_cast<double>(*f.mem_available_bytes)) {
-    const int64_t fit = *f.mem_available_bytes / std::max<int64_t>(1, per_rank);
+    const int64_t fit = std::max<int64_t>(0, *f.mem_available_bytes - kLauncherProcessBytes) /
+                        std::max<int64_t>(1, per_rank);
     refuse_or_note(skip,
                    ng_text(r) + ": " + std::to_string(local_ranks) + " CPU ranks of about " +
                        memory_text(per_rank) + " each (" + estimate_parts_text(*e) +
                        "; process and batch " + memory_text(per_rank - e->total_bytes()) +
-                       ") need " + memory_text(static_cast<int64_t>(std::min(all, 9.0e18))) +
+                       ") and the launcher need " +
+                       memory_text(static_cast<int64_t>(std::min(all, 9.0e18))) +
                        ", this host has " + memory_text(*f.mem_available_bytes) +
                        " available (MemAvailable)",
                    fit > 0 ? "at most " + std::to_string(fit) + " ranks of this model here"
@@ -147,6 +149,11 @@ int64_t cpu_rank_resident_bytes(const ResolvedConfig& r, const RankMemoryEstimat
   return e.total_bytes() + kCpuRankProcessBytes + batch_bytes;
 }
 
+double cpu_ranks_resident_bytes(const ResolvedConfig& r, const RankMemoryEstimate& e, int ranks) {
+  return static_cast<double>(cpu_rank_resident_bytes(r, e)) * ranks +
+         static_cast<double>(kLauncherProcessBytes);
+}
+
 bool capacity_checks_skipped(const ResolvedConfig& r) { return r.args.skip_capacity_checks; }
 
 std::vector<std::string> check_machine(const ResolvedConfig& r, int local_ranks,
@@ -176,9 +183,9 @@ std::string preflight_dryrun_text(const ResolvedConfig& r, const HostFacts& f) {
       << estimate_parts_text(*e) << ")\n";
   if (is_cpu_run(r)) {
     const int64_t per_rank = cpu_rank_resident_bytes(r, *e);
-    const double all = static_cast<double>(per_rank) * r.world_size;
+    const double all = cpu_ranks_resident_bytes(r, *e, r.world_size);
     out << "  CPU ranks: " << r.world_size << " of about " << memory_text(per_rank)
-        << " resident each, " << memory_text(static_cast<int64_t>(std::min(all, 9.0e18)));
+        << " resident each, with the launcher " << memory_text(static_cast<int64_t>(std::min(all, 9.0e18)));
     if (f.mem_available_bytes) {
       out << " of this host's " << memory_text(*f.mem_available_bytes) << " available: "
           << (all > static_cast<double>(*f.mem_available_bytes) ? "does not fit" : "fits");

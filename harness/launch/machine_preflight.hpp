@@ -37,13 +37,18 @@ bool is_cpu_run(const ResolvedConfig& resolved);
 // More local CPU ranks than this many per usable core are refused (docs/preflight.md "Cores").
 inline constexpr int kMaxCpuRanksPerCore = 8;
 
-// What one CPU rank holds besides the model state: the perf-launch process with libtorch, gloo
-// and its thread pools loaded (measured, docs/preflight.md "Host memory").
-inline constexpr int64_t kCpuRankProcessBytes = int64_t{300} << 20;
+// What one CPU rank holds besides the model state: the perf-launch worker process with libtorch
+// and gloo loaded, its proportional share of the shared library pages included (measured,
+// docs/preflight.md "Host memory"); and the launcher process, once.
+inline constexpr int64_t kCpuRankProcessBytes = int64_t{256} << 20;
+inline constexpr int64_t kLauncherProcessBytes = int64_t{256} << 20;
 
 // One CPU rank's resident memory: the engine's estimate, the process, and the step's mock global
 // batch (every rank builds all of it: gbs * seq tokens and labels of 8 bytes each).
 int64_t cpu_rank_resident_bytes(const ResolvedConfig& resolved, const RankMemoryEstimate& e);
+// `ranks` of them and the launcher (a double: -ng may be any 64-bit number).
+double cpu_ranks_resident_bytes(const ResolvedConfig& resolved, const RankMemoryEstimate& e,
+                                int ranks);
 
 // Whether --skip_capacity_checks was given.
 bool capacity_checks_skipped(const ResolvedConfig& resolved);

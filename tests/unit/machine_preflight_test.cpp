@@ -16,9 +16,11 @@ namespace shardbench {
 namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
-// cuDeviceTotalMem of an H100 SXM (80 GB HBM3): 81559 MiB.
+// nvidia-smi's total for an H100 80GB HBM3 is 81559 MiB; cuDeviceTotalMem reports a little less
+// (on an H200: 143159 MiB against nvidia-smi's 143771), so this is an upper bound.
 const CudaDeviceInfo kH100{"NVIDIA H100 80GB HBM3", int64_t{81559} << 20};
-const CudaDeviceInfo kH200{"NVIDIA H200", int64_t{143771} << 20};
+// Measured with visible_cuda_device_list() on an H200 (2026-12-06).
+const CudaDeviceInfo kH200{"NVIDIA H200", int64_t{150109880320}};
 
 ResolvedConfig resolve_args(const std::string& recipe, const std::string& gpu, int ranks,
                             std::vector<std::string> extra = {}) {
@@ -150,14 +152,14 @@ TEST(MachinePreflight, CpuRanksAgainstMemAvailable) {
   const RankMemoryEstimate e = estimate_rank_memory(r.config, 4);
   const int64_t per_rank = cpu_rank_resident_bytes(r, e);
   EXPECT_GE(per_rank, kCpuRankProcessBytes);
-  EXPECT_EQ(refusal(r, 4, cpu_host(2, 4 * per_rank)), "(accepted)");
-  const std::string text = refusal(r, 4, cpu_host(2, 3 * per_rank));
+  EXPECT_EQ(refusal(r, 4, cpu_host(2, 4 * per_rank + kLauncherProcessBytes)), "(accepted)");
+  const std::string text = refusal(r, 4, cpu_host(2, 4 * per_rank + kLauncherProcessBytes - 1));
   EXPECT_EQ(text.find("-g cpu -ng 4: 4 CPU ranks of about "), 0u) << text;
   EXPECT_NE(text.find("available (MemAvailable); accepted: at most 3 ranks of this model here"),
             std::string::npos)
       << text;
   // Not even one rank fits.
-  EXPECT_NE(refusal(r, 4, cpu_host(2, per_rank / 2)).find("accepted: a smaller model"),
+  EXPECT_NE(refusal(r, 4, cpu_host(2, per_rank)).find("accepted: a smaller model"),
             std::string::npos);
 }
 
