@@ -6,10 +6,10 @@ namespace shardbench {
 
 const std::vector<std::string>& golden_gate_flags() {
   static const std::vector<std::string> flags = {
-      "--timing_threshold",     "--skip_first_percent_time", "--correlation_threshold",
-      "--high_loss_tolerance",  "--medium_loss_tolerance",   "--low_loss_tolerance",
-      "--final_loss_tolerance", "--max_outlier_ratio",       "--outlier_threshold",
-      "--skip_first_percent_loss", "--memory_threshold",     "--eval_time_start_step",
+      "--timing_threshold",        "--skip_first_percent_time", "--correlation_threshold",
+      "--high_loss_tolerance",     "--medium_loss_tolerance",   "--low_loss_tolerance",
+      "--final_loss_tolerance",    "--max_outlier_ratio",       "--outlier_threshold",
+      "--skip_first_percent_loss", "--memory_threshold",        "--eval_time_start_step",
       "--eval_time_end_step"};
   return flags;
 }

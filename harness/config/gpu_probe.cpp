@@ -54,7 +54,8 @@ std::vector<CudaDeviceInfo> visible_cuda_device_list() {
     int device = 0;
     std::array<char, 256> text{};
     std::size_t bytes = 0;
-    if (get(&device, ordinal) != 0 || name(text.data(), static_cast<int>(text.size()), device) != 0 ||
+    if (get(&device, ordinal) != 0 ||
+        name(text.data(), static_cast<int>(text.size()), device) != 0 ||
         total(&bytes, device) != 0) {
       return {};
     }

@@ -68,17 +68,16 @@ void check_cpu(const ResolvedConfig& r, int local_ranks, const HostFacts& f, boo
   if (all > static_cast<double>(*f.mem_available_bytes)) {
     const int64_t fit = std::max<int64_t>(0, *f.mem_available_bytes - kLauncherProcessBytes) /
                         std::max<int64_t>(1, per_rank);
-    refuse_or_note(skip,
-                   ng_text(r) + ": " + std::to_string(local_ranks) + " CPU ranks of about " +
-                       memory_text(per_rank) + " each (" + estimate_parts_text(*e) +
-                       "; process and batch " + memory_text(per_rank - e->total_bytes()) +
-                       ") and the launcher need " +
-                       memory_text(static_cast<int64_t>(std::min(all, 9.0e18))) +
-                       ", this host has " + memory_text(*f.mem_available_bytes) +
-                       " available (MemAvailable)",
-                   fit > 0 ? "at most " + std::to_string(fit) + " ranks of this model here"
-                           : "a smaller model, or a host with more memory",
-                   notices);
+    refuse_or_note(
+        skip,
+        ng_text(r) + ": " + std::to_string(local_ranks) + " CPU ranks of about " +
+            memory_text(per_rank) + " each (" + estimate_parts_text(*e) + "; process and batch " +
+            memory_text(per_rank - e->total_bytes()) + ") and the launcher need " +
+            memory_text(static_cast<int64_t>(std::min(all, 9.0e18))) + ", this host has " +
+            memory_text(*f.mem_available_bytes) + " available (MemAvailable)",
+        fit > 0 ? "at most " + std::to_string(fit) + " ranks of this model here"
+                : "a smaller model, or a host with more memory",
+        notices);
   }
 }
 
@@ -89,12 +88,12 @@ void check_gpu(const ResolvedConfig& r, int local_ranks, const HostFacts& f, boo
   const int visible = static_cast<int>(f.gpus.size());
   if (visible < needed) {
     std::string accepted = "-g cpu (CPU ranks over gloo)";
-    if (visible > 0) accepted = "at most " + std::to_string(visible * per_gpu) + " ranks here, " + accepted;
+    if (visible > 0)
+      accepted = "at most " + std::to_string(visible * per_gpu) + " ranks here, " + accepted;
     throw UsageError(ng_text(r) + ": " + std::to_string(local_ranks) + " ranks on this node need " +
                      std::to_string(needed) + " CUDA device(s) (shardbench.ranks_per_gpu=" +
-                     std::to_string(per_gpu) + "), " + std::to_string(visible) +
-                     " visible (CUDA_VISIBLE_DEVICES " + f.cuda_visible_devices +
-                     "); accepted: " + accepted);
+                     std::to_string(per_gpu) + "), " + std::to_string(visible) + " visible (" +
+                     f.cuda_visible_devices + "); accepted: " + accepted);
   }
   // -g picks the recipe row and the GPUs per node; the run uses the devices it finds. Another
   // type is a notice, not a refusal: the memory check below uses the device found, and the
@@ -105,9 +104,10 @@ void check_gpu(const ResolvedConfig& r, int local_ranks, const HostFacts& f, boo
   }
   const std::string found = peak_table_name(f.gpus[0].name);
   if (found != r.args.gpu) {
-    notices.push_back("-g " + r.args.gpu + " names the recipe row and GPUs per node, and this "
-                      "node's device 0 is " + f.gpus[0].name +
-                      (found.empty() ? "" : " (" + found + ")") +
+    notices.push_back("-g " + r.args.gpu +
+                      " names the recipe row and GPUs per node, and this "
+                      "node's device 0 is " +
+                      f.gpus[0].name + (found.empty() ? "" : " (" + found + ")") +
                       ": the run uses the device found; its memory is checked against the device "
                       "found, and the report names it");
   }
@@ -135,7 +135,8 @@ HostFacts probe_host(bool gpus) {
   f.mem_available_bytes = read_mem_available();
   if (gpus) f.gpus = visible_cuda_device_list();
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  f.cuda_visible_devices = visible == nullptr ? "unset" : "=\"" + std::string(visible) + "\"";
+  if (visible != nullptr)
+    f.cuda_visible_devices = "CUDA_VISIBLE_DEVICES=\"" + std::string(visible) + "\"";
   return f;
 }
 
@@ -185,7 +186,8 @@ std::string preflight_dryrun_text(const ResolvedConfig& r, const HostFacts& f) {
     const int64_t per_rank = cpu_rank_resident_bytes(r, *e);
     const double all = cpu_ranks_resident_bytes(r, *e, r.world_size);
     out << "  CPU ranks: " << r.world_size << " of about " << memory_text(per_rank)
-        << " resident each, with the launcher " << memory_text(static_cast<int64_t>(std::min(all, 9.0e18)));
+        << " resident each, with the launcher "
+        << memory_text(static_cast<int64_t>(std::min(all, 9.0e18)));
     if (f.mem_available_bytes) {
       out << " of this host's " << memory_text(*f.mem_available_bytes) << " available: "
           << (all > static_cast<double>(*f.mem_available_bytes) ? "does not fit" : "fits");
@@ -196,8 +198,8 @@ std::string preflight_dryrun_text(const ResolvedConfig& r, const HostFacts& f) {
   }
   const int per_gpu = static_cast<int>(std::max<int64_t>(1, r.config.shardbench.ranks_per_gpu));
   const double peak = static_cast<double>(e->total_bytes()) * per_gpu;
-  out << "  per GPU (" << per_gpu << " rank(s)): "
-      << memory_text(static_cast<int64_t>(std::min(peak, 9.0e18)));
+  out << "  per GPU (" << per_gpu
+      << " rank(s)): " << memory_text(static_cast<int64_t>(std::min(peak, 9.0e18)));
   if (const std::optional<int64_t> memory = device_memory_bytes(r.args.gpu)) {
     out << " of one " << r.args.gpu << "'s " << memory_text(*memory) << " (datasheet): "
         << (peak > static_cast<double>(*memory) ? "does not fit; perf-launch refuses this run"

@@ -25,7 +25,8 @@ struct HostFacts {
   int usable_cores = 0;                        // sched_getaffinity
   std::optional<int64_t> mem_available_bytes;  // /proc/meminfo MemAvailable; nullopt: unknown
   std::vector<CudaDeviceInfo> gpus;            // visible CUDA devices, CUDA_VISIBLE_DEVICES order
-  std::string cuda_visible_devices;            // its value, for messages; "unset" when unset
+  // For messages: `CUDA_VISIBLE_DEVICES="0,1"` or `CUDA_VISIBLE_DEVICES unset`.
+  std::string cuda_visible_devices = "CUDA_VISIBLE_DEVICES unset";
 };
 
 // Reads this machine; `gpus` false skips the driver (CPU runs never open it).

@@ -22,9 +22,8 @@ DecoderDims dims_of(const ConfigContainer& c, int tp) {
   d.ffn_hidden_size = m.ffn_hidden_size.value_or(4 * m.hidden_size);
   d.num_attention_heads = m.num_attention_heads;
   d.num_query_groups = m.num_query_groups.value_or(m.num_attention_heads);
-  d.kv_channels = m.kv_channels.value_or(m.num_attention_heads > 0
-                                             ? m.hidden_size / m.num_attention_heads
-                                             : 0);
+  d.kv_channels =
+      m.kv_channels.value_or(m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);
   d.vocab_size = padded_vocab_size(m.vocab_size.value_or(0), m.make_vocab_size_divisible_by,
                                    m.should_pad_vocab, tp);
   return d;
@@ -58,9 +57,9 @@ RankMemoryEstimate estimate_one(const PlannedRun& run, int world_size) {
   const DecoderDims dims = dims_of(c, tp);
 
   const std::string compute = c.shardbench.compute_dtype;
-  DtypePolicy policy = DtypePolicy::for_compute_dtype(compute, c.ddp.grad_reduce_in_fp32 ||
-                                                                   compute == "fp32")
-                           .value_or(DtypePolicy{});
+  DtypePolicy policy =
+      DtypePolicy::for_compute_dtype(compute, c.ddp.grad_reduce_in_fp32 || compute == "fp32")
+          .value_or(DtypePolicy{});
   // The moments as the precision-aware optimizer keeps them (bench_run.cpp does the same).
   policy.optimizer_state_bytes =
       dtype_bytes(c.optimizer.exp_avg_dtype) + dtype_bytes(c.optimizer.exp_avg_sq_dtype);

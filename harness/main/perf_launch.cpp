@@ -85,12 +85,12 @@ int main(int argc, char** argv) {
     check_fault_env(resolved.world_size, config.train.train_iters);
     if (env.is_worker) {
       // perf-launch's own workers were probed by their launcher; torchrun and srun ranks were not.
-      if (env.launcher != "perf-launch" && env.rank == 0) probe_outputs(config);
       // Each node's first rank checks the node, as perf-launch does before starting workers;
       // torchrun and srun (--kill-on-bad-exit) then end the node's other ranks.
       if (env.launcher != "perf-launch" && env.local_rank == 0) {
         preflight_this_node(resolved, env.local_world_size);
       }
+      if (env.launcher != "perf-launch" && env.rank == 0) probe_outputs(config);
       std::filesystem::path report;
       const int rc = run_worker(resolved, env, &report);
       return golden_gate_after_run(resolved.args, env.rank, rc, report, std::cout, std::cerr);

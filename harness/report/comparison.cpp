@@ -240,12 +240,12 @@ json loss_parity(const json& head, const json& base) {
                                                                  : "fail";
   std::string summary;
   if (verdict == "not_compared") {
-    summary = !both_ok      ? "a run failed"
-              : !same_start ? "the runs start from different iterations (" +
-                                  std::to_string(h.front().first) + " against " +
-                                  std::to_string(b.front().first) +
-                                  "): one resumed from a checkpoint, the losses are not comparable"
-                            : "no step has a finite loss on both runs";
+    summary = both_ok ? "no step has a finite loss on both runs" : "a run failed";
+    if (both_ok && !same_start) {
+      summary = "the runs start from different iterations (" + std::to_string(h.front().first) +
+                " against " + std::to_string(b.front().first) +
+                "): one resumed from a checkpoint, the losses are not comparable";
+    }
   } else {
     summary = std::to_string(compared) + " steps, max |loss - DDP loss| " + sci(max_abs) + " (" +
               sci(max_rel) + " relative), tolerance " + sci(tol.per_step) + " * sqrt(step) (" +

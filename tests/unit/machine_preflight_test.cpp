@@ -38,7 +38,6 @@ HostFacts gpus(int count, const CudaDeviceInfo& device) {
   f.usable_cores = 16;
   f.mem_available_bytes = 100 * kGiB;
   f.gpus.assign(static_cast<size_t>(count), device);
-  f.cuda_visible_devices = "unset";
   return f;
 }
 
@@ -46,7 +45,6 @@ HostFacts cpu_host(int cores, int64_t available) {
   HostFacts f;
   f.usable_cores = cores;
   f.mem_available_bytes = available;
-  f.cuda_visible_devices = "unset";
   return f;
 }
 
@@ -123,8 +121,8 @@ TEST(MachinePreflight, BenchRecipeFitsOneH100) {
 
 TEST(MachinePreflight, FsdpShardsTheEstimate) {
   const ResolvedConfig ddp = resolve_args("llama3_70b", "h100", 64, {"--compare_ddp", "false"});
-  const ResolvedConfig fsdp = resolve_args("llama3_70b", "h100", 64,
-                                           {"--use_megatron_fsdp", "true", "--compare_ddp", "false"});
+  const ResolvedConfig fsdp = resolve_args(
+      "llama3_70b", "h100", 64, {"--use_megatron_fsdp", "true", "--compare_ddp", "false"});
   const RankMemoryEstimate d = estimate_rank_memory(ddp.config, 64);
   const RankMemoryEstimate f = estimate_rank_memory(fsdp.config, 64);
   EXPECT_EQ(f.run, "megatron_fsdp");

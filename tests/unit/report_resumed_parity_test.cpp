@@ -12,8 +12,8 @@ using nlohmann::json;
 json run_from(long long first_iteration, const std::vector<double>& losses) {
   json steps = json::array();
   for (std::size_t i = 0; i < losses.size(); ++i) {
-    steps.push_back({{"iteration", first_iteration + static_cast<long long>(i)},
-                     {"loss", losses[i]}});
+    steps.push_back(
+        {{"iteration", first_iteration + static_cast<long long>(i)}, {"loss", losses[i]}});
   }
   return {{"status", "ok"}, {"identity", {{"compute_dtype", "fp32"}}}, {"steps", steps}};
 }
