@@ -174,6 +174,10 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
          a.override_sets.push_back(v);
        },
        H},
+      {"", "--skip_capacity_checks", "shardbench", K::kSwitch, "", "false",
+       "Start even when the preflight's estimates say the run does not fit: CPU ranks against "
+       "cores and MemAvailable, the estimated peak per GPU against the device (docs/preflight.md)",
+       false, on(&LaunchArgs::skip_capacity_checks), H},
       {"", "--sdpa_backend", "shardbench", K::kValue, "{auto,flash,efficient,cudnn,math}", "auto",
        "Attention kernel (shardbench.sdpa_backend)", false,
        choice(&LaunchArgs::sdpa_backend, {"auto", "flash", "efficient", "cudnn", "math"}), H},

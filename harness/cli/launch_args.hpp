@@ -116,6 +116,9 @@ struct LaunchArgs {
   std::optional<std::string> report;
   std::vector<std::string> override_sets;  // --override_set, in order
   std::optional<std::string> sdpa_backend;
+  // The launcher's preflight starts the run when only its estimates or its cores rule refuse it
+  // (harness/launch/machine_preflight.hpp).
+  bool skip_capacity_checks = false;
 
   // Trailing `key=value` config overrides, in order.
   std::vector<std::string> overrides;

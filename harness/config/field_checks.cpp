@@ -162,6 +162,14 @@ void nccl_user_buffers(const ConfigContainer& c, const Provenance& p, const Fiel
 
 void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckContext& ctx) {
   const auto& m = c.model;
+  // Megatron's OptimizerParamScheduler asserts max_lr >= min_lr
+  // (megatron/core/optimizer_param_scheduler.py): the decay runs from lr down to min_lr.
+  if (c.optimizer.min_lr > c.optimizer.lr) {
+    refuse("optimizer.min_lr", c.optimizer.min_lr, p,
+           "more than optimizer.lr=" + number_text(c.optimizer.lr) +
+               source_part(p, "optimizer.lr") + " (Megatron's scheduler requires min_lr <= lr)",
+           "a number <= " + number_text(c.optimizer.lr));
+  }
   if (m.recompute_num_layers && *m.recompute_num_layers > m.num_layers) {
     refuse("model.recompute_num_layers", *m.recompute_num_layers, p,
            "more than the model's model.num_layers=" + std::to_string(m.num_layers),

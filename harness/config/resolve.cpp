@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "harness/cli/flag_relations.hpp"
 #include "harness/cli/parse.hpp"
 #include "harness/config/field_checks.hpp"
 #include "harness/config/overrides.hpp"
@@ -212,6 +213,7 @@ struct Resolver {
 }  // namespace
 
 ResolvedConfig resolve(const LaunchArgs& args, const ValidationContext& context) {
+  check_flag_relations(args);
   const RecipeSpec& recipe = find_recipe(args.model_recipe_name);
   if (args.model_family_name != recipe.family) {
     throw UsageError("-m/--model_family_name: '" + args.model_family_name + "' does not match " +

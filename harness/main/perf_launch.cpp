@@ -17,6 +17,7 @@
 #include "harness/launch/fault_spec.hpp"
 #include "harness/launch/launch_env.hpp"
 #include "harness/launch/local_launcher.hpp"
+#include "harness/launch/machine_preflight.hpp"
 #include "harness/launch/output_probe.hpp"
 #include "harness/launch/rendezvous.hpp"
 #include "harness/launch/shared_gpu.hpp"
@@ -76,7 +77,8 @@ int main(int argc, char** argv) {
     };
     if (resolved.args.dryrun) {
       check_scheduling(slurm ? "slurm" : "none");
-      std::cout << (slurm ? slurm_dryrun_text(resolved, words) : dryrun_text(resolved));
+      std::cout << (slurm ? slurm_dryrun_text(resolved, words) : dryrun_text(resolved))
+                << preflight_dryrun_text(resolved, probe_host(false));
       return 0;
     }
     LaunchEnv env;
@@ -91,6 +93,11 @@ int main(int argc, char** argv) {
     check_fault_env(resolved.world_size, config.train.train_iters);
     if (env.is_worker) {
       // perf-launch's own workers were probed by their launcher; torchrun and srun ranks were not.
+      // Each node's first rank checks the node, as perf-launch does before starting workers;
+      // torchrun and srun (--kill-on-bad-exit) then end the node's other ranks.
+      if (env.launcher != "perf-launch" && env.local_rank == 0) {
+        preflight_this_node(resolved, env.local_world_size);
+      }
       if (env.launcher != "perf-launch" && env.rank == 0) probe_outputs(config);
       std::filesystem::path report;
       const int rc = run_worker(resolved, env, &report);
@@ -104,6 +111,7 @@ int main(int argc, char** argv) {
     // here as workers (SLURM_PROCID and a step id in their environment).
     if (slurm) return run_slurm_executor(resolved, words);
     check_local_launch(resolved);
+    preflight_this_node(resolved, resolved.world_size);
     probe_outputs(config);
     const RendezvousAddress rendezvous = local_rendezvous(process_environment());
     LocalLaunchOptions o;

@@ -213,11 +213,14 @@ json loss_parity(const json& head, const json& base) {
   const bool both_ok = head.value("status", "ok") == "ok" && base.value("status", "ok") == "ok";
   const auto h = losses(head);
   const auto b = losses(base);
+  // A run resumed from a checkpoint starts from its weights and step; a baseline that starts at
+  // another iteration trained from other weights, and no tolerance applies (docs/preflight.md).
+  const bool same_start = h.empty() || b.empty() || h.front().first == b.front().first;
   json diffs = json::array();
   std::size_t compared = 0;
   double max_abs = 0, max_rel = 0;
   json worst_iteration = nullptr, first_failing = nullptr;
-  for (std::size_t i = 0; both_ok && i < std::min(h.size(), b.size()); ++i) {
+  for (std::size_t i = 0; both_ok && same_start && i < std::min(h.size(), b.size()); ++i) {
     const long long iteration = h[i].first;
     const auto& hl = h[i].second;
     const auto& bl = b[i].second;
@@ -244,6 +247,11 @@ json loss_parity(const json& head, const json& base) {
   std::string summary;
   if (verdict == "not_compared") {
     summary = both_ok ? "no step has a finite loss on both runs" : "a run failed";
+    if (both_ok && !same_start) {
+      summary = "the runs start from different iterations (" + std::to_string(h.front().first) +
+                " against " + std::to_string(b.front().first) +
+                "): one resumed from a checkpoint, the losses are not comparable";
+    }
   } else {
     summary = std::to_string(compared) + " steps, max |loss - DDP loss| " + sci(max_abs) + " (" +
               sci(max_rel) + " relative), tolerance " + sci(tol.per_step) + " * sqrt(step) (" +

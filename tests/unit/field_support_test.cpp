@@ -221,10 +221,15 @@ TEST(FieldSupport, NotImplementedFlagsKeepTheirDefault) {
             "-cp/--context_parallel_size=2 is not supported by shardbench yet: context "
             "parallelism is not implemented (the engine runs data and tensor parallelism only); "
             "accepted: 1");
-  // Golden-value flags are honoured (the perf-launch gate reads them).
+  // Golden-value flags are honoured where the perf-launch gate reads them: with a golden file
+  // (its contents are checked by the launcher, harness/compare/golden_gate.cpp).
   EXPECT_EQ(error_of({"--timing_threshold", "0.1", "--memory_threshold", "0.2",
-                      "--skip_first_percent_time", "0.5"}),
+                      "--skip_first_percent_time", "0.5", "--golden_values_path", "g.json"}),
             "(accepted)");
+  EXPECT_EQ(error_of({"--timing_threshold", "0.1"}),
+            "--timing_threshold 0.1: only the golden-values check reads it, and no "
+            "--golden_values_path was given; accepted: --golden_values_path FILE with it, or "
+            "leave it out");
 }
 
 // NCCL user buffers (docs/nccl-user-buffers.md): NCCL only, DDP and Megatron FSDP only, manual

@@ -43,6 +43,25 @@ TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
       {{"--min_lr", "-1"},
        "optimizer.min_lr=-1 (from CLI flag --min_lr): out of range; accepted: a finite number "
        ">= 0"},
+      // Issue 43: Megatron's scheduler asserts min_lr <= lr.
+      {{"--min_lr", "1", "--lr", "0.001"},
+       "optimizer.min_lr=1 (from CLI flag --min_lr): more than optimizer.lr=0.001 (from CLI flag "
+       "--lr) (Megatron's scheduler requires min_lr <= lr); accepted: a number <= 0.001"},
+      // Issue 43: thresholds nothing reads, and ones no run could meet.
+      {{"--correlation_threshold", "2", "--golden_values_path", "g.json"},
+       "--correlation_threshold 2: a loss-curve correlation (Pearson's r) is at most 1, so no run "
+       "could pass; accepted: a number from 0 to 1"},
+      {{"--correlation_threshold", "0.5"},
+       "--correlation_threshold 0.5: only the golden-values check reads it, and no "
+       "--golden_values_path was given; accepted: --golden_values_path FILE with it, or leave it "
+       "out"},
+      {{"--eval_time_start_step", "5", "--eval_time_end_step", "2"},
+       "--eval_time_start_step 5 is after --eval_time_end_step 2: the timing window would be "
+       "empty; accepted: a start step <= the end step"},
+      {{"--eval_time_end_step", "2"},
+       "--eval_time_end_step 2: only the golden-values check reads it, and no "
+       "--golden_values_path was given; accepted: --golden_values_path FILE with it, or leave it "
+       "out"},
       {{"--warmup_iters", "-1"},
        "optimizer.lr_warmup_iters=-1 (from CLI flag --warmup_iters): out of range; accepted: an "
        "integer from 0 to 2147483647"},
