@@ -9,7 +9,7 @@
 
 #include "harness/config/errors.hpp"
 #include "harness/launch/cpu_placement.hpp"
-#include "harness/measure/compute_scaling.hpp"
+#include "harness/measure/device_peaks.hpp"
 
 namespace shardbench {
 namespace {

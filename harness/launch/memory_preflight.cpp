@@ -7,7 +7,7 @@
 #include "harness/config/wrappers.hpp"
 #include "harness/measure/flops.hpp"
 #include "harness/measure/zero_model.hpp"
-#include "harness/parallel/sharding.hpp"
+#include "harness/measure/sharding.hpp"
 
 namespace shardbench {
 namespace {

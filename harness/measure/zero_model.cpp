@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "harness/config/wrapper.hpp"
-#include "harness/parallel/sharding.hpp"
+#include "harness/measure/sharding.hpp"
 
 namespace shardbench {
 namespace {

@@ -29,7 +29,7 @@
 #include "harness/parallel/flat_layout.hpp"
 #include "harness/parallel/grad_check.hpp"
 #include "harness/parallel/process_group.hpp"
-#include "harness/parallel/sharding.hpp"
+#include "harness/measure/sharding.hpp"
 #include "harness/report/run_record.hpp"
 #include "workloads/llama/llama_model.hpp"
 

@@ -12,7 +12,7 @@
 #include "harness/parallel/flat_adamw.hpp"
 #include "harness/parallel/flat_layout.hpp"
 #include "harness/parallel/nccl_user_buffers.hpp"
-#include "harness/parallel/sharding.hpp"
+#include "harness/measure/sharding.hpp"
 #include "workloads/llama/fp8_linear.hpp"
 
 namespace shardbench {

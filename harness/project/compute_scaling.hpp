@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/measure/device_peaks.hpp"
+
 namespace shardbench {
 
 enum class KernelClass { kGemm, kAttention, kOptimizer, kCommunication, kMemoryBound };
@@ -37,24 +39,6 @@ struct KernelClassTimes {
 // its modules' compute is zero.
 KernelClassTimes kernel_class_times(const nlohmann::json& kernels, const std::string& where);
 
-// A GPU type's peaks, with where each number comes from.
-struct DevicePeaks {
-  std::string name;         // "h100", "h200", "b200", "gb200"
-  double bf16_tflops = 0;   // dense
-  double fp8_tflops = 0;    // dense
-  double hbm_tbps = 0;      // HBM bandwidth, TB/s
-  double memory_gib = 0;    // HBM capacity: the datasheet's GB, which are binary (GiB)
-  std::string source;
-};
-// Throws std::invalid_argument naming the device and the accepted names.
-const DevicePeaks& device_peaks(const std::string& name);
-std::vector<std::string> device_peak_names();
-// The table's name found in a device's name ("NVIDIA H200" -> "h200"; the longest match, so
-// "GB200" is not "b200"), or empty when none is.
-std::string peak_table_name(const std::string& device_name);
-// The memory of one GPU of `device` in bytes (its memory_gib), or nullopt for a device outside the
-// table (cpu). The allocator gets slightly less: the driver and the CUDA context keep some.
-std::optional<int64_t> device_memory_bytes(const std::string& device);
 
 // Each class's time on the target over its time on the measured device.
 struct ClassRatios {

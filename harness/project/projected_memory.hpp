@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/measure/zero_model.hpp"
-#include "harness/parallel/sharding.hpp"
+#include "harness/measure/sharding.hpp"
 
 namespace shardbench {
 

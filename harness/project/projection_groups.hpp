@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "harness/config/wrapper.hpp"
-#include "harness/parallel/sharding.hpp"
+#include "harness/measure/sharding.hpp"
 #include "harness/project/step_simulator.hpp"
 #include "workloads/llama/llama_specs.hpp"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "harness/parallel/schedule.hpp"
-#include "harness/parallel/sharding.hpp"
+#include "harness/measure/sharding.hpp"
 #include "harness/project/collective_model.hpp"
 
 namespace shardbench::sim {

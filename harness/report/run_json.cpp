@@ -9,7 +9,7 @@
 #include "harness/measure/step_injection.hpp"
 #include "harness/measure/throughput.hpp"
 #include "harness/measure/zero_model.hpp"
-#include "harness/parallel/sharding.hpp"
+#include "harness/measure/sharding.hpp"
 #include "harness/report/units.hpp"
 
 namespace shardbench {

@@ -18,7 +18,7 @@
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
 #include "harness/parallel/checkpoint.hpp"
-#include "harness/parallel/sharding.hpp"
+#include "harness/measure/sharding.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
 

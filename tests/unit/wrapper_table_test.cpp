@@ -1,5 +1,5 @@
 // The wrapper table (harness/config/wrapper.hpp) and the strategy table that carries it
-// (harness/parallel/sharding.hpp): every row names a wrapper and a memory-model row, lookups by
+// (harness/measure/sharding.hpp): every row names a wrapper and a memory-model row, lookups by
 // label and by (wrapper, strategy, distributed optimizer) find the right row, and the names
 // derived from them (report file tags, comparison names) come from the table.
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 
 #include "harness/config/wrapper.hpp"
 #include "harness/measure/zero_model.hpp"
-#include "harness/parallel/sharding.hpp"
+#include "harness/measure/sharding.hpp"
 #include "harness/report/comparison.hpp"
 #include "harness/report/report_path.hpp"
 

@@ -1,4 +1,4 @@
-#include "harness/parallel/sharding.hpp"
+#include "harness/measure/sharding.hpp"
 
 #include <stdexcept>
 
