@@ -2,7 +2,7 @@
 # Times README's two commands on a fresh clone with empty caches, then .ci/run on another fresh
 # clone with the caches the first two left (as CI finds them on the developer's machine).
 set -uo pipefail
-SRC=${1:-/work/main}
+SRC=$(cd "${1:-.}" && pwd)   # the repository to clone (default: the current folder)
 OUT=${2:-/tmp/timing}
 rm -rf "$OUT"; mkdir -p "$OUT"
 export SHARDBENCH_CACHE="$OUT/cache"        # no venv, no ccache
