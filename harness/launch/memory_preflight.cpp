@@ -14,21 +14,6 @@ namespace {
 
 int64_t dtype_bytes(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; }
 
-DecoderDims dims_of(const ConfigContainer& c, int tp) {
-  const auto& m = c.model;
-  DecoderDims d;
-  d.num_layers = m.num_layers;
-  d.hidden_size = m.hidden_size;
-  d.ffn_hidden_size = m.ffn_hidden_size.value_or(4 * m.hidden_size);
-  d.num_attention_heads = m.num_attention_heads;
-  d.num_query_groups = m.num_query_groups.value_or(m.num_attention_heads);
-  d.kv_channels =
-      m.kv_channels.value_or(m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);
-  d.vocab_size = padded_vocab_size(m.vocab_size.value_or(0), m.make_vocab_size_divisible_by,
-                                   m.should_pad_vocab, tp);
-  return d;
-}
-
 // Saved activations of one micro-batch. Megatron's formula counts 16-bit activations with
 // selective recompute of the attention core; fp32 compute doubles it. Full recompute keeps only
 // each recomputed layer's input (s*b*h elements) in place of its activations.
@@ -54,7 +39,7 @@ RankMemoryEstimate estimate_one(const PlannedRun& run, int world_size) {
   const int64_t model_parallel = std::max<int64_t>(
       1, m.tensor_model_parallel_size * m.pipeline_model_parallel_size * m.context_parallel_size);
   const int dp = static_cast<int>(std::max<int64_t>(1, world_size / model_parallel));
-  const DecoderDims dims = dims_of(c, tp);
+  const DecoderDims dims = decoder_dims_of(c.model, tp);
 
   const std::string compute = c.shardbench.compute_dtype;
   DtypePolicy policy =

@@ -25,22 +25,6 @@ ConfigContainer recipe_config(const RecipeSpec& recipe) {
   return c;
 }
 
-// The whole model's dims (one TP rank of one: the parameter count of the model, not of a rank).
-DecoderDims whole_model_dims(const ModelConfig& m) {
-  DecoderDims d;
-  d.num_layers = m.num_layers;
-  d.hidden_size = m.hidden_size;
-  d.ffn_hidden_size = m.ffn_hidden_size.value_or(4 * m.hidden_size);
-  d.num_attention_heads = m.num_attention_heads;
-  d.num_query_groups = m.num_query_groups.value_or(m.num_attention_heads);
-  d.kv_channels = m.kv_channels.value_or(m.num_attention_heads > 0
-                                             ? m.hidden_size / m.num_attention_heads
-                                             : 0);
-  d.vocab_size = padded_vocab_size(m.vocab_size.value_or(0), m.make_vocab_size_divisible_by,
-                                   m.should_pad_vocab, 1);
-  return d;
-}
-
 // An override set's description: its first comment line without the leading "# NAME: ".
 std::string set_description(const std::string& name) {
   std::ifstream in(overrides_dir() + "/" + name + ".set");
@@ -88,7 +72,7 @@ std::string recipes_and_sets_listing() {
       << pad("layers", 7) << pad("hidden", 7) << pad("seq", 6) << "description\n";
   for (const RecipeSpec& r : recipes()) {
     const ConfigContainer c = recipe_config(r);
-    const DecoderDims d = whole_model_dims(c.model);
+    const DecoderDims d = decoder_dims_of(c.model);  // the whole model: one TP rank of one
     out << "  " << pad(r.name, 19) << pad(r.family, 7) << pad(std::to_string(r.base_num_gpus), 5)
         << pad(parameter_count_text(decoder_param_counts(d).total()), 8)
         << pad(std::to_string(d.num_layers), 7) << pad(std::to_string(d.hidden_size), 7)

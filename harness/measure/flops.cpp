@@ -1,4 +1,5 @@
 #include "harness/measure/flops.hpp"
+#include "harness/config/config.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -94,6 +95,20 @@ double megatron_activation_bytes(const DecoderDims& d, int64_t seq, int64_t micr
   bytes += sb * h;  // the embedding's output (Megatron counts its dropout mask)
   bytes += sb * h * 4 * (1 + static_cast<double>(d.vocab_size) / h);  // output layer and loss
   return bytes / tp;
+}
+
+DecoderDims decoder_dims_of(const ModelConfig& m, int tp) {
+  DecoderDims d;
+  d.num_layers = m.num_layers;
+  d.hidden_size = m.hidden_size;
+  d.ffn_hidden_size = m.ffn_hidden_size.value_or(4 * m.hidden_size);
+  d.num_attention_heads = m.num_attention_heads;
+  d.num_query_groups = m.num_query_groups.value_or(m.num_attention_heads);
+  d.kv_channels =
+      m.kv_channels.value_or(m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);
+  d.vocab_size = padded_vocab_size(m.vocab_size.value_or(0), m.make_vocab_size_divisible_by,
+                                   m.should_pad_vocab, tp);
+  return d;
 }
 
 }  // namespace shardbench

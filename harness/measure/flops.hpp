@@ -45,6 +45,12 @@ struct DecoderParamCounts {
 
 DecoderParamCounts decoder_param_counts(const DecoderDims& dims);
 
+struct ModelConfig;  // harness/config/config.hpp
+// The dims of a model config (model.*), null fields taking Megatron's defaults (ffn 4h, one KV
+// head per query head, head dim h / heads) and the vocabulary padded for `tp` tensor-parallel
+// ranks (padded_vocab_size). No validation: resolution has checked the fields.
+DecoderDims decoder_dims_of(const ModelConfig& model, int tp = 1);
+
 // The same counts for one of `tp` tensor-parallel ranks (docs/tensor-parallel.md, "Memory model
 // and FLOPs"): every matrix is split over the TP ranks (column-parallel qkv and fc1, row-parallel
 // proj and fc2, vocab-parallel embedding and output layer), the RMSNorm weights are whole on every
