@@ -20,6 +20,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "harness/parallel/engine.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -73,22 +74,13 @@ void BM_EngineStep(benchmark::State& state, const char* wrapper, const char* str
   o.use_distributed_optimizer = distopt;
   o.bucket_size_elems = 4096;  // several DDP buckets
   auto pgs = single_rank_groups();
-  DataParallelEngine engine(dims, o, pgs);
+  DataParallelEngine engine(LlamaSpec(dims), o, pgs);
   const auto groups = engine.group_info();
   const auto specs = llama_param_specs(dims);
   const int modules = static_cast<int>(module_count(dims));
 
-  // Leaves in spec order, as bind_weights laid them out, and each one's (group, slot).
-  std::vector<at::Tensor> leaves;
-  const auto& w = engine.weights();
-  leaves.push_back(w.embedding);
-  for (const auto& l : w.layers) {
-    for (const auto& t : {l.input_norm, l.qkv, l.proj, l.post_norm, l.fc1, l.fc2}) {
-      leaves.push_back(t);
-    }
-  }
-  leaves.push_back(w.final_norm);
-  leaves.push_back(w.output);
+  // Leaves in spec order and each one's (group, slot).
+  const std::vector<at::Tensor>& leaves = engine.params();
   std::vector<std::pair<int, int>> slot_of(specs.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     const auto& slots = groups[g].layout.slots;

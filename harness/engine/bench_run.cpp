@@ -789,7 +789,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   if (ctx.tp > 1) {
     model.set_tensor_parallel({ctx.tp, ctx.engine_pgs.tp->rank(), ctx.engine_pgs.tp});
   }
-  DataParallelEngine engine(dims, options, ctx.engine_pgs);
+  DataParallelEngine engine(LlamaSpec(dims), options, ctx.engine_pgs);
   if (options.gradient_accumulation_fusion) model.set_gradient_accumulation_fusion(&engine);
   if (engine.gathers_fp8()) model.set_fp8_weights(&engine);
   rec.fp8_param_gather = engine.gathers_fp8();

@@ -13,6 +13,7 @@
 #include "harness/parallel/engine.hpp"
 #include "harness/report/run_record.hpp"
 #include "workloads/llama/llama_config.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 

@@ -11,12 +11,12 @@
 
 namespace shardbench {
 
-StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine,
+StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
                        const StepInputs& in) {
   return train_step(model, engine, in, nullptr);
 }
 
-StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine, const StepInputs& in,
+StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine, const StepInputs& in,
                        PhaseTimer* phases) {
   static const nvtx::Label kForwardLabel{"forward", nvtx::Color::kForward};
   static const nvtx::Label kBackwardLabel{"backward", nvtx::Color::kBackward};
@@ -54,7 +54,7 @@ StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine, cons
       nvtx::Range range(kForwardLabel, m);
       PhaseScope phase(phases, Phase::kForward);
       // The backward scale below: the fused linear cross-entropy computes its gradients here.
-      loss = model.forward_loss(engine.weights(), tokens, labels, &engine,
+      loss = model.forward_loss(engine.params(), tokens, labels, &engine,
                                 in.loss_scale / static_cast<double>(num_micro));
     }
     {

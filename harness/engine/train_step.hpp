@@ -7,7 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "harness/parallel/engine.hpp"
-#include "workloads/llama/llama_model.hpp"
+#include "harness/model/model.hpp"
 
 namespace shardbench {
 
@@ -28,7 +28,7 @@ struct StepOutputs {
 };
 
 // Runs one iteration on this rank. Collective: every rank of the engine's group must call it.
-StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine,
+StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
                        const StepInputs& inputs);
 
 }  // namespace shardbench

@@ -9,7 +9,7 @@
 namespace shardbench {
 
 // Same as train_step(model, engine, inputs); `phases` may be null.
-StepOutputs train_step(const LlamaModel& model, DataParallelEngine& engine,
+StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
                        const StepInputs& inputs, PhaseTimer* phases);
 
 }  // namespace shardbench

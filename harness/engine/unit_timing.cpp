@@ -45,7 +45,7 @@ void UnitTimingProbe::end_step(double optimizer_ms) {
   if (!timer_) return;
   engine_.set_unit_timer(nullptr);
   steps_.push_back(
-      module_times(timer_->read(), static_cast<int>(module_count(engine_.dims()))));
+      module_times(timer_->read(), static_cast<int>(engine_.model().module_count())));
   optimizer_ms_.push_back(optimizer_ms);
 }
 
@@ -74,7 +74,7 @@ std::optional<UnitTimingRecord> UnitTimingProbe::record(int64_t microbatches) co
   const EngineOptions& o = engine_.options();
   const int64_t weight_bytes = dtype_bytes(o.compute_dtype);
   const int64_t grad_bytes = o.grad_reduce_in_fp32 ? 4 : weight_bytes;
-  const std::vector<ParamSpec> specs = llama_param_specs(engine_.dims());
+  const std::vector<ParamSpec>& specs = engine_.param_specs();
   const bool fsdp = o.wrapper != Wrapper::kDdp;
   for (const auto& g : engine_.group_info()) {
     UnitTimingGroup ug;

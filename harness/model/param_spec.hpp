@@ -9,6 +9,11 @@
 
 namespace shardbench {
 
+// The data-parallel group a parameter's gradients are reduced over and its buffers sharded
+// over. Dense parameters use the data-parallel group; a mixture of experts' expert weights use
+// the expert-data-parallel group (the ranks that hold the same experts).
+enum class ReduceGroup { kDataParallel, kExpertDataParallel };
+
 // One parameter of a model, in forward execution order. `module` is the index of the module
 // that uses it: the engine groups parameters by module (an FSDP unit or a module outside the
 // units) and gathers, prefetches and releases them around that module's forward and backward.
@@ -16,7 +21,8 @@ struct ParamSpec {
   std::string name;               // Megatron-style name, e.g. "decoder.layers.3.mlp.linear_fc1.weight"
   std::vector<int64_t> shape;
   int module = 0;                 // the model's module index (Llama: module_count())
-  int layer = -1;                 // transformer layer index, -1 outside units
+  int layer = -1;                 // FSDP unit (transformer layer) index, -1 outside units
+  ReduceGroup reduce_group = ReduceGroup::kDataParallel;
   bool no_weight_decay = false;   // Megatron skips weight decay for norms (1-D params)
   double init_std = 0.0;          // 0: initialised to ones (norm weights)
   // Tensor parallelism (docs/tensor-parallel.md): the dimension of the full parameter that the

@@ -12,14 +12,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-json dims_json(const LlamaDims& d) {
-  // The dims that decide parameter shapes; seq_length, RoPE base and the like do not change
-  // which state a checkpoint holds.
-  return {
-      {"num_layers", d.num_layers}, {"hidden", d.hidden},     {"ffn", d.ffn},    {"heads", d.heads},
-      {"kv_heads", d.kv_heads},     {"head_dim", d.head_dim}, {"vocab", d.vocab}};
-}
-
 // The first place where `saved` and `mine` differ, as a dotted path; nullopt when equal.
 std::optional<std::string> first_difference(const json& saved, const json& mine,
                                             const std::string& path) {
@@ -110,7 +102,7 @@ json checkpoint_layout_of(DataParallelEngine& engine,
       {"distributed_optimizer", uses_distributed_optimizer(o.wrapper, o.use_distributed_optimizer)},
       {"dp_size", engine.dp()},
       {"compute_dtype", checkpoint_dtype_name(o.compute_dtype)},
-      {"model_dims", dims_json(engine.dims())},
+      {"model_dims", engine.model().shape_json()},
       // Initial weights and the mock data both derive from it: a resumed run reads the
       // batches of the iterations that follow only with the same seed.
       {"seed", o.seed},

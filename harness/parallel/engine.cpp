@@ -31,9 +31,9 @@ struct GradReadyHook : torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
-DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions options,
+DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions options,
                                        ProcessGroups groups)
-    : dims_(dims), options_(std::move(options)), pgs_(std::move(groups)) {
+    : model_(model.clone()), options_(std::move(options)), pgs_(std::move(groups)) {
   dp_ = pgs_.world->world();
   rank_ = pgs_.world->rank();
   if (pgs_.tp) {
@@ -118,7 +118,8 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
     comm_pool_ = std::make_unique<CommBufferPool>(*pgs_.world, options_.device.index(),
                                                   options_.nccl_ub_symmetric);
   }
-  specs_ = llama_param_specs(dims_, tp_);
+  specs_ = model_->param_specs(tp_);
+  check_param_specs();
   for (const auto& s : specs_) num_parameters_ += s.numel();
   leaves_.resize(specs_.size());
   build_groups();
@@ -143,7 +144,6 @@ DataParallelEngine::DataParallelEngine(const LlamaDims& dims, EngineOptions opti
   const schedule::Budgets budgets = schedule::derive_budgets(budget_in);
   ag_prefetch_elems_ = budgets.ag_prefetch_elems;
   rs_queue_capacity_elems_ = budgets.rs_queue_capacity_elems;
-  weights_ = bind_weights(dims_, leaves_);
   // The FP8 weights exist before the first forward, cast from the initial main weights; the
   // distributed optimizer's buckets gather theirs now (units gather at each forward).
   cast_fp8_shards();
@@ -234,8 +234,27 @@ std::string DataParallelEngine::strategy_name() const {
 
 const ShardingSpec& DataParallelEngine::group_spec(const EngineGroup& g) const { return g.spec; }
 
+void DataParallelEngine::check_param_specs() const {
+  const int modules = model_->module_count(), units = model_->unit_count();
+  for (const auto& spec : specs_) {
+    if (spec.module < 0 || spec.module >= modules || spec.layer < -1 || spec.layer >= units) {
+      throw std::logic_error(model_->family() + " parameter " + spec.name + " has module " +
+                             std::to_string(spec.module) + " and unit " +
+                             std::to_string(spec.layer) + "; the model declares " +
+                             std::to_string(modules) + " modules and " + std::to_string(units) +
+                             " units");
+    }
+    if (spec.reduce_group != ReduceGroup::kDataParallel) {
+      throw std::invalid_argument(
+          model_->family() + " parameter " + spec.name +
+          " is reduced over the expert-data-parallel group; this engine reduces and shards "
+          "over the data-parallel group only; accepted: dense models");
+    }
+  }
+}
+
 void DataParallelEngine::build_groups() {
-  const int modules = static_cast<int>(module_count(dims_));
+  const int modules = model_->module_count();
   module_groups_.assign(static_cast<size_t>(modules), {});
   std::vector<std::vector<int64_t>> members;
   std::vector<bool> is_unit;
@@ -244,7 +263,7 @@ void DataParallelEngine::build_groups() {
   if (fsdp) {
     // One unit per transformer layer; everything outside units forms the root group.
     std::vector<int64_t> root;
-    members.assign(static_cast<size_t>(dims_.num_layers), {});
+    members.assign(static_cast<size_t>(model_->unit_count()), {});
     for (size_t i = 0; i < specs_.size(); ++i) {
       if (specs_[i].layer >= 0) {
         members[static_cast<size_t>(specs_[i].layer)].push_back(static_cast<int64_t>(i));
@@ -366,7 +385,7 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
   for (const auto& slot : g.layout.slots) {
     const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
     auto full = at::empty(spec.shape, dev.dtype(at::kFloat));
-    init_param_part(spec, dims_, slot.spec_index, options_.seed, tp_, tp_rank_, full);
+    model_->init_param_part(spec, slot.spec_index, options_.seed, tp_, tp_rank_, full);
     auto flat = full.view({-1});
     g.model_full.narrow(0, slot.offset, slot.numel).copy_(flat);
     if (g.main_aliases_model) continue;

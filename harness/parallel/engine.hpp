@@ -30,8 +30,8 @@
 #include "harness/parallel/grad_check.hpp"
 #include "harness/parallel/process_group.hpp"
 #include "harness/measure/sharding.hpp"
+#include "harness/model/model.hpp"
 #include "harness/report/run_record.hpp"
-#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 
@@ -114,7 +114,7 @@ struct ProcessGroups {
   std::shared_ptr<ProcessGroup> all_gather;      // parameter gathers
   std::shared_ptr<ProcessGroup> reduce_scatter;  // gradient reductions
   // Tensor parallelism (docs/tensor-parallel.md): this rank's TP group. The engine's parameters
-  // are then this TP rank's parts (llama_param_specs(dims, tp size)), initialised as parts of
+  // are then this TP rank's parts (ModelSpec::param_specs(tp size)), initialised as parts of
   // the single-rank model, and the gradient norm sums over it. Null: no tensor parallelism.
   std::shared_ptr<ProcessGroup> tp;
   // HSDP (ddp.num_distributed_optimizer_instances > 1, docs/parallel-layout.md): world,
@@ -147,14 +147,19 @@ struct NcclUserBufferState {
 
 class DataParallelEngine final : public ModuleHooks {
  public:
-  DataParallelEngine(const LlamaDims& dims, EngineOptions options, ProcessGroups groups);
+  // Trains the model `model` describes (the engine keeps a clone).
+  DataParallelEngine(const ModelSpec& model, EngineOptions options, ProcessGroups groups);
   ~DataParallelEngine() override;
   DataParallelEngine(const DataParallelEngine&) = delete;
   DataParallelEngine& operator=(const DataParallelEngine&) = delete;
 
-  const LlamaWeights& weights() const { return weights_; }
+  // The parameters as the model's forward reads them, one tensor per param_specs() entry, in
+  // that order (TrainableModel::forward_loss). They view the engine's buffers and stay the same
+  // tensors for the engine's lifetime.
+  const std::vector<at::Tensor>& params() const { return leaves_; }
+  const std::vector<ParamSpec>& param_specs() const { return specs_; }
+  const ModelSpec& model() const { return *model_; }
   const EngineOptions& options() const { return options_; }
-  const LlamaDims& dims() const { return dims_; }
   // "ddp", "ddp+distopt", "megatron_fsdp/optim_grads_params", "torch_fsdp2/reshard_after_forward"
   std::string label() const;
   std::string strategy_name() const;
@@ -287,6 +292,9 @@ class DataParallelEngine final : public ModuleHooks {
   void on_grad_ready(int group, int slot, const at::Tensor& leaf);
 
  private:
+  // Every parameter's module and unit lie inside the model's; every group is one this engine
+  // reduces over.
+  void check_param_specs() const;
   void build_groups();
   void allocate_and_init(EngineGroup& g);
   void bind_leaves(EngineGroup& g);
@@ -362,7 +370,7 @@ class DataParallelEngine final : public ModuleHooks {
   // wait_work, marked as exposed communication on the comm timer.
   void wait_comm(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
 
-  LlamaDims dims_;
+  std::unique_ptr<const ModelSpec> model_;
   EngineOptions options_;
   ProcessGroups pgs_;
   int dp_ = 1;
@@ -381,7 +389,6 @@ class DataParallelEngine final : public ModuleHooks {
   std::vector<std::vector<int>> module_groups_;  // module -> groups holding its params
   std::vector<at::Tensor> leaves_;               // by spec index
   std::unordered_map<const c10::TensorImpl*, std::pair<int, int>> leaf_slots_;  // (group, slot)
-  LlamaWeights weights_;
   int64_t num_parameters_ = 0;
   int64_t ag_prefetch_elems_ = 0;
   bool gathers_units_ = false;  // some unit's weights are gathered around compute (prefetch)

@@ -61,7 +61,7 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
   int64_t norm_elems = 0;
   std::vector<int> fp8_index;
   for (const auto& slot : g.layout.slots) {
-    const bool fp8 = is_fp8_linear_weight(specs_[static_cast<size_t>(slot.spec_index)]);
+    const bool fp8 = model_->is_fp8_linear_weight(specs_[static_cast<size_t>(slot.spec_index)]);
     fp8_index.push_back(fp8 ? fp8_count++ : -1);
     if (!fp8) norm_elems += slot.numel;
   }
@@ -104,7 +104,7 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
   int64_t norm_at = 0;
   for (const auto& slot : g.layout.slots) {
     const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
-    if (is_fp8_linear_weight(spec)) continue;
+    if (model_->is_fp8_linear_weight(spec)) continue;
     if (!g.fp8_into_model) {
       at::Tensor& leaf = leaves_[static_cast<size_t>(slot.spec_index)];
       leaf.set_(g.norm_full.storage(), norm_at, spec.shape);

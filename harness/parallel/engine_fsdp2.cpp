@@ -52,7 +52,7 @@ void DataParallelEngine::allocate_and_init_per_param(EngineGroup& g) {
   for (const auto& slot : layout.slots) {
     const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
     auto full = at::empty(spec.shape, dev.dtype(at::kFloat));
-    init_param_part(spec, dims_, slot.spec_index, options_.seed, tp_, tp_rank_, full);
+    model_->init_param_part(spec, slot.spec_index, options_.seed, tp_, tp_rank_, full);
     const int64_t first = rank_ * slot.shard_numel;  // whole rows: shard_numel is chunk rows x row
     const int64_t mine = std::clamp<int64_t>(slot.numel - first, 0, slot.shard_numel);
     if (mine > 0) {

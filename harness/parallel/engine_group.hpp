@@ -13,7 +13,6 @@
 #include "harness/parallel/flat_layout.hpp"
 #include "harness/parallel/nccl_user_buffers.hpp"
 #include "harness/measure/sharding.hpp"
-#include "workloads/llama/fp8_linear.hpp"
 
 namespace shardbench {
 

@@ -7,6 +7,7 @@
 #include "harness/parallel/engine.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -36,7 +37,7 @@ TEST_P(BufferBytes, FollowTheStrategyTable) {
     o.wrapper = Wrapper::kMegatronFsdp;
     o.strategy = e.strategy;
     o.compute_dtype = at::kBFloat16;  // separate fp32 main weights
-    DataParallelEngine engine(dims(), o, pgs);
+    DataParallelEngine engine(LlamaSpec(dims()), o, pgs);
     if (rank == 1) {
       std::lock_guard<std::mutex> lock(mu);
       info = engine.group_info();
@@ -106,7 +107,7 @@ TEST_P(Fsdp2BufferBytes, CeilRowsOverRanksOfEveryParameter) {
     o.wrapper = Wrapper::kTorchFsdp2;
     o.compute_dtype = e.compute;
     o.grad_reduce_in_fp32 = e.grad_reduce_in_fp32;
-    DataParallelEngine engine(dims(), o, pgs);
+    DataParallelEngine engine(LlamaSpec(dims()), o, pgs);
     if (rank == 3) {  // the last rank: its chunk of vocab (37 rows) is 7 real rows + 3 padding
       std::lock_guard<std::mutex> lock(mu);
       info = engine.group_info();

@@ -21,6 +21,7 @@
 #include "harness/measure/sharding.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -134,18 +135,18 @@ TEST_P(CheckpointResume, LossesAndWeightsContinueExactly) {
   testing::run_on_ranks(c.world, [&](int rank, ProcessGroups& pgs) {
     Trajectory a, b;
     {
-      DataParallelEngine engine(odd_dims(), options_for(c), pgs);
+      DataParallelEngine engine(LlamaSpec(odd_dims()), options_for(c), pgs);
       a.losses = train(engine, pgs, c, 0, 4);
       a.weights = engine.gather_main_weights();
     }
     CheckpointIo io;
     {
-      DataParallelEngine engine(odd_dims(), options_for(c), pgs);
+      DataParallelEngine engine(LlamaSpec(odd_dims()), options_for(c), pgs);
       b.losses = train(engine, pgs, c, 0, 2);
       io = save_checkpoint(engine, *pgs.world, dir, format_of(c), 2);
     }
     // A fresh engine (initial weights, no optimizer state) continues from the files alone.
-    DataParallelEngine engine(odd_dims(), options_for(c), pgs);
+    DataParallelEngine engine(LlamaSpec(odd_dims()), options_for(c), pgs);
     const auto got = load_checkpoint(engine, *pgs.world, dir, format_of(c));
     if (!got) throw std::runtime_error("nothing loaded");
     if (engine.optimizer_steps() != 2) throw std::runtime_error("optimizer steps not restored");
@@ -240,7 +241,7 @@ const Case kFsdp{"megatron_fsdp", "optim_grads_params", false, 2, 8, 2};
 // Saves kFsdp's state after 2 iterations into `dir` on 2 ranks.
 void save_fsdp(const fs::path& dir) {
   testing::run_on_ranks(kFsdp.world, [&](int, ProcessGroups& pgs) {
-    DataParallelEngine engine(odd_dims(), options_for(kFsdp), pgs);
+    DataParallelEngine engine(LlamaSpec(odd_dims()), options_for(kFsdp), pgs);
     train(engine, pgs, kFsdp, 0, 2);
     save_checkpoint(engine, *pgs.world, dir, format_of(kFsdp), 2);
   });
@@ -273,7 +274,7 @@ std::vector<std::string> refused_load(const Case& c, const LlamaDims& dims, cons
                                       const std::string& format) {
   std::vector<std::string> errors(static_cast<size_t>(c.world));
   testing::run_on_ranks(c.world, [&](int rank, ProcessGroups& pgs) {
-    DataParallelEngine engine(dims, options_for(c), pgs);
+    DataParallelEngine engine(LlamaSpec(dims), options_for(c), pgs);
     LlamaModel model(dims, at::kCPU);
     train_step(model, engine,
                {mock_global_batch(99, 0, c.gbs, dims.seq_length, dims.vocab), c.mbs, kLr});
@@ -425,7 +426,7 @@ TEST(Checkpoint, MostRecentKKeepsTheNewest) {
   const ScratchDir scratch("most_recent_k");
   const fs::path& dir = scratch.path();
   testing::run_on_ranks(2, [&](int, ProcessGroups& pgs) {
-    DataParallelEngine engine(odd_dims(), options_for(kFsdp), pgs);
+    DataParallelEngine engine(LlamaSpec(odd_dims()), options_for(kFsdp), pgs);
     for (int64_t it = 0; it < 3; ++it) {
       train(engine, pgs, kFsdp, it, it + 1);
       save_checkpoint(engine, *pgs.world, dir, "fsdp_dtensor", it + 1, /*most_recent_k=*/2);

@@ -17,6 +17,7 @@
 #include "harness/engine/train_step.hpp"
 #include "harness/engine/worker_context.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -114,7 +115,7 @@ EngineRun train_engine() {
     EngineOptions o;
     o.wrapper = Wrapper::kMegatronFsdp;
     o.strategy = "optim_grads_params";
-    DataParallelEngine engine(dims, o, pgs);
+    DataParallelEngine engine(LlamaSpec(dims), o, pgs);
     LlamaModel model(dims, at::kCPU);
     std::vector<double> losses;
     for (int64_t it = 0; it < 3; ++it) {

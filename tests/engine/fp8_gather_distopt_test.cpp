@@ -17,6 +17,7 @@
 #include "tests/engine/fp8_gather_fixture.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "workloads/llama/fp8_linear.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -53,7 +54,7 @@ DistoptRun train(int world, bool fp8_param_gather) {
     o.seed = 33;
     o.adam.lr = 1e-3;
     o.fp8_param_gather = fp8_param_gather;
-    DataParallelEngine engine(d, o, pgs);
+    DataParallelEngine engine(LlamaSpec(d), o, pgs);
     LlamaModel model(d, at::kCPU);
     model.set_fp8(true, /*keep_transpose_cache=*/true);
     if (engine.gathers_fp8()) model.set_fp8_weights(&engine);
@@ -67,7 +68,7 @@ DistoptRun train(int world, bool fp8_param_gather) {
     const auto weights = engine.gather_main_weights();
     if (engine.gathers_fp8()) {
       const auto specs = llama_param_specs(d);
-      const auto leaves = testing::leaves_in_spec_order(engine.weights());
+      const auto leaves = engine.params();
       for (size_t i = 0; i < specs.size(); ++i) {
         if (!testing::gathered_like_main(engine, specs[i], leaves[i], weights[i])) ++mismatches;
       }

@@ -28,16 +28,6 @@ inline LlamaDims fp8_gather_dims(int64_t layers) {
   return d;
 }
 
-// The parameter leaves in llama_param_specs' order (bind_weights' order).
-inline std::vector<at::Tensor> leaves_in_spec_order(const LlamaWeights& w) {
-  std::vector<at::Tensor> leaves = {w.embedding};
-  for (const LayerWeights& lw : w.layers) {
-    leaves.insert(leaves.end(), {lw.input_norm, lw.qkv, lw.proj, lw.post_norm, lw.fc1, lw.fc2});
-  }
-  leaves.insert(leaves.end(), {w.final_norm, w.output});
-  return leaves;
-}
-
 // What the layers compute with, against the whole fp32 main weight `main`: a bf16 parameter is
 // the main weight in bf16; an FP8 linear's gathered bytes and scale are the main weight cast with
 // one per-tensor scale (what fp8::quantize makes of it on one rank).

@@ -13,6 +13,7 @@
 #include "tests/engine/fp8_gather_fixture.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "workloads/llama/fp8_linear.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -50,7 +51,7 @@ GatherRun train(int world, bool fp8_param_gather, bool keep_transpose) {
     o.seed = 21;
     o.adam.lr = 1e-3;
     o.fp8_param_gather = fp8_param_gather;
-    DataParallelEngine engine(d, o, pgs);
+    DataParallelEngine engine(LlamaSpec(d), o, pgs);
     LlamaModel model(d, at::kCPU);
     model.set_fp8(true, keep_transpose);
     if (engine.gathers_fp8()) model.set_fp8_weights(&engine);
@@ -69,7 +70,8 @@ GatherRun train(int world, bool fp8_param_gather, bool keep_transpose) {
       for (int64_t l = 0; l < d.num_layers; ++l) {
         const int m = static_cast<int>(l) + 1;
         engine.pre_forward(m);
-        const LayerWeights& lw = engine.weights().layers[static_cast<size_t>(l)];
+        const LlamaWeights bound = bind_weights(d, engine.params());
+        const LayerWeights& lw = bound.layers[static_cast<size_t>(l)];
         // llama_param_specs' order within a layer.
         const at::Tensor* leaves[] = {&lw.input_norm, &lw.qkv, &lw.proj,
                                       &lw.post_norm,  &lw.fc1, &lw.fc2};
@@ -189,10 +191,10 @@ TEST(Fp8ParamGatherLayout, GemmOperandsStartOn16ByteBoundaries) {
       o.strategy = "optim_grads_params";
       o.compute_dtype = at::kBFloat16;
       o.fp8_param_gather = true;
-      DataParallelEngine engine(gather_dims(), o, pgs);
+      DataParallelEngine engine(LlamaSpec(gather_dims()), o, pgs);
       int checked = 0;
       const auto specs = llama_param_specs(gather_dims());
-      const auto leaves = testing::leaves_in_spec_order(engine.weights());
+      const auto leaves = engine.params();
       for (size_t i = 0; i < specs.size(); ++i) {
         if (!is_fp8_linear_weight(specs[i])) continue;
         const fp8::Quantized* q = engine.fp8_weight(leaves[i]);
@@ -215,7 +217,7 @@ TEST(Fp8ParamGatherOptions, RefusedOutsideMegatronFsdpOptimGradsParams) {
     o.fp8_param_gather = true;
     o.wrapper = Wrapper::kDdp;
     try {
-      DataParallelEngine engine(gather_dims(), o, pgs);
+      DataParallelEngine engine(LlamaSpec(gather_dims()), o, pgs);
       ADD_FAILURE() << "DDP accepted fp8_param_gather";
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find("ddp.fp8_param_gather=true is not implemented for ddp"),

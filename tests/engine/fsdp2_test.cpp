@@ -8,6 +8,7 @@
 #include "harness/engine/train_step.hpp"
 #include "harness/parallel/engine.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -42,7 +43,7 @@ Walk walk(int prefetch_blocks, bool reshard_after_forward) {
     o.prefetch_blocks = prefetch_blocks;
     o.reshard_after_forward = reshard_after_forward;
     const LlamaDims d = six_layers();
-    DataParallelEngine engine(d, o, pgs);
+    DataParallelEngine engine(LlamaSpec(d), o, pgs);
     Walk mine;
     engine.pre_forward(0);  // root: embedding
     engine.pre_forward(1);  // block 0
@@ -85,10 +86,10 @@ TEST(Fsdp2Engine, LabelNamesTheWrapperAndReshardPolicy) {
   testing::run_on_ranks(1, [&](int, ProcessGroups& pgs) {
     EngineOptions o;
     o.wrapper = Wrapper::kTorchFsdp2;
-    EXPECT_EQ(DataParallelEngine(six_layers(), o, pgs).label(),
+    EXPECT_EQ(DataParallelEngine(LlamaSpec(six_layers()), o, pgs).label(),
               "torch_fsdp2/reshard_after_forward");
     o.reshard_after_forward = false;
-    EXPECT_EQ(DataParallelEngine(six_layers(), o, pgs).label(),
+    EXPECT_EQ(DataParallelEngine(LlamaSpec(six_layers()), o, pgs).label(),
               "torch_fsdp2/no_reshard_after_forward");
   });
 }
@@ -114,7 +115,7 @@ Bf16Result train_bf16(const std::string& wrapper, bool grad_reduce_in_fp32) {
     o.strategy = "optim_grads_params";
     o.compute_dtype = at::kBFloat16;
     o.grad_reduce_in_fp32 = grad_reduce_in_fp32;
-    DataParallelEngine engine(d, o, pgs);
+    DataParallelEngine engine(LlamaSpec(d), o, pgs);
     LlamaModel model(d, at::kCPU);
     std::vector<double> losses;
     for (int it = 0; it < 3; ++it) {

@@ -23,6 +23,7 @@
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
 #include "tests/remove_tree.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -117,7 +118,7 @@ std::vector<RankBuffers> buffers_of(bool outer_optim) {
   testing::run_on_ranks_with(
       kWorld,
       [&](int rank, ProcessGroups& pgs) {
-        DataParallelEngine engine(memory_dims(), hfsdp_options(at::kBFloat16, outer_optim), pgs);
+        DataParallelEngine engine(LlamaSpec(memory_dims()), hfsdp_options(at::kBFloat16, outer_optim), pgs);
         if (engine.shards_across_instances() != outer_optim || engine.instances() != kInstances) {
           throw std::runtime_error("the engine does not report its instances");
         }
@@ -218,7 +219,7 @@ Trained train_on_ranks(const EngineOptions& o, int steps) {
   testing::run_on_ranks_with(
       kWorld,
       [&](int rank, ProcessGroups& pgs) {
-        DataParallelEngine engine(odd_dims(), o, pgs);
+        DataParallelEngine engine(LlamaSpec(odd_dims()), o, pgs);
         Trained run = train(engine, pgs, 0, steps);
         run.weights = engine.gather_main_weights();
         if (rank == 0) {
@@ -317,16 +318,16 @@ TEST_P(HfsdpCheckpoint, ResumesExactly) {
         ProcessGroup& world = *(*groups.world)[static_cast<size_t>(rank)];
         Trained a, b;
         {
-          DataParallelEngine engine(odd_dims(), o, pgs);
+          DataParallelEngine engine(LlamaSpec(odd_dims()), o, pgs);
           a = train(engine, pgs, 0, 4);
           a.weights = engine.gather_main_weights();
         }
         {
-          DataParallelEngine engine(odd_dims(), o, pgs);
+          DataParallelEngine engine(LlamaSpec(odd_dims()), o, pgs);
           b = train(engine, pgs, 0, 2);
           save_checkpoint(engine, world, dir, "fsdp_dtensor", 2);
         }
-        DataParallelEngine engine(odd_dims(), o, pgs);
+        DataParallelEngine engine(LlamaSpec(odd_dims()), o, pgs);
         const auto got = load_checkpoint(engine, world, dir, "fsdp_dtensor");
         if (!got || got->iteration != 2 || engine.optimizer_steps() != 2) {
           throw std::runtime_error("the checkpoint was not loaded");
@@ -388,11 +389,11 @@ TEST(HfsdpCheckpointRefusal, OuterNoShardIsAnotherLayout) {
         [&](int rank, ProcessGroups& pgs) {
           ProcessGroup& world = *(*groups.world)[static_cast<size_t>(rank)];
           {
-            DataParallelEngine engine(odd_dims(), hfsdp_options(at::kFloat, saved_optim), pgs);
+            DataParallelEngine engine(LlamaSpec(odd_dims()), hfsdp_options(at::kFloat, saved_optim), pgs);
             train(engine, pgs, 0, 1);
             save_checkpoint(engine, world, dir, "fsdp_dtensor", 1);
           }
-          DataParallelEngine engine(odd_dims(), hfsdp_options(at::kFloat, !saved_optim), pgs);
+          DataParallelEngine engine(LlamaSpec(odd_dims()), hfsdp_options(at::kFloat, !saved_optim), pgs);
           try {
             load_checkpoint(engine, world, dir, "fsdp_dtensor");
             errors[static_cast<size_t>(rank)] = "(no error)";
@@ -450,7 +451,7 @@ TEST(HfsdpEngine, RefusesWhatIsNotFullShardingInsideEachInstance) {
         kWorld,
         [&](int, ProcessGroups& pgs) {
           try {
-            DataParallelEngine engine(odd_dims(), r.options, pgs);
+            DataParallelEngine engine(LlamaSpec(odd_dims()), r.options, pgs);
             ADD_FAILURE() << "accepted: " << r.message;
           } catch (const std::invalid_argument& e) {
             EXPECT_NE(std::string(e.what()).find(r.message), std::string::npos) << e.what();

@@ -9,6 +9,7 @@
 #include "tests/engine/three_layer_training.hpp"
 #include "tests/main_grad_hooks.hpp"
 #include "workloads/llama/linear_cross_entropy.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {

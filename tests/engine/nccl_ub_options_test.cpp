@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tests/engine/rank_threads.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -34,7 +35,7 @@ std::string refusal(Wrapper wrapper, bool manual, ProcessGroups& pgs) {
   o.nccl_ub = true;
   o.nccl_ub_manual_registration = manual;
   try {
-    DataParallelEngine engine(tiny(), o, pgs);
+    DataParallelEngine engine(LlamaSpec(tiny()), o, pgs);
   } catch (const std::invalid_argument& e) {
     return e.what();
   }

@@ -15,6 +15,7 @@
 #include "harness/engine/train_step.hpp"
 #include "tests/engine/three_layer_training.hpp"
 #include "workloads/llama/activation_offload.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -22,16 +23,19 @@ namespace {
 constexpr uint64_t kSeed = testing::kThreeLayerSeed;
 using testing::max_rel;
 
-std::unordered_set<const c10::StorageImpl*> storages_of(const LlamaWeights& w) {
+std::unordered_set<const c10::StorageImpl*> storages_of(const std::vector<at::Tensor>& params) {
   std::unordered_set<const c10::StorageImpl*> out;
-  auto add = [&](const at::Tensor& t) {
+  for (const auto& t : params) {
     if (t.defined() && t.has_storage()) out.insert(t.storage().unsafeGetStorageImpl());
-  };
-  for (const auto& t : {w.embedding, w.final_norm, w.output}) add(t);
-  for (const auto& l : w.layers) {
-    for (const auto& t : {l.input_norm, l.qkv, l.proj, l.post_norm, l.fc1, l.fc2}) add(t);
   }
   return out;
+}
+std::unordered_set<const c10::StorageImpl*> storages_of(const LlamaWeights& w) {
+  std::vector<at::Tensor> all = {w.embedding, w.final_norm, w.output};
+  for (const auto& l : w.layers) {
+    all.insert(all.end(), {l.input_norm, l.qkv, l.proj, l.post_norm, l.fc1, l.fc2});
+  }
+  return storages_of(all);
 }
 
 // One model with leaf parameters on the CPU, trained by backward() into .grad.
@@ -256,7 +260,7 @@ TEST_P(OffloadEngines, TrainLikeWithoutOffload) {
         // The engine's weights as bound for this forward: gathered views of its flat buffers.
         model.activation_offload()->set_pack_observer([&](const at::Tensor& t, bool offloaded) {
           if (offloaded &&
-              storages_of(engine.weights()).count(t.storage().unsafeGetStorageImpl())) {
+              storages_of(engine.params()).count(t.storage().unsafeGetStorageImpl())) {
             ++offloaded_weights;
           }
         });

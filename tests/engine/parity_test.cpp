@@ -14,6 +14,7 @@
 #include "harness/parallel/flat_adamw.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -99,7 +100,7 @@ Trajectory engine_run(const LlamaDims& dims, EngineOptions options, int world, i
   std::mutex mu;
   Trajectory got;
   testing::run_on_ranks(world, [&](int rank, ProcessGroups& pgs) {
-    DataParallelEngine engine(dims, options, pgs);
+    DataParallelEngine engine(LlamaSpec(dims), options, pgs);
     LlamaModel model(dims, at::kCPU);
     std::vector<double> losses;
     for (int it = 0; it < kSteps; ++it) {

@@ -21,6 +21,7 @@
 #include "harness/parallel/flat_adamw.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/perf_launch_process.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -78,7 +79,7 @@ TEST(PrecisionAwareOptimizer, EngineMemoryCountsTheMomentBytes) {
         o.exp_avg_dtype = at::kBFloat16;
         o.exp_avg_sq_dtype = at::kFloat;
       }
-      DataParallelEngine engine(dims, o, pgs);
+      DataParallelEngine engine(LlamaSpec(dims), o, pgs);
       const EngineMemory m = engine.memory();
       int64_t main_elems = 0;
       for (const auto& g : engine.group_info()) main_elems += g.main_weight_elems;

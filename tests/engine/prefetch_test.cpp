@@ -8,6 +8,7 @@
 
 #include "harness/parallel/engine.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -45,11 +46,11 @@ Observed observe(double budget_units, bool double_buffer, int world = 2) {
     o.double_buffer = double_buffer;
     if (budget_units > 0) {
       // Probe engine for the unit size, then the engine under test with that budget.
-      DataParallelEngine probe(six_layers(), o, pgs);
+      DataParallelEngine probe(LlamaSpec(six_layers()), o, pgs);
       o.ag_prefetch_elems =
           static_cast<int64_t>(budget_units * probe.group_info()[0].layout.padded_elems);
     }
-    DataParallelEngine engine(six_layers(), o, pgs);
+    DataParallelEngine engine(LlamaSpec(six_layers()), o, pgs);
     Observed mine;
     mine.budget = engine.ag_prefetch_elems();
     mine.unit_bytes = engine.group_info()[0].layout.padded_elems * 4;

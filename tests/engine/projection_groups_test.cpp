@@ -9,6 +9,7 @@
 
 #include "harness/project/projection_groups.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -44,7 +45,7 @@ void expect_engine_groups(int world, const Case& c) {
     o.strategy = c.strategy;
     o.use_distributed_optimizer = c.distopt;
     o.bucket_size_elems = c.bucket_size;
-    DataParallelEngine engine(dims, o, pgs);
+    DataParallelEngine engine(LlamaSpec(dims), o, pgs);
     if (rank == 0) {
       std::lock_guard<std::mutex> lock(mu);
       info = engine.group_info();
@@ -99,7 +100,7 @@ TEST(ProjectionGroups, MatchTheEnginesGroupsUnderHsdp) {
           o.wrapper = Wrapper::kMegatronFsdp;
           o.strategy = "optim_grads_params";
           o.outer_shard_optimizer = outer_optim;
-          DataParallelEngine engine(dims, o, pgs);
+          DataParallelEngine engine(LlamaSpec(dims), o, pgs);
           if (rank == 0) {
             std::lock_guard<std::mutex> lock(mu);
             info = engine.group_info();

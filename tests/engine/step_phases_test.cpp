@@ -18,6 +18,7 @@
 #include "harness/engine/train_step_phases.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/perf_launch_process.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -53,7 +54,7 @@ TEST(StepPhases, TrainStepMarksEachMicroBatchThenGradSyncThenOptimizer) {
     EngineOptions o;
     o.wrapper = Wrapper::kMegatronFsdp;
     o.strategy = "optim_grads_params";
-    DataParallelEngine engine(dims, o, pgs);
+    DataParallelEngine engine(LlamaSpec(dims), o, pgs);
     LlamaModel model(dims, at::kCPU);
     // GBS 8 over MBS 2 x DP 2: two micro-batches.
     StepInputs in{mock_global_batch(1, 0, 8, dims.seq_length, dims.vocab), 2, 1e-3};

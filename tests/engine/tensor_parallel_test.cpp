@@ -21,6 +21,7 @@
 #include "tests/engine/reference_training.hpp"
 #include "tests/main_grad_hooks.hpp"
 #include "workloads/llama/tensor_parallel.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -275,7 +276,7 @@ Trajectory tp_engine_run(const LlamaDims& dims, const TpCase& c) {
   testing::run_on_ranks_with(
       c.world,
       [&](int rank, ProcessGroups& pgs) {
-        DataParallelEngine engine(dims, o, pgs);
+        DataParallelEngine engine(LlamaSpec(dims), o, pgs);
         LlamaModel model(dims, at::kCPU);
         if (pgs.tp) model.set_tensor_parallel({pgs.tp->world(), pgs.tp->rank(), pgs.tp});
         if (c.wgrad_fusion) model.set_gradient_accumulation_fusion(&engine);
@@ -443,7 +444,7 @@ TEST(HsdpEngine, RefusesAnUnshardedOptimizer) {
       4,
       [&](int, ProcessGroups& pgs) {
         try {
-          DataParallelEngine engine(tp_dims(), o, pgs);
+          DataParallelEngine engine(LlamaSpec(tp_dims()), o, pgs);
           ADD_FAILURE() << "accepted HSDP with DDP's replicated optimizer";
         } catch (const std::invalid_argument& e) {
           EXPECT_NE(std::string(e.what()).find("ddp.num_distributed_optimizer_instances=2 with "

@@ -14,6 +14,7 @@
 #include "harness/engine/train_step.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench::testing {
 
@@ -76,7 +77,7 @@ inline TrainedRun train_three_steps(
     o.seed = kThreeLayerSeed;
     o.adam.lr = 1e-3;
     if (configure) configure(o);
-    DataParallelEngine engine(d, o, pgs);
+    DataParallelEngine engine(LlamaSpec(d), o, pgs);
     LlamaModel model(d, at::kCPU);
     setup(engine, model);
     std::vector<double> losses;

@@ -16,6 +16,7 @@
 #include "tests/engine/rank_threads.hpp"
 #include "tests/perf_launch_process.hpp"
 #include "tests/remove_tree.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -60,8 +61,8 @@ Seen run_step(const LlamaDims& dims, const EngineOptions& o, int ranks) {
   std::mutex mu;
   testing::run_on_ranks(ranks, [&](int rank, ProcessGroups& pgs) {
     // Two engines from the same seed: one step each, with and without the timer.
-    DataParallelEngine plain(dims, o, pgs);
-    DataParallelEngine timed(dims, o, pgs);
+    DataParallelEngine plain(LlamaSpec(dims), o, pgs);
+    DataParallelEngine timed(LlamaSpec(dims), o, pgs);
     LlamaModel model(dims, at::kCPU);
     StepInputs in{mock_global_batch(1, 0, 8, dims.seq_length, dims.vocab), 2, 1e-3};
     const double loss_plain = train_step(model, plain, in).loss.item<double>();

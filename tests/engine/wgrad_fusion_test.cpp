@@ -6,6 +6,7 @@
 
 #include "tests/engine/three_layer_training.hpp"
 #include "workloads/llama/wgrad_linear.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {

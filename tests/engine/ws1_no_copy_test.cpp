@@ -11,6 +11,7 @@
 #include "harness/engine/train_step.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/three_layer_training.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -34,27 +35,14 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << c.wrapper << "/" << c.strategy << (c.compute == at::kFloat ? " fp32" : " bf16");
 }
 
-// The model's parameters in llama_param_specs() order.
-std::vector<at::Tensor> leaves_of(const LlamaWeights& w) {
-  std::vector<at::Tensor> out{w.embedding};
-  for (const auto& l : w.layers) {
-    for (const auto& t : {l.input_norm, l.qkv, l.proj, l.post_norm, l.fc1, l.fc2}) {
-      out.push_back(t);
-    }
-  }
-  out.push_back(w.final_norm);
-  out.push_back(w.output);
-  return out;
-}
-
 // Parameters (by spec index) whose storage is not the persistent compute-weight buffer of their
 // group, at the element where the group's shard holds them. That buffer is the main weights with
 // fp32 compute, else the compute-dtype buffer the optimizer refreshes (checkpoint_state names
 // both). FSDP2 in bf16 keeps no compute-dtype buffer and is not checked.
 std::vector<std::string> leaves_off_their_shard(DataParallelEngine& engine) {
   const auto info = engine.group_info();
-  const auto specs = llama_param_specs(engine.dims());
-  const auto leaves = leaves_of(engine.weights());
+  const auto& specs = engine.param_specs();
+  const auto& leaves = engine.params();
   std::vector<std::string> off;
   for (const auto& buffer : engine.checkpoint_state()) {
     const bool fp32 = engine.options().compute_dtype == at::kFloat;
@@ -101,7 +89,7 @@ Ws1Run train(const char* wrapper, const char* strategy, at::ScalarType compute, 
     // Clipping scales by 1 / norm, and the norm sums each group's squares: DDP's buckets and
     // FSDP's units group them differently, so only unclipped steps can match bit for bit.
     o.clip_grad = 0;
-    DataParallelEngine engine(d, o, pgs);
+    DataParallelEngine engine(LlamaSpec(d), o, pgs);
     LlamaModel model(d, at::kCPU);
     if (fusion) model.set_gradient_accumulation_fusion(&engine);
     Ws1Run run;
@@ -195,7 +183,7 @@ TEST(WorldSizeOneFsdp2, Bf16CastsTheShardIntoTheParametersAndTrainsLikeDdp) {
   testing::run_on_ranks(1, [&](int, ProcessGroups& pgs) {
     EngineOptions o;
     o.wrapper = Wrapper::kTorchFsdp2;
-    DataParallelEngine engine(testing::three_layer_dims(), o, pgs);
+    DataParallelEngine engine(LlamaSpec(testing::three_layer_dims()), o, pgs);
     for (const auto& g : engine.group_info()) {
       (g.is_unit ? unit_bytes : root_bytes) = g.layout.unsharded_elems * 2;
     }

@@ -13,6 +13,7 @@
 #include "harness/engine/train_step.hpp"
 #include "tests/gpu/nccl_world.hpp"
 #include "tests/gpu/small_dims.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -32,7 +33,7 @@ TrainedRun train(ProcessGroups& pgs) {
   o.device = at::Device(at::kCUDA, 0);
   o.align_elems = 128;
   o.fused_kernels = true;
-  DataParallelEngine engine(dims(), o, pgs);
+  DataParallelEngine engine(LlamaSpec(dims()), o, pgs);
   LlamaModel model(dims(), o.device);
   LlamaModel::FusedKernels k;
   k.rope_qkv = true;

@@ -19,6 +19,7 @@
 #include "workloads/llama/fp8_linear.hpp"
 
 #include "tests/test_paths.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -43,7 +44,7 @@ std::vector<double> train(ProcessGroups& pgs, bool fp8_param_gather, bool* gathe
   o.adam.lr = 1e-3;
   o.fp8_param_gather = fp8_param_gather;
   const LlamaDims dims = testing::small_gpu_dims(2);
-  DataParallelEngine engine(dims, o, pgs);
+  DataParallelEngine engine(LlamaSpec(dims), o, pgs);
   LlamaModel model(dims, o.device);
   model.set_fp8(true, /*keep_transpose_cache=*/false);
   if (engine.gathers_fp8()) model.set_fp8_weights(&engine);

@@ -11,6 +11,7 @@
 #include "harness/engine/train_step.hpp"
 #include "tests/gpu/nccl_world.hpp"
 #include "tests/gpu/small_dims.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -42,7 +43,7 @@ std::vector<double> train(const char* wrapper, const char* strategy, bool distop
     synchronize_device(o.device);
     resident->before_engine = allocator_snapshot(o.device, "before", 0).allocated_bytes;
   }
-  DataParallelEngine engine(dims, o, pgs);
+  DataParallelEngine engine(LlamaSpec(dims), o, pgs);
   LlamaModel model(dims, o.device);
   std::vector<double> losses;
   for (int it = 0; it < 4; ++it) {

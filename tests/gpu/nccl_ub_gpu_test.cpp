@@ -24,6 +24,7 @@
 #include "tests/gpu/small_dims.hpp"
 
 #include "tests/test_paths.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -56,7 +57,7 @@ Trained train(ProcessGroups& pgs, Wrapper wrapper, bool nccl_ub, bool manual) {
   o.nccl_ub_symmetric = false;
   o.nccl_ub_manual_registration = manual;
   const LlamaDims dims = testing::small_gpu_dims(2);
-  DataParallelEngine engine(dims, o, pgs);
+  DataParallelEngine engine(LlamaSpec(dims), o, pgs);
   LlamaModel model(dims, o.device);
   Trained t;
   t.states.push_back(engine.nccl_user_buffers());

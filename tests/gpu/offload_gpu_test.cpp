@@ -14,6 +14,7 @@
 #include "harness/engine/train_step.hpp"
 #include "tests/gpu/nccl_world.hpp"
 #include "workloads/llama/activation_offload.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -154,7 +155,7 @@ TEST_F(OffloadGpu, EnginesTrainLikeWithoutOffload) {
       o.device = kCuda;
       o.align_elems = 128;
       o.adam.lr = 1e-3;
-      DataParallelEngine engine(d, o, pgs);
+      DataParallelEngine engine(LlamaSpec(d), o, pgs);
       LlamaModel model(d, kCuda);
       model.set_offload_layers(offload);
       for (int it = 0; it < 3; ++it) {

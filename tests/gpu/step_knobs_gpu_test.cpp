@@ -8,6 +8,7 @@
 #include "harness/engine/train_step.hpp"
 #include "tests/gpu/nccl_world.hpp"
 #include "tests/gpu/small_dims.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -29,7 +30,7 @@ TEST(GpuStepKnobs, EmptyUnusedMemoryLevelReleasesCachedBlocks) {
   o.compute_dtype = at::kBFloat16;
   o.device = dev;
   o.align_elems = 128;
-  DataParallelEngine engine(dims(), o, pgs);
+  DataParallelEngine engine(LlamaSpec(dims()), o, pgs);
   LlamaModel model(dims(), dev);
   StepInputs in{mock_global_batch(5, 0, 4, dims().seq_length, dims().vocab), 2, 1e-4};
   train_step(model, engine, in);

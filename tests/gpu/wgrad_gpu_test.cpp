@@ -9,6 +9,7 @@
 #include "tests/gpu/nccl_world.hpp"
 #include "workloads/llama/wgrad_linear.hpp"
 #include "tests/gpu/small_dims.hpp"
+#include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -49,7 +50,7 @@ Trained train(ProcessGroups& pgs, const char* wrapper, const char* strategy, boo
   o.device = at::Device(at::kCUDA, 0);
   o.align_elems = 128;
   o.gradient_accumulation_fusion = fusion;
-  DataParallelEngine engine(dims(), o, pgs);
+  DataParallelEngine engine(LlamaSpec(dims()), o, pgs);
   LlamaModel model(dims(), o.device);
   if (fusion) model.set_gradient_accumulation_fusion(&engine);
   Trained r;

@@ -18,17 +18,9 @@
 
 #include <ATen/ATen.h>
 
-namespace shardbench {
-class ModuleHooks;  // workloads/llama/llama_model.hpp
-}  // namespace shardbench
+#include "harness/model/model.hpp"  // fp8::Quantized, ModuleHooks
 
 namespace shardbench::fp8 {
-
-// A tensor in FP8: `data` [rows, cols] and/or `data_t` [cols, rows], and the fp32 scalar that
-// dequantises them (at::_scaled_mm's scale).
-struct Quantized {
-  at::Tensor data, data_t, scale_inv;
-};
 
 // Current scaling of a 2-D contiguous bf16 or fp32 tensor into `fp8_dtype` (kFloat8_e4m3fn or
 // kFloat8_e5m2): scale = max_finite / amax (1 when amax is 0), saturating cast. On CUDA with

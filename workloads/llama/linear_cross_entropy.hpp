@@ -17,7 +17,7 @@
 
 namespace shardbench {
 
-class ModuleHooks;  // workloads/llama/llama_model.hpp
+class ModuleHooks;  // harness/model/model.hpp
 
 namespace lce {
 

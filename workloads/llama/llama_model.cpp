@@ -79,17 +79,25 @@ struct BackwardRangeClose : torch::autograd::Function<BackwardRangeClose> {
 // the layer again with grad enabled and back-propagates through it (a reentrant backward: the
 // weights' gradients accumulate into their leaves, so the engine's hooks see them as usual).
 struct RecomputeLayerFn : torch::autograd::Function<RecomputeLayerFn> {
+  // The layer's weights travel by value (the tensors the engine bound, in
+  // llama_param_specs' order): the caller's LlamaWeights may be gone by backward.
+  static std::vector<at::Tensor> pack(const LayerWeights& w) {
+    return {w.input_norm, w.qkv, w.proj, w.post_norm, w.fc1, w.fc2};
+  }
+  static LayerWeights unpack(const std::vector<at::Tensor>& t) {
+    return {t.at(0), t.at(1), t.at(2), t.at(3), t.at(4), t.at(5)};
+  }
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            int64_t model, int64_t layer) {
+                            int64_t model, std::vector<at::Tensor> layer) {
     const auto* m = reinterpret_cast<const LlamaModel*>(model);
-    const auto* w = reinterpret_cast<const LayerWeights*>(layer);
+    const LayerWeights w = unpack(layer);
     ctx->save_for_backward({x});
     ctx->saved_data["model"] = model;
-    ctx->saved_data["layer"] = layer;
+    ctx->saved_data["layer"] = std::move(layer);
     at::Tensor out;
     {
       at::NoGradGuard no_grad;
-      out = m->layer_forward(*w, x);
+      out = m->layer_forward(w, x);
     }
     // Autograd saves `x` after this returns: the census names it for what it is.
     census::region("recompute_input");
@@ -98,12 +106,12 @@ struct RecomputeLayerFn : torch::autograd::Function<RecomputeLayerFn> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto* m = reinterpret_cast<const LlamaModel*>(ctx->saved_data["model"].toInt());
-    const auto* w = reinterpret_cast<const LayerWeights*>(ctx->saved_data["layer"].toInt());
+    const LayerWeights w = unpack(ctx->saved_data["layer"].toTensorVector());
     at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     at::Tensor out;
     {
       at::AutoGradMode grad_mode(true);
-      out = m->layer_forward(*w, x);
+      out = m->layer_forward(w, x);
     }
     torch::autograd::backward({out}, {grads[0]});
     return {x.grad(), at::Tensor(), at::Tensor()};
@@ -149,6 +157,18 @@ void init_param_part(const ParamSpec& spec, const LlamaDims& dims, int64_t spec_
   const auto idx = tp_part_indices(spec, dims, tp, tp_rank);
   auto index = at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(param.device());
   param.copy_(full.index_select(spec.tp_dim, index));
+}
+
+void LlamaSpec::init_param_part(const ParamSpec& spec, int64_t spec_index, uint64_t seed, int tp,
+                                int tp_rank, at::Tensor& param) const {
+  shardbench::init_param_part(spec, dims_, spec_index, seed, tp, tp_rank, param);
+}
+
+nlohmann::json LlamaSpec::shape_json() const {
+  const LlamaDims& d = dims_;
+  return {{"num_layers", d.num_layers}, {"hidden", d.hidden},     {"ffn", d.ffn},
+          {"heads", d.heads},           {"kv_heads", d.kv_heads}, {"head_dim", d.head_dim},
+          {"vocab", d.vocab}};
 }
 
 LlamaWeights bind_weights(const LlamaDims& d, const std::vector<at::Tensor>& params) {
@@ -395,6 +415,12 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x,
   return x1 + tp_reduce_scatter(linear(act, w.fc2));
 }
 
+at::Tensor LlamaModel::forward_loss(const std::vector<at::Tensor>& params,
+                                    const at::Tensor& tokens, const at::Tensor& labels,
+                                    ModuleHooks* hooks, double backward_scale) const {
+  return forward_loss(bind_weights(dims_, params), tokens, labels, hooks, backward_scale);
+}
+
 at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tokens,
                                     const at::Tensor& labels, ModuleHooks* hooks,
                                     double backward_scale) const {
@@ -456,7 +482,7 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     if (mark) x = BackwardRangeClose::apply(x)[0];
     if (l < recompute_layers_ && x.requires_grad() && at::GradMode::is_enabled()) {
       x = RecomputeLayerFn::apply(x, reinterpret_cast<int64_t>(this),
-                                  reinterpret_cast<int64_t>(&w.layers[l]));
+                                  RecomputeLayerFn::pack(w.layers[l]));
     } else if (offload && l < offload_layers_) {
       // Weights and RoPE tables are saved by reference, never copied
       // (cpu_offloading_weights=false).

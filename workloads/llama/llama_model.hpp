@@ -16,13 +16,13 @@
 #include <ATen/ATen.h>
 
 #include "harness/measure/saved_activations.hpp"
+#include "harness/model/model.hpp"
 #include "workloads/llama/llama_specs.hpp"
 #include "workloads/llama/tensor_parallel.hpp"
 
 namespace shardbench {
 
 namespace fp8 {  // workloads/llama/fp8_linear.hpp
-struct Quantized;
 class WeightCache;
 }  // namespace fp8
 
@@ -45,34 +45,35 @@ struct LlamaWeights {
 // `params[i]` is the tensor of llama_param_specs()[i].
 LlamaWeights bind_weights(const LlamaDims& dims, const std::vector<at::Tensor>& params);
 
-// Engine callbacks around each module of the forward pass.
-class ModuleHooks {
- public:
-  virtual ~ModuleHooks() = default;
-  // Before module `m` runs: its weights must be usable when this returns (on GPU: ordered on the
-  // current stream).
-  virtual void pre_forward(int module) = 0;
-  // After module `m` produced `output`; may wrap it (pre-backward hook) and release weights.
-  virtual at::Tensor post_forward(int module, at::Tensor output) = 0;
-
-  // Gradient-accumulation fusion (model.gradient_accumulation_fusion, docs/gradient-accumulation-
-  // fusion.md): the buffer weight `w`'s gradient of this micro-batch accumulates into (its
-  // main-grad view, in the grad dtype), or an undefined tensor when the engine keeps autograd's
-  // gradient for it. Called from the linear's backward, which then adds its weight gradient there
-  // itself and calls main_grad_accumulated(w) instead of returning the gradient to autograd.
-  virtual at::Tensor main_grad(const at::Tensor& /*w*/) { return {}; }
-  virtual void main_grad_accumulated(const at::Tensor& /*w*/) {}
-
-  // FP8 parameter all-gather (ddp.fp8_param_gather, docs/fp8-param-gather.md): weight `w`'s e4m3
-  // copy as the engine gathered it (valid while `w`'s module runs forward or backward), or null
-  // when the engine holds `w` only in the compute dtype and the linear casts it itself.
-  virtual const fp8::Quantized* fp8_weight(const at::Tensor& /*w*/) { return nullptr; }
-};
-
 class ActivationOffload;  // workloads/llama/activation_offload.hpp
 class ActivationCensus;   // workloads/llama/activation_census.hpp
 
-class LlamaModel {
+// Llama as the engine sees it (harness/model/model.hpp): llama_param_specs, module_count and
+// init_param_part over one LlamaDims.
+class LlamaSpec final : public ModelSpec {
+ public:
+  explicit LlamaSpec(const LlamaDims& dims) : dims_(dims) {}
+  const LlamaDims& dims() const { return dims_; }
+
+  std::unique_ptr<ModelSpec> clone() const override { return std::make_unique<LlamaSpec>(dims_); }
+  std::string family() const override { return "llama"; }
+  int module_count() const override { return static_cast<int>(shardbench::module_count(dims_)); }
+  int unit_count() const override { return static_cast<int>(dims_.num_layers); }
+  std::vector<ParamSpec> param_specs(int tp) const override { return llama_param_specs(dims_, tp); }
+  void init_param_part(const ParamSpec& spec, int64_t spec_index, uint64_t seed, int tp,
+                       int tp_rank, at::Tensor& param) const override;
+  bool is_fp8_linear_weight(const ParamSpec& spec) const override {
+    return shardbench::is_fp8_linear_weight(spec);
+  }
+  // The dims that decide parameter shapes; seq_length, the RoPE base and the like do not change
+  // which state a checkpoint holds.
+  nlohmann::json shape_json() const override;
+
+ private:
+  LlamaDims dims_;
+};
+
+class LlamaModel final : public TrainableModel {
  public:
   LlamaModel(LlamaDims dims, at::Device device);
 
@@ -119,7 +120,7 @@ class LlamaModel {
   bool fp8_weights_gathered() const { return fp8_weights_ != nullptr; }
   bool fp8_casts_once_per_step() const { return fp8_cache_ != nullptr; }
   // Call before each step's first micro-batch: the optimizer changed the weights.
-  void new_step() const;
+  void new_step() const override;
 
   // Full activation recompute of the first `n` layers (Megatron's recompute_granularity=full,
   // recompute_method=block): those layers keep only their input for backward and run their
@@ -189,6 +190,10 @@ class LlamaModel {
   at::Tensor forward_loss(const LlamaWeights& w, const at::Tensor& tokens,
                           const at::Tensor& labels, ModuleHooks* hooks,
                           double backward_scale = 1.0) const;
+  // TrainableModel: the same over the engine's parameters in llama_param_specs order.
+  at::Tensor forward_loss(const std::vector<at::Tensor>& params, const at::Tensor& tokens,
+                          const at::Tensor& labels, ModuleHooks* hooks,
+                          double backward_scale) const override;
 
  private:
   // `recompute_mlp`: the MLP keeps only its input (recompute::mlp), as in the first

@@ -25,7 +25,7 @@
 namespace shardbench {
 
 class ProcessGroup;  // harness/parallel/process_group.hpp
-class ModuleHooks;   // workloads/llama/llama_model.hpp
+class ModuleHooks;   // harness/model/model.hpp
 
 struct TensorParallel {
   int size = 1;
