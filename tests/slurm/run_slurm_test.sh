@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End to end against a real Slurm: start a one-node loopback cluster (scripts/slurm_cluster),
 # submit a 2-rank CPU run through `perf-launch --executor slurm`, wait for the job, check its
-# report, and stop the daemons whatever happened.
+# report, and stop the daemons whatever happened (cluster_fixture.sh).
 #
 #   tests/slurm/run_slurm_test.sh PATH/TO/perf-launch
 #
@@ -11,38 +11,10 @@ set -euo pipefail
 
 [ $# -eq 1 ] || { echo "usage: $0 PATH/TO/perf-launch" >&2; exit 2; }
 PERF_LAUNCH="$(realpath "$1")"
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-CLUSTER="$ROOT/scripts/slurm_cluster"
-JOB_TIMEOUT_S="${SHARDBENCH_SLURM_TEST_JOB_TIMEOUT_S:-90}"
-
-say() { printf '[slurm_test] %s\n' "$*" >&2; }
-fail() { printf '[slurm_test] FAIL: %s\n' "$*" >&2; exit 1; }
-
-[ -x "$PERF_LAUNCH" ] || fail "perf-launch not found at $PERF_LAUNCH"
-for tool in munged slurmctld slurmd sbatch python3; do
-  command -v "$tool" >/dev/null || fail "$tool not found; install the Debian packages slurm-wlm munge (scripts/setup)"
-done
-
-WORK="$(mktemp -d /tmp/shardbench-slurm-test.XXXXXX)"
-chmod 755 "$WORK"  # the job runs as this user, but munge checks every folder above its socket
-cleanup() {
-  local rc=$?
-  if [ -n "${JOB_ID:-}" ] && [ "$rc" -ne 0 ]; then scancel "$JOB_ID" 2>/dev/null || true; fi
-  "$CLUSTER" stop "$WORK/cluster" || true
-  if [ "$rc" -ne 0 ]; then
-    for f in "$WORK"/cluster/log/*.log; do
-      [ -f "$f" ] && { say "---- $f"; tail -n 30 "$f" >&2; }
-    done
-  fi
-  if [ "${SHARDBENCH_SLURM_TEST_KEEP:-0}" = 1 ]; then say "kept $WORK"; else rm -rf "$WORK"; fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_fixture.sh"
 
 start_s=$SECONDS
-eval "$("$CLUSTER" start "$WORK/cluster")"
-say "cluster up after $((SECONDS - start_s)) s"
+start_cluster
 
 # Submitted from a folder of its own: the job's working directory is the submit directory.
 mkdir -p "$WORK/submit"
