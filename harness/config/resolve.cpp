@@ -193,6 +193,19 @@ struct Resolver {
     }
   }
 
+  // Megatron's dist.distributed_backend is not read: the run communicates over
+  // shardbench.backend (gloo on CPU). The field records that backend, so a GPU recipe's nccl
+  // becomes gloo in a -g cpu run instead of being refused as a disagreement the user never
+  // wrote. A user's override that names another backend stays, for the field checks to refuse.
+  void record_run_backend() {
+    const auto& s = out.config.shardbench;
+    const std::string run = s.backend != "auto" ? s.backend : (s.device == "cpu" ? "gloo" : "");
+    if (run.empty()) return;
+    const auto source = out.provenance.last_source("dist.distributed_backend");
+    if (out.config.dist.distributed_backend != run && source && !is_builtin_source(*source)) return;
+    editor.set("dist.distributed_backend", run, "validation: the run's backend (shardbench.backend)");
+  }
+
   // set_post_overrides: a recipe tuned for base_num_gpus keeps its per-rank batch on another GPU
   // count. Skipped when anything after the recipe set the global batch size explicitly.
   void weak_scaling(int64_t base_gbs, size_t entries_after_recipe) {
@@ -235,6 +248,7 @@ ResolvedConfig resolve(const LaunchArgs& args, const ValidationContext& context)
   r.trailing_overrides();
   r.apply_set("finalize");
   r.apply_set("post_overrides");
+  r.record_run_backend();
 
   // The field table's checks (field_checks.hpp): ranges, relations and what the engine does not
   // implement before weak scaling does arithmetic on them, ranges again after weak scaling

@@ -280,3 +280,32 @@ TEST(FieldDomains, OverrideSetFilesAreBounded) {
 
 }  // namespace
 }  // namespace shardbench
+
+namespace shardbench {
+namespace {
+
+// dist.distributed_backend records the backend the run uses: a GPU recipe run on the CPU
+// records gloo (its recipe's nccl is not held against the user), a user's gloo is accepted, and
+// a user's nccl on a gloo run is refused.
+TEST(FieldDomains, RecordedBackendFollowsTheRunsBackend) {
+  const std::vector<std::string> cpu_8b = {"-m", "llama", "-mr", "llama3_8b", "-g", "cpu",
+                                           "-ng", "2"};
+  ResolvedConfig r = resolve_from_args(cpu_8b, context_with_gpus(0));
+  EXPECT_EQ(r.config.dist.distributed_backend, "gloo");
+  EXPECT_EQ(r.provenance.last_source("dist.distributed_backend"),
+            "validation: the run's backend (shardbench.backend)");
+  std::vector<std::string> with_gloo = cpu_8b;
+  with_gloo.push_back("dist.distributed_backend=gloo");
+  EXPECT_EQ(resolve_from_args(with_gloo, context_with_gpus(0)).config.dist.distributed_backend,
+            "gloo");
+  std::vector<std::string> with_nccl = cpu_8b;
+  with_nccl.push_back("dist.distributed_backend=nccl");
+  EXPECT_THROW(resolve_from_args(with_nccl, context_with_gpus(0)), UsageError);
+  // On GPUs the recipe's nccl stands.
+  r = resolve_from_args({"-m", "llama", "-mr", "llama3_8b", "-g", "h100", "-ng", "8"},
+                        context_with_gpus(8));
+  EXPECT_EQ(r.config.dist.distributed_backend, "nccl");
+}
+
+}  // namespace
+}  // namespace shardbench
