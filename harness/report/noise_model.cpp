@@ -27,7 +27,11 @@ using nlohmann::json;
 //   h200: results/h200/compare_calibration/run2/results.tsv, 10 A/A pairs of single runs
 //     (llama3_bench_1p5b, one GPU, 30 steps): RMS of the changes 0.0019, plus 0.0005 for their
 //     rounding to 0.1%, bound 0.0024 * sqrt(10 / 3.93) = 0.0039.
-//   h100: no committed A/A measurement yet: no default (scripts/compare_calibration --gpu h100).
+//   h100: results/h100/compare_calibration_2026-12-06, two calibrations of 10 A/A pairs of single
+//     runs each (llama3_bench_1p5b, one GPU, 30 steps; the script's bound from the run medians):
+//     0.0050 (calib1, RMS 0.0031) and 0.0049 (calib2, RMS 0.0030); the larger is the default.
+//     Each calibration's model judged the other's comparisons: 0 of 10 A/A pairs called a change,
+//     10 of 10 10% slowdowns called regressions, both ways (judged/).
 struct DefaultRow {
   const char* device_class;
   double run_to_run_sd;
@@ -39,6 +43,7 @@ constexpr DefaultRow kDefaults[] = {
      "results/cpu/compare_calibration_paired (200 A/A run pairs, real-time ranks, 2-core machine "
      "under a build)"},
     {"h200", 0.0039, 10, "results/h200/compare_calibration/run2 (10 A/A run pairs)"},
+    {"h100", 0.0050, 10, "results/h100/compare_calibration_2026-12-06/calib1 (10 A/A run pairs)"},
 };
 
 std::string lower(std::string s) {

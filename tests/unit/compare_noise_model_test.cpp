@@ -231,7 +231,8 @@ TEST(CompareNoiseModel, CalibrationOfTheHostWinsOverTheDeviceDefault) {
   EXPECT_EQ(find_noise_model("cpu-realtime", "ci-1", dir.path)->host, "");  // committed default
   EXPECT_EQ(find_noise_model("cpu-realtime", "ci-1", dir.path)->run_to_run_sd, 0.203);
   EXPECT_EQ(find_noise_model("h200", "", dir.path)->device_class, "h200");
-  EXPECT_FALSE(find_noise_model("h100", "gpu-7", dir.path));        // no committed H100 measurement
+  EXPECT_EQ(find_noise_model("h100", "gpu-7", dir.path)->run_to_run_sd, 0.0050);  // committed
+  EXPECT_FALSE(find_noise_model("b200", "gpu-7", dir.path));        // no committed B200 measurement
   EXPECT_FALSE(find_noise_model("cpu-default", "ci-1", dir.path));  // nor of OS-placed ranks
   write_model(noise_model_path(dir.path, "cpu-default", "ci 1"), "cpu-default", "ci 1", 0.05, 12);
   EXPECT_EQ(noise_model_path(dir.path, "cpu-default", "ci 1").filename(), "cpu-default@ci_1.json");
