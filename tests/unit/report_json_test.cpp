@@ -220,12 +220,24 @@ TEST(ReportJson, OneRunPerSideNoiseModelSetsTheBand) {
   EXPECT_NE(c["verdict"].get<std::string>().find("within noise in step time (-20.0%"),
             std::string::npos)
       << c["verdict"];
-  // No committed H100 measurement and no calibration: beyond the cv band it is inconclusive,
-  // with the reason.
+  // The committed H100 model: 20% is beyond its band.
   EnvironmentInfo h100 = synthetic_env();
   h100.gpu_names = {"NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"};
   h100.host_name = "no-calibration-here";
-  const json h = build_report(h100, runs)["comparison"];
+  const json h1 = build_report(h100, runs)["comparison"];
+  EXPECT_EQ(h1["noise_model"]["applied"], true);
+  // Its 95% band, 0.98%, is below the floor of 1% (kMinNoiseBand): the floor is the band.
+  EXPECT_NEAR(h1["noise_band"].get<double>(), 0.01, 1e-12);
+  EXPECT_EQ(h1["noise_model"]["model"]["device_class"], "h100");
+  EXPECT_EQ(h1["noise_model"]["model"]["run_to_run_sd"], 0.0050);
+  EXPECT_NE(h1["verdict"].get<std::string>().find("beyond the 1.0% noise band"), std::string::npos)
+      << h1["verdict"];
+  // No committed B200 measurement and no calibration: beyond the cv band it is inconclusive,
+  // with the reason.
+  EnvironmentInfo b200 = synthetic_env();
+  b200.gpu_names = {"NVIDIA B200", "NVIDIA B200"};
+  b200.host_name = "no-calibration-here";
+  const json h = build_report(b200, runs)["comparison"];
   EXPECT_EQ(h["noise_model"]["applied"], false);
   EXPECT_EQ(h["noise_model"]["reason"], kNoNoiseModelReason);
   EXPECT_NE(h["verdict"].get<std::string>().find(
