@@ -1,4 +1,4 @@
-#include "harness/report/atomic_write.hpp"
+#include "harness/atomic_write.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -18,31 +18,6 @@ namespace {
   throw std::runtime_error("cannot write " + path.string() + ": " + step + ": " +
                            std::strerror(err));
 }
-
-// Removes the temporary file unless release() was called.
-class TempFileGuard {
- public:
-  explicit TempFileGuard(std::filesystem::path path) : path_(std::move(path)) {}
-  ~TempFileGuard() {
-    if (fd_ >= 0) ::close(fd_);
-    if (armed_) ::unlink(path_.c_str());
-  }
-  TempFileGuard(const TempFileGuard&) = delete;
-  TempFileGuard& operator=(const TempFileGuard&) = delete;
-
-  void set_fd(int fd) { fd_ = fd; }
-  int close_fd() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-  void release() { armed_ = false; }
-
- private:
-  std::filesystem::path path_;
-  int fd_ = -1;
-  bool armed_ = true;
-};
 
 void write_all(int fd, std::string_view contents, const std::filesystem::path& path,
                const std::filesystem::path& tmp) {
@@ -68,6 +43,23 @@ void fsync_directory(const std::filesystem::path& dir) {
 }
 
 }  // namespace
+
+TempFile::TempFile(std::filesystem::path path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  open_errno_ = fd_ < 0 ? errno : 0;
+  armed_ = fd_ >= 0;
+}
+
+TempFile::~TempFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (armed_) ::unlink(path_.c_str());
+}
+
+int TempFile::close() {
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  return rc;
+}
 
 namespace detail {
 
@@ -98,20 +90,14 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
 
   std::filesystem::path tmp = path;
   tmp += ".tmp." + std::to_string(::getpid());
-  TempFileGuard guard(tmp);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const int err = errno;
-    guard.release();  // nothing was created
-    fail(path, "open " + tmp.string(), err);
-  }
-  guard.set_fd(fd);
-  write_all(fd, contents, path, tmp);
-  if (::fsync(fd) != 0) {
+  TempFile file(tmp);
+  if (file.fd() < 0) fail(path, "open " + tmp.string(), file.open_errno());
+  write_all(file.fd(), contents, path, tmp);
+  if (::fsync(file.fd()) != 0) {
     const int err = errno;
     fail(path, "fsync " + tmp.string(), err);
   }
-  if (guard.close_fd() != 0) {
+  if (file.close() != 0) {
     const int err = errno;
     fail(path, "close " + tmp.string(), err);
   }
@@ -120,7 +106,7 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
     const int err = errno;
     fail(path, "rename " + tmp.string() + " -> " + path.string(), err);
   }
-  guard.release();
+  file.release();
   fsync_directory(dir);
 }
 

@@ -1,4 +1,5 @@
-// Writes a whole file or nothing: readers (CI, compare tools) never see a half-written report.
+// Writes a whole file or nothing: readers (CI, compare tools, a resumed run) never see a
+// half-written report, trace or checkpoint shard.
 #pragma once
 
 #include <filesystem>
@@ -18,6 +19,31 @@ enum class ExistingFile { kReplace, kRefuse };
 // path, the failing step and the errno text.
 void write_file_atomically(const std::filesystem::path& path, std::string_view contents,
                            ExistingFile existing = ExistingFile::kReplace);
+
+// A file written under a temporary name until it is complete: opened for writing (created or
+// truncated, mode 0644) on construction; on destruction closed and, unless release()d, removed.
+// The whole-file writer below and checkpoint shards (harness/parallel/checkpoint_file.cpp) use it.
+class TempFile {
+ public:
+  explicit TempFile(std::filesystem::path path);
+  ~TempFile();
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  // < 0: the open failed and open_errno() says why; nothing is removed then.
+  int fd() const { return fd_; }
+  int open_errno() const { return open_errno_; }
+  const std::filesystem::path& path() const { return path_; }
+  // Closes the descriptor now; ::close's return value (errno set on failure).
+  int close();
+  // Keeps the file (after it was renamed into place).
+  void release() { armed_ = false; }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  int open_errno_ = 0;
+  bool armed_ = false;
+};
 
 namespace detail {
 // Test seam: the rename step, so a test can make it fail after the temp file is complete.

@@ -7,10 +7,9 @@
 #include "harness/compare/compare_sides.hpp"
 #include "harness/compare/history.hpp"
 #include "harness/compare/loss_check.hpp"
-#include "harness/project/projection_compare.hpp"
 #include "harness/compare/render.hpp"
 #include "harness/compare/report_reader.hpp"
-#include "harness/report/atomic_write.hpp"
+#include "harness/atomic_write.hpp"
 #include "harness/report/golden_values.hpp"
 
 namespace shardbench {
@@ -99,7 +98,8 @@ bool use_color(const std::string& mode, bool terminal) {
 }
 
 int compare_with_projection(const Options& o, const std::string& measured_path,
-                            const std::string& projection_path, bool both, std::ostream& out) {
+                            const std::string& projection_path, bool both, std::ostream& out,
+                            const ProjectionRenderer& render) {
   if (both) {
     throw InputError(measured_path + " and " + projection_path +
                      ": both are perf-project projections; accepted: a measured report on one "
@@ -111,24 +111,25 @@ int compare_with_projection(const Options& o, const std::string& measured_path,
                      ": golden values against a projection; accepted: a measured shardbench "
                      "report");
   }
-  const ProjectionComparison c = compare_projection(
-      measured.doc, measured_path, read_json_file(projection_path), projection_path, o.run_label);
-  if (o.format == "table") {
-    out << render_projection_table(c);
-  } else if (o.format == "markdown") {
-    out << render_projection_markdown(c);
-  } else if (o.format == "json") {
-    out << render_projection_json(c).dump(2) << "\n";
-  } else if (o.format == "html") {
-    out << render_projection_html(c);
+  if (!render) {
+    throw InputError(projection_path +
+                     ": a perf-project projection, which this caller of perf-compare cannot "
+                     "show; accepted: shardbench reports (the perf-compare program shows "
+                     "projections)");
   }
-  if (!o.json_path.empty()) write_output(o.json_path, render_projection_json(c).dump(2) + "\n");
-  if (!o.markdown_path.empty()) write_output(o.markdown_path, render_projection_markdown(c));
-  if (!o.html_path.empty()) write_output(o.html_path, render_projection_html(c));
+  const nlohmann::json projection = read_json_file(projection_path);
+  const auto as = [&](const std::string& format) {
+    return render(measured.doc, measured_path, projection, projection_path, o.run_label, format);
+  };
+  out << as(o.format);
+  if (!o.json_path.empty()) write_output(o.json_path, as("json"));
+  if (!o.markdown_path.empty()) write_output(o.markdown_path, as("markdown"));
+  if (!o.html_path.empty()) write_output(o.html_path, as("html"));
   return 0;
 }
 
-int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal) {
+int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal,
+        const ProjectionRenderer& projections) {
   if (!o.export_golden.empty()) return export_golden(o, out);
 
   std::vector<std::string> base = o.base, head = o.head;
@@ -162,7 +163,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
   validate_loss_tolerances(o.loss, "command line");
 
   // A perf-project document on either side: shown beside the measured report, without a verdict
-  // (projection_compare.hpp).
+  // (perf_compare_main's `projections`).
   std::error_code base_error, head_error;  // a looping link is reported by the readers below
   if (base.size() == 1 && head.size() == 1 &&
       std::filesystem::is_regular_file(base[0], base_error) &&
@@ -171,7 +172,8 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
     if (is_projection_document(b) || is_projection_document(h)) {
       return compare_with_projection(o, is_projection_document(b) ? head[0] : base[0],
                                      is_projection_document(b) ? base[0] : head[0],
-                                     is_projection_document(b) && is_projection_document(h), out);
+                                     is_projection_document(b) && is_projection_document(h), out,
+                                     projections);
     }
   }
 
@@ -215,7 +217,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal)
 }  // namespace
 
 int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
-                      bool stdout_is_terminal) {
+                      bool stdout_is_terminal, const ProjectionRenderer& projections) {
   CLI::App app(kDescription, "perf-compare");
   Options o;
   app.add_option("paths", o.positional,
@@ -311,7 +313,7 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes argv reversed
   try {
     app.parse(reversed);
-    return run(o, app, out, stdout_is_terminal);
+    return run(o, app, out, stdout_is_terminal, projections);
   } catch (const CLI::CallForHelp&) {
     out << app.help();
     return 0;

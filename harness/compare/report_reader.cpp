@@ -180,6 +180,10 @@ int schema_major(const json& version, const std::string& file) {
   return major;
 }
 
+bool is_projection_document(const json& doc) {
+  return doc.is_object() && doc.value("kind", json()) == "shardbench_projection";
+}
+
 json read_json_file(const std::filesystem::path& path, std::size_t max_bytes) {
   const std::string file = path.string();
   // O_NONBLOCK: opening a FIFO must not wait for a writer; the type is checked on the open file

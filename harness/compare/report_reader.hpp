@@ -41,6 +41,9 @@ inline constexpr int kMaxJsonDepth = 64;
 nlohmann::json read_json_file(const std::filesystem::path& path,
                               std::size_t max_bytes = kMaxReportBytes);
 
+// A perf-project document ("kind": "shardbench_projection"): never a measurement.
+bool is_projection_document(const nlohmann::json& doc);
+
 // The major version this reader understands: the one the writer (report.hpp) produces.
 int readable_schema_major();
 

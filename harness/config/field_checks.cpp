@@ -253,7 +253,7 @@ void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckCo
            "0 with shardbench.fused_kernels=false");
   }
   if (c.mixed_precision.fp8 && c.shardbench.compute_dtype != "bf16") {
-    // Same words as the engine's refusal (bench_run.cpp), now before any worker starts.
+    // Same words as the engine's refusal (run_build.cpp), now before any worker starts.
     throw UsageError("shardbench.compute_dtype=" + c.shardbench.compute_dtype +
                      " cannot run FP8 compute; accepted: bf16 with mixed_precision.fp8 (FP8 GEMMs "
                      "take bf16 activations)");

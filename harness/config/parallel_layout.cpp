@@ -1,4 +1,4 @@
-#include "harness/parallel/parallel_layout.hpp"
+#include "harness/config/parallel_layout.hpp"
 
 #include <algorithm>
 #include <set>

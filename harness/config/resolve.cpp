@@ -8,7 +8,7 @@
 #include "harness/config/overrides.hpp"
 #include "harness/config/tensor_parallel.hpp"
 #include "harness/config/text.hpp"
-#include "workloads/recipes.hpp"
+#include "harness/config/recipes.hpp"
 
 namespace shardbench {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "harness/config/errors.hpp"
 #include "harness/config/field_checks.hpp"
-#include "harness/measure/flops.hpp"
+#include "harness/config/vocab.hpp"
 
 namespace shardbench {
 namespace {

@@ -8,7 +8,7 @@
 #include "harness/config/tensor_parallel.hpp"
 #include "harness/config/text.hpp"
 #include "harness/config/wrappers.hpp"
-#include "harness/measure/step_injection.hpp"
+#include "harness/config/step_injection_rules.hpp"
 
 namespace shardbench {
 namespace {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/config/config.hpp"
+#include "harness/engine/run_build.hpp"  // engine_options_from, fused_kernels_from
 #include "harness/engine/worker_context.hpp"
 #include "harness/measure/flops.hpp"
 #include "harness/parallel/engine.hpp"
@@ -16,13 +17,6 @@
 #include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
-
-// The engine's settings for `config`; throws std::invalid_argument naming a field that asks for
-// something the engine does not implement.
-EngineOptions engine_options_from(const ConfigContainer& config, const WorkerContext& ctx);
-// The model's fused kernels: shardbench.fused_kernels, narrowed by model.apply_rope_fusion and
-// model.cross_entropy_loss_fusion.
-LlamaModel::FusedKernels fused_kernels_from(const ConfigContainer& config);
 
 RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& provenance,
                         const std::string& recipe, WorkerContext& ctx);

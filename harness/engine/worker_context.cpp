@@ -15,7 +15,7 @@
 #include "harness/engine/device_runtime.hpp"
 #include "harness/launch/heartbeat.hpp"
 #include "harness/launch/worker_command.hpp"
-#include "harness/parallel/parallel_layout.hpp"
+#include "harness/config/parallel_layout.hpp"
 
 namespace shardbench {
 namespace {

@@ -45,7 +45,7 @@ RankMemoryEstimate estimate_one(const PlannedRun& run, int world_size) {
   DtypePolicy policy =
       DtypePolicy::for_compute_dtype(compute, c.ddp.grad_reduce_in_fp32 || compute == "fp32")
           .value_or(DtypePolicy{});
-  // The moments as the precision-aware optimizer keeps them (bench_run.cpp does the same).
+  // The moments as the precision-aware optimizer keeps them (run_records.cpp does the same).
   policy.optimizer_state_bytes =
       dtype_bytes(c.optimizer.exp_avg_dtype) + dtype_bytes(c.optimizer.exp_avg_sq_dtype);
 

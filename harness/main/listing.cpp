@@ -10,7 +10,7 @@
 #include "harness/config/config.hpp"
 #include "harness/config/overrides.hpp"
 #include "harness/measure/flops.hpp"
-#include "workloads/recipes.hpp"
+#include "harness/config/recipes.hpp"
 
 namespace shardbench {
 namespace {

@@ -8,7 +8,7 @@
 
 namespace shardbench {
 
-// The text perf-launch --list prints. Reads the recipe table (workloads/recipes.hpp) and the
+// The text perf-launch --list prints. Reads the recipe table (harness/config/recipes.hpp) and the
 // first comment line of every built-in override set (overrides/*.set).
 std::string recipes_and_sets_listing();
 

@@ -1,5 +1,6 @@
 #include "harness/measure/flops.hpp"
 #include "harness/config/config.hpp"
+#include "harness/config/vocab.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -69,12 +70,6 @@ DecoderParamCounts decoder_param_counts(const DecoderDims& d, int tp) {
 
 int64_t tp_replicated_params(const DecoderDims& d) {
   return (2 * d.num_layers + 1) * d.hidden_size;
-}
-
-int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, bool should_pad, int tp) {
-  const int64_t multiple = std::max<int64_t>(1, divisible_by) * std::max(1, tp);
-  if (!should_pad || multiple <= 1) return vocab;
-  return (vocab + multiple - 1) / multiple * multiple;
 }
 
 double megatron_layer_activation_bytes(const DecoderDims& d, int64_t seq, int64_t micro_batch,

@@ -63,12 +63,6 @@ DecoderParamCounts decoder_param_counts(const DecoderDims& dims, int tp);
 // 2 per layer and the final norm), which the gradient norm must count once, not tp times.
 int64_t tp_replicated_params(const DecoderDims& dims);
 
-// The vocabulary the embedding table holds: `vocab` rounded up to a multiple of
-// `divisible_by` x `tp` when `should_pad` (model.should_pad_vocab,
-// model.make_vocab_size_divisible_by, the tensor-parallel size), as Megatron-LM's
-// _vocab_size_with_padding (megatron/training/tokenizer/tokenizer.py) and the engine
-// (harness/engine/bench_run.cpp, llama_dims_from) pad it.
-int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, bool should_pad, int tp = 1);
 
 // Megatron-LM's activation memory per rank with sequence parallelism
 // (megatron/training/theoretical_memory_usage.py, compute_activation_memory; Table 2 of Korthikanti

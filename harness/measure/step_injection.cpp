@@ -5,49 +5,10 @@
 #include <cstdlib>
 #include <optional>
 
-#include "harness/config/errors.hpp"
+#include "harness/config/step_injection_rules.hpp"
 #include "harness/config/wrapper.hpp"
 
 namespace shardbench {
-namespace {
-
-struct GradFault {
-  Wrapper wrapper;
-  double factor = 1;
-};
-
-std::optional<GradFault> parse_fault(const std::string& spec) {
-  const std::size_t colon = spec.find(':');
-  if (colon == std::string::npos) return std::nullopt;
-  const WrapperSpec* wrapper = find_wrapper(spec.substr(0, colon));
-  if (wrapper == nullptr) return std::nullopt;
-  GradFault f;
-  f.wrapper = wrapper->id;
-  const std::string number = spec.substr(colon + 1);
-  char* end = nullptr;
-  f.factor = std::strtod(number.c_str(), &end);
-  if (number.empty() || *end != '\0' || !std::isfinite(f.factor)) return std::nullopt;
-  return f;
-}
-
-}  // namespace
-
-void step_injection_rules(const ShardbenchConfig& s) {
-  if (!(s.inject_delay_ms >= 0 && s.inject_delay_ms <= 60000)) {
-    throw UsageError("shardbench.inject_delay_ms=" + std::to_string(s.inject_delay_ms) +
-                     ": accepted: 0 to 60000 (milliseconds of busy-wait per step)");
-  }
-  if (!(s.inject_slowdown >= 0 && s.inject_slowdown <= 10)) {
-    throw UsageError("shardbench.inject_slowdown=" + std::to_string(s.inject_slowdown) +
-                     ": accepted: 0 to 10 (fraction of each step's time, 0.1 = 10% slower)");
-  }
-  if (!s.test_fault_grad_scale.empty() && !parse_fault(s.test_fault_grad_scale)) {
-    throw UsageError("shardbench.test_fault_grad_scale=\"" + s.test_fault_grad_scale +
-                     "\": accepted: empty, or <wrapper>:<factor> with wrapper " +
-                     accepted_wrapper_labels() + " and a finite factor (test only)");
-  }
-}
-
 bool injects_slowdown(const ShardbenchConfig& s) {
   return s.inject_slowdown > 0 || s.inject_delay_ms > 0;
 }
@@ -64,7 +25,7 @@ void inject_step_slowdown(const ShardbenchConfig& s,
 
 double test_fault_loss_scale(const ShardbenchConfig& s, Wrapper wrapper, int rank) {
   if (s.test_fault_grad_scale.empty() || rank != 0) return 1;
-  const std::optional<GradFault> f = parse_fault(s.test_fault_grad_scale);
+  const std::optional<TestGradFault> f = parse_test_grad_fault(s.test_fault_grad_scale);
   return f && f->wrapper == wrapper ? f->factor : 1;
 }
 

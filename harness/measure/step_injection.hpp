@@ -1,6 +1,7 @@
 // Deliberate, labelled distortions of a run, for calibrating perf-compare and testing the loss
 // parity check. Each is a config field recorded in the run's identity (injected_slowdown,
-// test_fault), so a distorted report never matches, and never passes for, a real one.
+// test_fault), so a distorted report never matches, and never passes for, a real one. Their
+// domains are checked at resolution (harness/config/step_injection_rules.hpp).
 #pragma once
 
 #include <chrono>
@@ -12,11 +13,6 @@
 #include "harness/config/wrapper.hpp"
 
 namespace shardbench {
-
-// Throws UsageError naming the field and what is accepted: inject_delay_ms in [0, 60000],
-// inject_slowdown in [0, 10], test_fault_grad_scale empty or "<wrapper>:<factor>" with a known
-// wrapper and a finite factor.
-void step_injection_rules(const ShardbenchConfig& s);
 
 // True when inject_slowdown or inject_delay_ms is set.
 bool injects_slowdown(const ShardbenchConfig& s);

@@ -11,7 +11,7 @@
 #include <kineto/ActivityType.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
-#include "harness/report/atomic_write.hpp"
+#include "harness/atomic_write.hpp"
 #include <nlohmann/json.hpp>
 #ifdef SHARDBENCH_WITH_NCCL
 #include <torch/csrc/cuda/memory_snapshot.h>

@@ -13,7 +13,7 @@
 #include "harness/launch/heartbeat.hpp"
 #include "harness/parallel/checkpoint_file.hpp"
 #include "harness/parallel/checkpoint_layout.hpp"
-#include "harness/report/atomic_write.hpp"
+#include "harness/atomic_write.hpp"
 
 namespace shardbench {
 namespace {

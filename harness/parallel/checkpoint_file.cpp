@@ -8,6 +8,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "harness/atomic_write.hpp"
+
 namespace shardbench {
 namespace {
 
@@ -66,32 +68,6 @@ const char* checkpoint_dtype_name(at::ScalarType t) {
 }
 
 namespace {
-
-// Closes the descriptor and, unless released, removes the temporary file.
-class TempFile {
- public:
-  explicit TempFile(std::filesystem::path path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (armed_) ::unlink(path_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  int fd() const { return fd_; }
-  int close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-  void release() { armed_ = false; }
-
- private:
-  std::filesystem::path path_;
-  int fd_ = -1;
-  bool armed_ = true;
-};
 
 void write_all(int fd, const void* data, size_t n, const std::filesystem::path& path) {
   const auto* p = static_cast<const char*>(data);
@@ -155,7 +131,10 @@ int64_t write_shard_file(const std::filesystem::path& path, const std::vector<Sh
   std::filesystem::path tmp = path;
   tmp += ".tmp." + std::to_string(::getpid());
   TempFile file(tmp);
-  if (file.fd() < 0) fail_errno(path, "create " + tmp.string());
+  if (file.fd() < 0) {
+    errno = file.open_errno();
+    fail_errno(path, "create " + tmp.string());
+  }
   write_all(file.fd(), kMagic, sizeof(kMagic), path);
   write_all(file.fd(), &header_bytes, sizeof(header_bytes), path);
   write_all(file.fd(), header.data(), header.size(), path);

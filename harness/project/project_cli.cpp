@@ -18,7 +18,7 @@
 #include "harness/project/projection.hpp"
 #include "harness/project/projection_groups.hpp"
 #include "harness/project/projection_sweep.hpp"
-#include "harness/report/atomic_write.hpp"
+#include "harness/atomic_write.hpp"
 #include "harness/report/json_path.hpp"
 #include "workloads/llama/llama_config.hpp"
 

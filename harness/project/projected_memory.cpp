@@ -44,7 +44,7 @@ StaticMemoryPrediction predicted_static_memory(Wrapper wrapper, MemoryStrategy s
     throw std::invalid_argument("static memory: world size " + std::to_string(world_size) +
                                 "; expected >= 1");
   }
-  // As perf-launch fills memory.predicted: bench_run.cpp's record_memory for Megatron FSDP (the
+  // As perf-launch fills memory.predicted: run_records.cpp's record_memory for Megatron FSDP (the
   // refined model over the engine's groups), run_json.cpp's predicted_json otherwise.
   if (wrapper == Wrapper::kMegatronFsdp) {
     return {fsdp_static_memory(groups, world_size, strategy, policy).resident, "engine"};

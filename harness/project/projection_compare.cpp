@@ -59,10 +59,6 @@ std::string pair_title(const ProjectedPair& p) {
 
 }  // namespace
 
-bool is_projection_document(const json& doc) {
-  return doc.is_object() && doc.value("kind", json()) == "shardbench_projection";
-}
-
 json ProjectedFigure::error() const {
   if (!measured.is_number() || !projected.is_number() || measured.get<double>() == 0) {
     return nullptr;
@@ -252,6 +248,18 @@ std::string render_projection_html(const ProjectionComparison& c) {
   }
   out << "</body></html>\n";
   return out.str();
+}
+
+std::string render_projection_comparison(const json& measured, const std::string& measured_path,
+                                         const json& projection,
+                                         const std::string& projection_path,
+                                         const std::string& run_label, const std::string& format) {
+  const ProjectionComparison c =
+      compare_projection(measured, measured_path, projection, projection_path, run_label);
+  if (format == "markdown") return render_projection_markdown(c);
+  if (format == "json") return render_projection_json(c).dump(2) + "\n";
+  if (format == "html") return render_projection_html(c);
+  return render_projection_table(c);
 }
 
 }  // namespace shardbench

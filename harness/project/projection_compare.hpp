@@ -11,8 +11,7 @@
 
 namespace shardbench {
 
-// A perf-project document ("kind": "shardbench_projection").
-bool is_projection_document(const nlohmann::json& doc);
+// is_projection_document: harness/compare/report_reader.hpp.
 
 struct ProjectedFigure {
   std::string name;  // "step_ms", "tokens_per_s_per_gpu", "tflops_per_s_per_gpu", ...
@@ -48,5 +47,13 @@ std::string render_projection_table(const ProjectionComparison& c);
 std::string render_projection_markdown(const ProjectionComparison& c);
 nlohmann::json render_projection_json(const ProjectionComparison& c);
 std::string render_projection_html(const ProjectionComparison& c);
+
+// perf-compare's ProjectionRenderer (harness/compare/compare_cli.hpp): compare_projection, then
+// the rendering in `format` ("table", "markdown", "json", "html"; json ends with a newline).
+std::string render_projection_comparison(const nlohmann::json& measured,
+                                         const std::string& measured_path,
+                                         const nlohmann::json& projection,
+                                         const std::string& projection_path,
+                                         const std::string& run_label, const std::string& format);
 
 }  // namespace shardbench

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/report/atomic_write.hpp"
+#include "harness/atomic_write.hpp"
 #include "harness/report/comparison.hpp"
 #include "harness/report/run_json.hpp"
 

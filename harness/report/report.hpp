@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/measure/stats.hpp"
-#include "harness/report/atomic_write.hpp"
+#include "harness/atomic_write.hpp"
 #include "harness/report/environment.hpp"
 #include "harness/report/run_record.hpp"
 

@@ -12,7 +12,7 @@
 #include "harness/config/wrapper.hpp"
 #include "harness/measure/saved_activations.hpp"
 #include "harness/measure/zero_model.hpp"
-#include "harness/parallel/parallel_layout.hpp"
+#include "harness/config/parallel_layout.hpp"
 
 namespace shardbench {
 

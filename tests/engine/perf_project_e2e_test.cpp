@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/compare/compare_cli.hpp"
+#include "harness/project/projection_compare.hpp"
 #include "tests/perf_launch_process.hpp"
 #include "tests/remove_tree.hpp"
 #include "tests/test_paths.hpp"
@@ -529,7 +530,7 @@ TEST_F(PerfProject, PerfCompareShowsAProjectionBesideTheMeasurementWithoutAVerdi
   ASSERT_EQ(project(report + " -ng 1 -g cpu --interconnect nvlink4 -o " + projected).exit_code, 0);
   const auto compare = [](std::vector<std::string> args) {
     std::ostringstream out, err;
-    const int code = perf_compare_main(args, out, err, false);
+    const int code = perf_compare_main(args, out, err, false, render_projection_comparison);
     return std::make_pair(code, out.str() + err.str());
   };
   for (const auto& args :

@@ -31,7 +31,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "harness/parallel/engine.hpp"
-#include "harness/parallel/parallel_layout.hpp"
+#include "harness/config/parallel_layout.hpp"
 
 namespace shardbench::testing {
 

@@ -16,7 +16,7 @@
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
 #include "harness/measure/flops.hpp"
-#include "harness/parallel/parallel_layout.hpp"
+#include "harness/config/parallel_layout.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
 #include "tests/main_grad_hooks.hpp"

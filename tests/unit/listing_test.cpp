@@ -7,7 +7,7 @@
 
 #include "harness/config/overrides.hpp"
 #include "harness/main/listing.hpp"
-#include "workloads/recipes.hpp"
+#include "harness/config/recipes.hpp"
 
 namespace shardbench {
 namespace {

@@ -1,4 +1,4 @@
-// The parallel layout (harness/parallel/parallel_layout.hpp) against Megatron-LM's own worked
+// The parallel layout (harness/config/parallel_layout.hpp) against Megatron-LM's own worked
 // examples of its rank order (megatron/core/parallel_state.py: initialize_model_parallel's
 // docstring and generate_masked_orthogonal_rank_groups'), hand-checked HSDP instance groups, and
 // the refusals.
@@ -6,7 +6,7 @@
 
 #include <stdexcept>
 
-#include "harness/parallel/parallel_layout.hpp"
+#include "harness/config/parallel_layout.hpp"
 
 namespace shardbench {
 namespace {

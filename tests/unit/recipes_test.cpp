@@ -6,7 +6,7 @@
 
 #include "harness/config/errors.hpp"
 #include "harness/config/resolve.hpp"
-#include "workloads/recipes.hpp"
+#include "harness/config/recipes.hpp"
 
 namespace shardbench {
 namespace {

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "harness/report/atomic_write.hpp"
+#include "harness/atomic_write.hpp"
 
 namespace shardbench {
 namespace {

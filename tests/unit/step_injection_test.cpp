@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "harness/config/errors.hpp"
+#include "harness/config/step_injection_rules.hpp"
 #include "harness/measure/step_injection.hpp"
 
 namespace shardbench {

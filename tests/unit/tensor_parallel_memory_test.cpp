@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/config/vocab.hpp"
 #include "harness/measure/flops.hpp"
 #include "harness/measure/throughput.hpp"
 #include "harness/measure/zero_model.hpp"

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "harness/config/vocab.hpp"
+
 namespace shardbench {
 
 DecoderDims decoder_dims(const LlamaDims& d) {
