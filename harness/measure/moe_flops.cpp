@@ -1,0 +1,117 @@
+#include "harness/measure/moe_flops.hpp"
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace shardbench {
+
+namespace {
+
+void check(const MoeFlopsDims& d, int64_t seq) {
+  const std::pair<const char*, int64_t> fields[] = {
+      {"num_layers", d.num_layers},
+      {"hidden_size", d.hidden_size},
+      {"ffn_hidden_size", d.ffn_hidden_size},
+      {"num_attention_heads", d.num_attention_heads},
+      {"num_query_groups", d.num_query_groups},
+      {"kv_channels", d.kv_channels},
+      {"q_lora_rank", d.q_lora_rank},
+      {"kv_lora_rank", d.kv_lora_rank},
+      {"qk_head_dim", d.qk_head_dim},
+      {"qk_pos_emb_head_dim", d.qk_pos_emb_head_dim},
+      {"v_head_dim", d.v_head_dim},
+      {"num_moe_experts", d.num_moe_experts},
+      {"moe_ffn_hidden_size", d.moe_ffn_hidden_size},
+      {"moe_router_topk", d.moe_router_topk},
+      {"moe_shared_expert_intermediate_size", d.moe_shared_expert_intermediate_size},
+      {"first_k_dense_replace", d.first_k_dense_replace},
+      {"mtp_num_layers", d.mtp_num_layers},
+      {"padded_vocab_size", d.padded_vocab_size},
+      {"seq_length", seq}};
+  for (const auto& [field, value] : fields) {
+    if (value < 0) {
+      throw std::invalid_argument(std::string("moe_flops: ") + field + "=" + std::to_string(value) +
+                                  ": accepted 0 or more");
+    }
+  }
+  if (d.num_moe_experts > 0 && d.first_k_dense_replace > d.num_layers) {
+    throw std::invalid_argument(
+        "moe_flops: first_k_dense_replace=" + std::to_string(d.first_k_dense_replace) +
+        ": at most num_layers=" + std::to_string(d.num_layers));
+  }
+  if (d.num_moe_experts > 0 && d.moe_router_topk > d.num_moe_experts) {
+    throw std::invalid_argument("moe_flops: moe_router_topk=" + std::to_string(d.moe_router_topk) +
+                                ": at most num_moe_experts=" + std::to_string(d.num_moe_experts));
+  }
+}
+
+int64_t moe_decoder_layers(const MoeFlopsDims& d) {
+  return d.num_moe_experts > 0 ? d.num_layers - d.first_k_dense_replace : 0;
+}
+
+}  // namespace
+
+int64_t moe_flops_moe_layers(const MoeFlopsDims& d) {
+  const int64_t decoder = moe_decoder_layers(d);
+  // Megatron builds each MTP layer like the last decoder layer.
+  const bool last_is_moe = decoder > 0;
+  return decoder + (last_is_moe ? d.mtp_num_layers : 0);
+}
+
+MoeFlopsPerToken moe_flops_per_token(const MoeFlopsDims& d, int64_t seq) {
+  check(d, seq);
+  // 3 GEMMs per weight (forward, input gradient, weight gradient) x 2 FLOPs per multiply-add.
+  constexpr double kPasses = 3, kFma = 2, k6 = kPasses * kFma;
+  const double h = static_cast<double>(d.hidden_size);
+  const double s = static_cast<double>(seq);
+  const double g = d.swiglu ? 3 : 2;  // GEMMs per MLP: gate + up (stacked) and down
+  const double mtp = static_cast<double>(d.mtp_num_layers);
+  const double moe_layers = static_cast<double>(moe_flops_moe_layers(d));
+  const double all_layers = static_cast<double>(d.num_layers + d.mtp_num_layers);
+  const double dense_layers = all_layers - moe_layers;
+  const double heads = static_cast<double>(d.num_attention_heads);
+
+  MoeFlopsPerToken f;
+  const double routed = d.num_moe_experts > 0 ? static_cast<double>(d.moe_ffn_hidden_size) *
+                                                    static_cast<double>(d.moe_router_topk)
+                                              : 0.0;
+  const double shared =
+      d.num_moe_experts > 0 ? static_cast<double>(d.moe_shared_expert_intermediate_size) : 0.0;
+  f.mlp = k6 * h *
+          (static_cast<double>(d.ffn_hidden_size) * g * dense_layers +
+           (routed + shared) * g * moe_layers);
+
+  if (d.multi_latent_attention) {
+    const double dn = static_cast<double>(d.qk_head_dim);
+    const double dr = static_cast<double>(d.qk_pos_emb_head_dim);
+    const double dv = static_cast<double>(d.v_head_dim);
+    const double rq = static_cast<double>(d.q_lora_rank);
+    const double rkv = static_cast<double>(d.kv_lora_rank);
+    // Query: down-projection, its norm (the +1) and up-projection, or one projection.
+    const double q = d.q_lora_rank > 0 ? rq * (h + heads * (dn + dr) + 1) : h * heads * (dn + dr);
+    // Keys and values: the latent down-projection, its norm and up-projection; the shared RoPE key.
+    const double kv = rkv * (h + heads * (dn + dv) + 1) + h * dr;
+    const double out = heads * dv * h;
+    f.attention_linear = k6 * all_layers * (q + kv + out);
+    // QK^T over the (nope + rope) query dims and PV over v dims, half of each for the causal mask.
+    f.attention_core = k6 * all_layers * s * heads * (dn + dr + dv) / 2;
+  } else {
+    const double q = heads * static_cast<double>(d.kv_channels);
+    const double kv = static_cast<double>(d.num_query_groups) * static_cast<double>(d.kv_channels);
+    f.attention_linear = k6 * all_layers * (h * (q + 2 * kv) + q * h);
+    // QK^T and PV (x2), half of each for the causal mask (/2).
+    f.attention_core = k6 * all_layers * q * s / 2 * 2;
+  }
+
+  f.mtp_projection = k6 * mtp * (3 * h + 2 * h * h);  // enorm, hnorm, final norm; eh projection
+  f.logits = k6 * h * static_cast<double>(d.padded_vocab_size) * (mtp + 1);
+  return f;
+}
+
+double moe_model_flops_per_step(const MoeFlopsDims& d, int64_t batch, int64_t seq) {
+  return moe_flops_per_token(d, seq).total() * static_cast<double>(batch) *
+         static_cast<double>(seq);
+}
+
+}  // namespace shardbench

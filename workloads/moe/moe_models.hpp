@@ -1,0 +1,58 @@
+// The mixture-of-experts models shardbench's MoE recipes train, as data (docs/moe.md, "Models"):
+// DeepSeek-V3, Qwen3-30B-A3B and Qwen3-235B-A22B with Megatron-Bridge's dimensions and router
+// settings, and a one-GPU bench shape. Torch-free. Not yet recipes: the configuration and
+// perf-launch do not read these (docs/moe.md, "What is not built yet").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "workloads/moe/moe_specs.hpp"
+
+namespace shardbench {
+
+// The router's settings, named as Megatron's TransformerConfig fields (docs/moe.md, "Models").
+enum class MoeRouterScore { kSoftmax, kSigmoid };  // moe_router_score_function
+enum class MoeLoadBalancing {
+  kAuxLoss,
+  kSeqAuxLoss,
+  kGlobalAuxLoss,
+  kNone
+};  // ..._load_balancing_type
+struct MoeRouterSettings {
+  MoeRouterScore score_function = MoeRouterScore::kSoftmax;
+  bool pre_softmax = false;                   // moe_router_pre_softmax
+  int64_t num_groups = 0;                     // moe_router_num_groups (0: no group limit)
+  int64_t group_topk = 0;                     // moe_router_group_topk
+  std::optional<double> topk_scaling_factor;  // moe_router_topk_scaling_factor (unset: none)
+  MoeLoadBalancing load_balancing = MoeLoadBalancing::kAuxLoss;
+  double aux_loss_coeff = 0.0;     // moe_aux_loss_coeff
+  double bias_update_rate = 1e-3;  // moe_router_bias_update_rate (with expert bias)
+  bool router_fp32 = false;        // moe_router_dtype fp32 (false: unset)
+};
+
+struct MoeModelFacts {
+  std::string name;  // the recipe name it will carry (-mr)
+  MoeDims dims;
+  MoeRouterSettings router;
+  // make_vocab_size_divisible_by: Megatron pads the vocabulary to a multiple of this times TP.
+  int64_t make_vocab_size_divisible_by = 128;
+  std::string source;  // where the numbers come from (docs/moe.md says more)
+};
+
+MoeDims deepseek_v3_dims();
+MoeDims qwen3_30b_a3b_dims();
+MoeDims qwen3_235b_a22b_dims();
+// One GPU: hidden 2048, 8 layers of 64 experts of width 768, top-8, seq 4096, Qwen3-MoE's
+// attention (GQA 32/4 x 128 with QK-norm) and vocabulary. Not a published model: no real
+// model's name.
+MoeDims moe_bench_3b_dims();
+
+// Every model above with its router settings, in that order.
+const std::vector<MoeModelFacts>& moe_models();
+// Throws std::invalid_argument naming the unknown name and the known ones.
+const MoeModelFacts& find_moe_model(const std::string& name);
+
+}  // namespace shardbench

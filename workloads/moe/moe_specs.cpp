@@ -1,0 +1,310 @@
+#include "workloads/moe/moe_specs.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace shardbench {
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& field, int64_t value, const std::string& why) {
+  throw std::invalid_argument(field + "=" + std::to_string(value) + ": " + why);
+}
+
+void check_ep(const MoeDims& d, int ep) {
+  if (ep < 1) refuse("model.expert_model_parallel_size", ep, "accepted 1 or more");
+  if (d.num_experts % ep != 0) {
+    refuse("model.num_moe_experts", d.num_experts,
+           "expert parallelism over " + std::to_string(ep) +
+               " ranks (model.expert_model_parallel_size=" + std::to_string(ep) +
+               ") needs a multiple of " + std::to_string(ep));
+  }
+}
+
+// Megatron's attention parameters of one layer, with its input norm(s), TP 1.
+int64_t attention_params(const MoeDims& d) {
+  const int64_t h = d.hidden;
+  if (d.attention == MoeAttention::kMla) {
+    const int64_t q_head = d.qk_head_dim + d.qk_pos_emb_head_dim;
+    int64_t n = h;  // input_layernorm
+    if (d.q_lora_rank > 0) {
+      n += d.q_lora_rank * h + d.heads * q_head * d.q_lora_rank;  // q down, q up
+      if (d.qk_layernorm) n += d.q_lora_rank;                     // q latent norm
+    } else {
+      n += d.heads * q_head * h;  // one query projection
+    }
+    n += (d.kv_lora_rank + d.qk_pos_emb_head_dim) * h;               // kv down (+ RoPE key)
+    n += d.heads * (d.qk_head_dim + d.v_head_dim) * d.kv_lora_rank;  // kv up
+    if (d.qk_layernorm) n += d.kv_lora_rank;                         // kv latent norm
+    n += h * d.heads * d.v_head_dim;                                 // out projection
+    return n;
+  }
+  int64_t n = h;                                          // linear_qkv's fused input norm
+  n += (d.q_dim() + 2 * d.kv_dim()) * h + h * d.q_dim();  // qkv, out projection
+  if (d.qk_layernorm) n += 2 * d.head_dim;                // q_layernorm, k_layernorm
+  return n;
+}
+
+}  // namespace
+
+void validate_moe_dims(const MoeDims& d) {
+  const std::pair<const char*, int64_t> positive[] = {
+      {"model.num_layers", d.num_layers},
+      {"model.hidden_size", d.hidden},
+      {"model.num_attention_heads", d.heads},
+      {"model.vocab_size", d.vocab},
+      {"model.seq_length", d.seq_length},
+      {"model.num_moe_experts", d.num_experts},
+      {"model.moe_ffn_hidden_size", d.moe_ffn_hidden},
+      {"model.moe_router_topk", d.router_topk}};
+  for (const auto& [field, value] : positive) {
+    if (value < 1) refuse(field, value, "accepted 1 or more");
+  }
+  const std::pair<const char*, int64_t> non_negative[] = {
+      {"model.moe_shared_expert_intermediate_size", d.shared_expert_ffn},
+      {"model.mtp_num_layers", d.mtp_num_layers}};
+  for (const auto& [field, value] : non_negative) {
+    if (value < 0) refuse(field, value, "accepted 0 or more");
+  }
+  if (d.router_topk > d.num_experts) {
+    refuse("model.moe_router_topk", d.router_topk,
+           "at most model.num_moe_experts=" + std::to_string(d.num_experts));
+  }
+  if (d.first_k_dense_replace < 0 || d.first_k_dense_replace > d.num_layers) {
+    refuse("model.first_k_dense_replace", d.first_k_dense_replace,
+           "accepted 0 to model.num_layers=" + std::to_string(d.num_layers));
+  }
+  if (d.first_k_dense_replace > 0 && d.ffn < 1) {
+    refuse("model.ffn_hidden_size", d.ffn, "the dense first layers need 1 or more");
+  }
+  if (d.attention == MoeAttention::kGqa) {
+    if (d.kv_heads < 1) refuse("model.num_query_groups", d.kv_heads, "accepted 1 or more");
+    if (d.head_dim < 1) refuse("model.kv_channels", d.head_dim, "accepted 1 or more");
+    if (d.heads % d.kv_heads != 0) {
+      refuse("model.num_query_groups", d.kv_heads,
+             "must divide model.num_attention_heads=" + std::to_string(d.heads));
+    }
+  } else {
+    const std::pair<const char*, int64_t> mla[] = {
+        {"model.kv_lora_rank", d.kv_lora_rank},
+        {"model.qk_head_dim", d.qk_head_dim},
+        {"model.qk_pos_emb_head_dim", d.qk_pos_emb_head_dim},
+        {"model.v_head_dim", d.v_head_dim}};
+    for (const auto& [field, value] : mla) {
+      if (value < 1) refuse(field, value, "multi-latent attention needs 1 or more");
+    }
+    if (d.q_lora_rank < 0) refuse("model.q_lora_rank", d.q_lora_rank, "accepted 0 (none) or more");
+  }
+}
+
+int64_t moe_local_experts(const MoeDims& d, int ep) {
+  check_ep(d, ep);
+  return d.num_experts / ep;
+}
+
+int64_t moe_first_local_expert(const MoeDims& d, int ep, int ep_rank) {
+  const int64_t local = moe_local_experts(d, ep);
+  if (ep_rank < 0 || ep_rank >= ep) {
+    refuse("expert-parallel rank", ep_rank, "accepted 0 to " + std::to_string(ep - 1));
+  }
+  return static_cast<int64_t>(ep_rank) * local;
+}
+
+std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, int tp) {
+  validate_moe_dims(d);
+  const int64_t local = moe_local_experts(d, ep);
+  const int64_t first_expert = moe_first_local_expert(d, ep, ep_rank);
+  if (tp < 1) refuse("tensor-parallel size", tp, "accepted 1 or more");
+  if (d.mtp_num_layers > 0) {
+    refuse("model.mtp_num_layers", d.mtp_num_layers,
+           "multi-token prediction layers are counted (FLOPs, parameter counts) but not built; "
+           "accepted 0");
+  }
+  if (tp > 1) {
+    if (d.attention == MoeAttention::kMla) {
+      refuse("tensor-parallel size", tp,
+             "tensor parallelism of multi-latent attention is not built; accepted 1");
+    }
+    std::vector<std::pair<const char*, int64_t>> split = {{"model.num_attention_heads", d.heads},
+                                                          {"model.num_query_groups", d.kv_heads},
+                                                          {"model.vocab_size", d.vocab}};
+    if (d.first_k_dense_replace > 0) split.emplace_back("model.ffn_hidden_size", d.ffn);
+    if (d.shared_expert_ffn > 0) {
+      split.emplace_back("model.moe_shared_expert_intermediate_size", d.shared_expert_ffn);
+    }
+    for (const auto& [field, value] : split) {
+      if (value % tp != 0) {
+        refuse(field, value,
+               "tensor parallelism over " + std::to_string(tp) + " ranks needs a multiple of " +
+                   std::to_string(tp));
+      }
+    }
+  }
+  // Megatron's scaled_init_method_normal: projections that write into the residual stream
+  // (attention out, MLP/expert fc2) start with std / sqrt(2 * num_layers).
+  const double scaled_std = d.init_std / std::sqrt(2.0 * static_cast<double>(d.num_layers));
+  std::vector<ParamSpec> specs;
+  auto add = [&](std::string name, std::vector<int64_t> full, int module, int layer, bool norm,
+                 double std_dev, int tp_dim, ReduceGroup group = ReduceGroup::kDataParallel) {
+    ParamSpec s;
+    s.name = std::move(name);
+    s.shape = full;
+    s.module = module;
+    s.layer = layer;
+    s.reduce_group = group;
+    s.no_weight_decay = norm;
+    s.init_std = std_dev;
+    s.tp_dim = tp_dim;
+    s.full_shape = full;
+    if (tp_dim >= 0) s.shape[static_cast<size_t>(tp_dim)] /= tp;
+    specs.push_back(std::move(s));
+  };
+  const int64_t h = d.hidden;
+  add("embedding.word_embeddings.weight", {d.vocab, h}, 0, -1, false, d.init_std, 0);
+  for (int64_t l = 0; l < d.num_layers; ++l) {
+    const int m = static_cast<int>(l) + 1;
+    const int li = static_cast<int>(l);
+    const std::string p = "decoder.layers." + std::to_string(l) + ".";
+    const std::string a = p + "self_attention.";
+    if (d.attention == MoeAttention::kMla) {
+      // tp_dim is written for tp = 1 only (tp > 1 is refused above): the up-projections and the
+      // out projection split like Llama's column- and row-parallel matrices, the down-projections
+      // are marked whole until the engine builds MLA's tensor parallelism and settles them.
+      const int64_t q_head = d.qk_head_dim + d.qk_pos_emb_head_dim;
+      add(p + "input_layernorm.weight", {h}, m, li, true, 0, -1);
+      if (d.q_lora_rank > 0) {
+        add(a + "linear_q_down_proj.weight", {d.q_lora_rank, h}, m, li, false, d.init_std, -1);
+        if (d.qk_layernorm) {
+          add(a + "linear_q_up_proj.layer_norm_weight", {d.q_lora_rank}, m, li, true, 0, -1);
+        }
+        add(a + "linear_q_up_proj.weight", {d.heads * q_head, d.q_lora_rank}, m, li, false,
+            d.init_std, 0);
+      } else {
+        add(a + "linear_q_proj.weight", {d.heads * q_head, h}, m, li, false, d.init_std, 0);
+      }
+      add(a + "linear_kv_down_proj.weight", {d.kv_lora_rank + d.qk_pos_emb_head_dim, h}, m, li,
+          false, d.init_std, -1);
+      if (d.qk_layernorm) {
+        add(a + "linear_kv_up_proj.layer_norm_weight", {d.kv_lora_rank}, m, li, true, 0, -1);
+      }
+      add(a + "linear_kv_up_proj.weight",
+          {d.heads * (d.qk_head_dim + d.v_head_dim), d.kv_lora_rank}, m, li, false, d.init_std, 0);
+      add(a + "linear_proj.weight", {h, d.heads * d.v_head_dim}, m, li, false, scaled_std, 1);
+    } else {
+      add(a + "linear_qkv.layer_norm_weight", {h}, m, li, true, 0, -1);
+      add(a + "linear_qkv.weight", {d.q_dim() + 2 * d.kv_dim(), h}, m, li, false, d.init_std, 0);
+      if (d.qk_layernorm) {
+        add(a + "q_layernorm.weight", {d.head_dim}, m, li, true, 0, -1);
+        add(a + "k_layernorm.weight", {d.head_dim}, m, li, true, 0, -1);
+      }
+      add(a + "linear_proj.weight", {h, d.q_dim()}, m, li, false, scaled_std, 1);
+    }
+    if (!d.is_moe_layer(l)) {
+      add(p + "mlp.linear_fc1.layer_norm_weight", {h}, m, li, true, 0, -1);
+      add(p + "mlp.linear_fc1.weight", {2 * d.ffn, h}, m, li, false, d.init_std, 0);
+      add(p + "mlp.linear_fc2.weight", {h, d.ffn}, m, li, false, scaled_std, 1);
+      continue;
+    }
+    // MoE layer, in the order Megatron's MoELayer runs it without shared-expert overlap: the
+    // shared experts on the normed input, then the router, then the routed experts.
+    add(p + "pre_mlp_layernorm.weight", {h}, m, li, true, 0, -1);
+    if (d.shared_expert_ffn > 0) {
+      add(p + "mlp.shared_experts.linear_fc1.weight", {2 * d.shared_expert_ffn, h}, m, li, false,
+          d.init_std, 0);
+      add(p + "mlp.shared_experts.linear_fc2.weight", {h, d.shared_expert_ffn}, m, li, false,
+          scaled_std, 1);
+    }
+    add(p + "mlp.router.weight", {d.num_experts, h}, m, li, false, d.init_std, -1);
+    for (int64_t e = first_expert; e < first_expert + local; ++e) {
+      add(p + "mlp.experts.linear_fc1.weight" + std::to_string(e), {2 * d.moe_ffn_hidden, h}, m, li,
+          false, d.init_std, -1, ReduceGroup::kExpertDataParallel);
+    }
+    for (int64_t e = first_expert; e < first_expert + local; ++e) {
+      add(p + "mlp.experts.linear_fc2.weight" + std::to_string(e), {h, d.moe_ffn_hidden}, m, li,
+          false, scaled_std, -1, ReduceGroup::kExpertDataParallel);
+    }
+  }
+  const int head = head_module(d);
+  add("decoder.final_layernorm.weight", {h}, head, -1, true, 0, -1);
+  add("output_layer.weight", {d.vocab, h}, head, -1, false, d.init_std, 0);
+  return specs;
+}
+
+std::vector<MoeBufferSpec> moe_buffer_specs(const MoeDims& d) {
+  validate_moe_dims(d);
+  std::vector<MoeBufferSpec> buffers;
+  if (!d.router_expert_bias) return buffers;
+  for (int64_t l = d.first_k_dense_replace; l < d.num_layers; ++l) {
+    buffers.push_back({"decoder.layers." + std::to_string(l) + ".mlp.router.expert_bias",
+                       d.num_experts, static_cast<int>(l) + 1, static_cast<int>(l)});
+  }
+  return buffers;
+}
+
+int64_t MoeParamCounts::per_ep_rank(int ep) const {
+  if (ep < 1) refuse("model.expert_model_parallel_size", ep, "accepted 1 or more");
+  if (num_experts % ep != 0) {
+    refuse("model.num_moe_experts", num_experts,
+           "expert parallelism over " + std::to_string(ep) +
+               " ranks (model.expert_model_parallel_size=" + std::to_string(ep) +
+               ") needs a multiple of " + std::to_string(ep));
+  }
+  return dense_total() + routed_experts_total() / ep;
+}
+
+MoeParamCounts moe_parameter_count(const MoeDims& d) {
+  validate_moe_dims(d);
+  const int64_t h = d.hidden;
+  MoeParamCounts c;
+  c.embedding = d.vocab * h;
+  c.output_head = d.vocab * h;
+  c.final_norm = h;
+  c.attention_per_layer = attention_params(d);
+  c.dense_mlp_per_layer = h + 3 * h * d.ffn;  // fused pre-MLP norm, fc1 (gate, up), fc2
+  c.moe_dense_per_layer = h + d.num_experts * h + 3 * h * d.shared_expert_ffn;
+  c.routed_expert = 3 * h * d.moe_ffn_hidden;
+  c.num_layers = d.num_layers;
+  c.num_dense_layers = d.first_k_dense_replace;
+  c.num_moe_layers = d.num_moe_layers();
+  c.num_experts = d.num_experts;
+  c.router_topk = d.router_topk;
+  // An MTP layer: enorm, hnorm and its final norm (3h), the eh projection [h, 2h], and a
+  // transformer layer built like the last decoder layer.
+  const int64_t mtp_layer_mlp = d.num_moe_layers() > 0
+                                    ? c.moe_dense_per_layer + d.num_experts * c.routed_expert
+                                    : c.dense_mlp_per_layer;
+  c.mtp = d.mtp_num_layers * (3 * h + 2 * h * h + c.attention_per_layer + mtp_layer_mlp);
+  return c;
+}
+
+MoeFlopsDims moe_flops_dims(const MoeDims& d) {
+  MoeFlopsDims f;
+  f.num_layers = d.num_layers;
+  f.hidden_size = d.hidden;
+  f.ffn_hidden_size = d.ffn;
+  f.num_attention_heads = d.heads;
+  f.swiglu = true;
+  f.multi_latent_attention = d.attention == MoeAttention::kMla;
+  if (f.multi_latent_attention) {
+    f.q_lora_rank = d.q_lora_rank;
+    f.kv_lora_rank = d.kv_lora_rank;
+    f.qk_head_dim = d.qk_head_dim;
+    f.qk_pos_emb_head_dim = d.qk_pos_emb_head_dim;
+    f.v_head_dim = d.v_head_dim;
+  } else {
+    f.num_query_groups = d.kv_heads;
+    f.kv_channels = d.head_dim;
+  }
+  f.num_moe_experts = d.num_experts;
+  f.moe_ffn_hidden_size = d.moe_ffn_hidden;
+  f.moe_router_topk = d.router_topk;
+  f.moe_shared_expert_intermediate_size = d.shared_expert_ffn;
+  f.first_k_dense_replace = d.first_k_dense_replace;
+  f.mtp_num_layers = d.mtp_num_layers;
+  f.padded_vocab_size = d.vocab;
+  return f;
+}
+
+}  // namespace shardbench
