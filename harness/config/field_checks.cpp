@@ -160,45 +160,10 @@ void nccl_user_buffers(const ConfigContainer& c, const Provenance& p, const Fiel
   }
 }
 
-void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckContext& ctx) {
+// Selective and MLP recompute and output recompute: what the engine implements, and the lists
+// that mean nothing without selective granularity.
+void recompute_relations(const ConfigContainer& c, const Provenance& p) {
   const auto& m = c.model;
-  // Megatron's OptimizerParamScheduler asserts max_lr >= min_lr
-  // (megatron/core/optimizer_param_scheduler.py): the decay runs from lr down to min_lr.
-  if (c.optimizer.min_lr > c.optimizer.lr) {
-    refuse("optimizer.min_lr", c.optimizer.min_lr, p,
-           "more than optimizer.lr=" + number_text(c.optimizer.lr) +
-               source_part(p, "optimizer.lr") + " (Megatron's scheduler requires min_lr <= lr)",
-           "a number <= " + number_text(c.optimizer.lr));
-  }
-  if (m.recompute_num_layers && *m.recompute_num_layers > m.num_layers) {
-    refuse("model.recompute_num_layers", *m.recompute_num_layers, p,
-           "more than the model's model.num_layers=" + std::to_string(m.num_layers),
-           "0.." + std::to_string(m.num_layers));
-  }
-  if (c.train.manual_gc && c.train.manual_gc_interval < 1) {
-    refuse("train.manual_gc_interval", c.train.manual_gc_interval, p,
-           "train.manual_gc=true needs an interval", "1 or more steps");
-  }
-  for (int64_t rank : c.profiling.profile_ranks) {
-    if (rank < ctx.num_gpus) continue;
-    const std::string problem = "rank " + std::to_string(rank) + " is outside the job";
-    const std::string accepted = "ranks in [0, " + std::to_string(ctx.num_gpus) + ")";
-    const auto source = p.last_source("profiling.profile_ranks");
-    if (source && source->rfind("CLI flag ", 0) == 0) {
-      throw UsageError(source->substr(9) + ": " + problem + "; accepted: " + accepted);
-    }
-    refuse("profiling.profile_ranks", get_field(c, "profiling.profile_ranks"), p, problem,
-           accepted);
-  }
-  // Every rank builds the step's mock global batch: gbs * seq_length tokens of 8 bytes.
-  constexpr int64_t kMaxTokensPerStep = int64_t{1} << 32;
-  if (c.train.global_batch_size * m.seq_length > kMaxTokensPerStep) {
-    refuse("train.global_batch_size", c.train.global_batch_size, p,
-           "times model.seq_length=" + std::to_string(m.seq_length) +
-               " is more than 2^32 tokens "
-               "per step",
-           "global_batch_size * seq_length <= 4294967296");
-  }
   // Selective recompute: the modules the engine implements; the list means nothing without
   // selective granularity, so a set list is refused there rather than ignored.
   const bool selective = m.recompute_granularity.value_or("") == "selective";
@@ -246,6 +211,73 @@ void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckCo
            "output recompute in front of the FP8 linears is not implemented",
            selective ? "full recompute (-rl N) with FP8" : "false with FP8 compute");
   }
+}
+
+// The backend the run communicates over against Megatron's recorded one, NCCL user buffers, and
+// a CUDA device where the run needs one.
+void backend_relations(const ConfigContainer& c, const Provenance& p,
+                       const FieldCheckContext& ctx) {
+  const auto& s = c.shardbench;
+  // Megatron's backend field is not read; the run's backend is shardbench.backend. A value that
+  // disagrees with the backend the run will use would label the report wrongly.
+  const std::string run_backend = run_backend_of(s);
+  if (!run_backend.empty() && c.dist.distributed_backend != run_backend) {
+    refuse("dist.distributed_backend", c.dist.distributed_backend, p,
+           "this run communicates over " + run_backend + " (shardbench.backend, --backend)",
+           run_backend);
+  }
+  nccl_user_buffers(c, p, ctx, run_backend);
+  const bool needs_gpu = s.device == "cuda" || (s.backend == "nccl" && s.device != "cpu");
+  if (needs_gpu && ctx.probe_gpus) {
+    const int count = ctx.cuda_device_count ? ctx.cuda_device_count() : visible_cuda_devices();
+    if (count < 1) {
+      const std::string key = s.device == "cuda" ? "shardbench.device" : "shardbench.backend";
+      refuse(key, get_field(c, key), p, "no CUDA device is visible on this machine",
+             s.device == "cuda" ? "cpu or auto" : "gloo or auto");
+    }
+  }
+}
+
+void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckContext& ctx) {
+  const auto& m = c.model;
+  // Megatron's OptimizerParamScheduler asserts max_lr >= min_lr
+  // (megatron/core/optimizer_param_scheduler.py): the decay runs from lr down to min_lr.
+  if (c.optimizer.min_lr > c.optimizer.lr) {
+    refuse("optimizer.min_lr", c.optimizer.min_lr, p,
+           "more than optimizer.lr=" + number_text(c.optimizer.lr) +
+               source_part(p, "optimizer.lr") + " (Megatron's scheduler requires min_lr <= lr)",
+           "a number <= " + number_text(c.optimizer.lr));
+  }
+  if (m.recompute_num_layers && *m.recompute_num_layers > m.num_layers) {
+    refuse("model.recompute_num_layers", *m.recompute_num_layers, p,
+           "more than the model's model.num_layers=" + std::to_string(m.num_layers),
+           "0.." + std::to_string(m.num_layers));
+  }
+  if (c.train.manual_gc && c.train.manual_gc_interval < 1) {
+    refuse("train.manual_gc_interval", c.train.manual_gc_interval, p,
+           "train.manual_gc=true needs an interval", "1 or more steps");
+  }
+  for (int64_t rank : c.profiling.profile_ranks) {
+    if (rank < ctx.num_gpus) continue;
+    const std::string problem = "rank " + std::to_string(rank) + " is outside the job";
+    const std::string accepted = "ranks in [0, " + std::to_string(ctx.num_gpus) + ")";
+    const auto source = p.last_source("profiling.profile_ranks");
+    if (source && source->rfind("CLI flag ", 0) == 0) {
+      throw UsageError(source->substr(9) + ": " + problem + "; accepted: " + accepted);
+    }
+    refuse("profiling.profile_ranks", get_field(c, "profiling.profile_ranks"), p, problem,
+           accepted);
+  }
+  // Every rank builds the step's mock global batch: gbs * seq_length tokens of 8 bytes.
+  constexpr int64_t kMaxTokensPerStep = int64_t{1} << 32;
+  if (c.train.global_batch_size * m.seq_length > kMaxTokensPerStep) {
+    refuse("train.global_batch_size", c.train.global_batch_size, p,
+           "times model.seq_length=" + std::to_string(m.seq_length) +
+               " is more than 2^32 tokens "
+               "per step",
+           "global_batch_size * seq_length <= 4294967296");
+  }
+  recompute_relations(c, p);
   // shardbench.fused_kernels=false is the A/B switch that turns every fusion off.
   if (c.shardbench.linear_cross_entropy_chunk > 0 && !c.shardbench.fused_kernels) {
     refuse("shardbench.linear_cross_entropy_chunk", c.shardbench.linear_cross_entropy_chunk, p,
@@ -268,26 +300,7 @@ void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckCo
              "a Megatron FSDP knob", "null with dist.use_torch_fsdp2=true");
     }
   }
-  const auto& s = c.shardbench;
-  // Megatron's backend field is not read; the run's backend is shardbench.backend. A value that
-  // disagrees with the backend the run will use would label the report wrongly.
-  const std::string run_backend =
-      s.backend != "auto" ? s.backend : (s.device == "cpu" ? "gloo" : "");
-  if (!run_backend.empty() && c.dist.distributed_backend != run_backend) {
-    refuse("dist.distributed_backend", c.dist.distributed_backend, p,
-           "this run communicates over " + run_backend + " (shardbench.backend, --backend)",
-           run_backend);
-  }
-  nccl_user_buffers(c, p, ctx, run_backend);
-  const bool needs_gpu = s.device == "cuda" || (s.backend == "nccl" && s.device != "cpu");
-  if (needs_gpu && ctx.probe_gpus) {
-    const int count = ctx.cuda_device_count ? ctx.cuda_device_count() : visible_cuda_devices();
-    if (count < 1) {
-      const std::string key = s.device == "cuda" ? "shardbench.device" : "shardbench.backend";
-      refuse(key, get_field(c, key), p, "no CUDA device is visible on this machine",
-             s.device == "cuda" ? "cpu or auto" : "gloo or auto");
-    }
-  }
+  backend_relations(c, p, ctx);
 }
 
 }  // namespace
@@ -314,6 +327,11 @@ std::string accepted_text(const FieldInfo& field) {
     text = field.accepted();
   }
   return text;
+}
+
+std::string run_backend_of(const ShardbenchConfig& s) {
+  if (s.backend != "auto") return s.backend;
+  return s.device == "cpu" ? "gloo" : "";
 }
 
 bool is_builtin_source(const std::string& source) {

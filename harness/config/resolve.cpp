@@ -198,8 +198,7 @@ struct Resolver {
   // becomes gloo in a -g cpu run instead of being refused as a disagreement the user never
   // wrote. A user's override that names another backend stays, for the field checks to refuse.
   void record_run_backend() {
-    const auto& s = out.config.shardbench;
-    const std::string run = s.backend != "auto" ? s.backend : (s.device == "cpu" ? "gloo" : "");
+    const std::string run = run_backend_of(out.config.shardbench);
     if (run.empty()) return;
     const auto source = out.provenance.last_source("dist.distributed_backend");
     if (out.config.dist.distributed_backend != run && source && !is_builtin_source(*source)) return;

@@ -66,6 +66,127 @@ bool agree_on_failure(bool rank0_failed, WorkerContext& ctx) {
   return flag.to(at::kCPU).item<float>() != 0;
 }
 
+// Rank 0's environment record: runtime versions, world, nodes and GPUs (before the runs).
+void describe_ranks(EnvironmentInfo& info, const WorkerContext& ctx, const LaunchEnv& env,
+                    int ranks_per_gpu) {
+  const RuntimeVersions v = runtime_versions();
+  info.torch_version = v.torch;
+  info.cuda_version = ctx.device.is_cuda() ? v.cuda : "";
+  info.nccl_version = ctx.backend == CommBackend::kNccl ? v.nccl : "";
+  info.cudnn_version = ctx.device.is_cuda() ? v.cudnn : "";
+  info.world_size = env.world_size;
+  info.cpu_scheduling.intra_op_threads = at::get_num_threads();
+  // Shared-GPU ranks each pose as a host of their own (GROUP_RANK = rank); they are one node.
+  info.node_count =
+      ranks_per_gpu > 1 ? 1 : std::max(1, env.world_size / std::max(1, env.local_world_size));
+  if (ctx.device.is_cuda()) {
+    info.gpu_names.push_back(device_name(ctx.device));
+    info.gpu_count = env.world_size / ranks_per_gpu;
+  }
+  if (const std::string notice = shared_gpu_notice(ranks_per_gpu, env.world_size);
+      !notice.empty()) {
+    std::cout << "perf-launch: " << notice << std::endl;
+  }
+}
+
+// The runs in planned order (the report's order) and the order they ran in.
+struct PlannedRuns {
+  std::vector<RunRecord> runs;
+  RunOrderRule order_rule = RunOrderRule::kPlanned;
+  std::vector<std::size_t> order;
+};
+
+// The requested run, then the comparison runs (other wrappers, the DDP baseline) on the same
+// model, batch, dtype policy and seed; validation already checked their configs.
+PlannedRuns run_planned(const ResolvedConfig& resolved, const LaunchEnv& env,
+                        WorkerContext& ctx) {
+  const ConfigContainer& config = resolved.config;
+  ValidationContext validation;
+  validation.num_gpus = env.world_size;
+  const nlohmann::json provenance = resolved.provenance.to_json();
+  const std::vector<PlannedRun> plan = planned_runs(config, validation);
+  // The runs share this process: a fixed order would turn the first run's cold start into a
+  // difference between the wrappers (run_order.hpp). Every rank runs rank 0's order.
+  PlannedRuns out;
+  out.order_rule = run_order_rule(std::getenv(kRunOrderVariable));
+  const bool reverse_coin = out.order_rule == RunOrderRule::kRandom && plan.size() > 1 &&
+                            agree_on_failure(env.rank == 0 && std::random_device{}() % 2 == 1,
+                                             ctx);  // rank 0's bit to every rank
+  out.order = run_order(plan.size(), out.order_rule, reverse_coin);
+  if (env.rank == 0 && plan.size() > 1) {
+    std::vector<std::string> labels;
+    for (const PlannedRun& planned : plan) labels.emplace_back(label(planned.wrapper));
+    std::cout << "perf-launch: run order: " << run_order_text(out.order_rule, out.order, labels)
+              << std::endl;
+  }
+  std::vector<std::optional<RunRecord>> ran(plan.size());
+  for (const std::size_t index : out.order) {
+    const PlannedRun& planned = plan[index];
+    nlohmann::json run_prov = provenance;
+    if (!planned.derivation.empty()) {
+      if (env.rank == 0) {
+        std::cout << "perf-launch: measuring " << label(planned.wrapper) << " ("
+                  << planned.derivation << ")" << std::endl;
+      }
+      run_prov["derived"] = planned.derivation;
+      // Derived runs never save or load: only the requested run checkpoints.
+      for (const char* key : {"checkpoint.save", "checkpoint.load"}) {
+        run_prov[key].push_back({{"source", "comparison run: only the requested run checkpoints"},
+                                 {"previous", get_field(config, key)},
+                                 {"value", nullptr}});
+      }
+    }
+    ran[index] = run_benchmark(planned.config, run_prov, resolved.model_recipe_name, ctx);
+    // Every rank's own engine buffers (the run record holds only this rank's).
+    ran[index]->memory_per_rank = gather_engine_memory(ctx, ran[index]->memory);
+  }
+  // The report lists the runs in planned order whatever order they ran in.
+  for (std::optional<RunRecord>& run : ran) out.runs.push_back(std::move(*run));
+  return out;
+}
+
+// Rank 0: builds and writes the report, prints the comparison summary, and returns the run's
+// failure ("" when it passed), loss parity against DDP included.
+std::string write_and_print_report(const EnvironmentInfo& info, const PlannedRuns& planned,
+                                   const ConfigContainer& config, int ranks_per_gpu,
+                                   std::chrono::system_clock::time_point start,
+                                   std::filesystem::path* report_written) {
+  ReportOptions report_options;
+  report_options.ranks_per_gpu = ranks_per_gpu;
+  report_options.run_order = run_order_json(planned.order_rule, planned.order);
+  const nlohmann::json report = build_report(info, planned.runs, report_options);
+  std::string failure = first_failure(report);
+  const RunRecord& head = planned.runs.front();
+  const bool explicit_path = config.shardbench.report_path.has_value();
+  // A default name is unique per run (milliseconds and this process's id) and never
+  // replaces a file; an explicit path may replace a regular file the user named.
+  const std::filesystem::path path =
+      explicit_path
+          ? std::filesystem::path(*config.shardbench.report_path)
+          : default_report_path(config.shardbench.report_dir, head.recipe, head.wrapper,
+                                head.strategy, head.distributed_optimizer, head.world_size,
+                                start, std::to_string(::getpid()));
+  write_report(path, report, explicit_path ? ExistingFile::kReplace : ExistingFile::kRefuse);
+  if (report_written) *report_written = path;
+  const std::string summary = format_comparison_summary(report);
+  if (!summary.empty()) {
+    std::cout << "\n";
+    if (ranks_per_gpu > 1) {
+      std::cout << "(functional run, ranks_per_gpu=" << ranks_per_gpu
+                << ": the timing columns are not performance; memory columns are real)\n";
+    }
+    std::cout << summary;
+  }
+  std::cout << "perf-launch: report written to " << path.string() << std::endl;
+  // A run that trains differently from DDP is a failed comparison, however fast it is.
+  // Every rank learns it through agree_on_failure, so none is left waiting.
+  if (const std::string bad = loss_parity_failures(report); !bad.empty()) {
+    std::cerr << "perf-launch: loss parity failed:\n" << bad;
+    if (failure.empty()) failure = "loss parity against DDP failed";
+  }
+  return failure;
+}
+
 }  // namespace
 
 int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
@@ -81,108 +202,14 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
     const int ranks_per_gpu =
         static_cast<int>(std::max<int64_t>(1, config.shardbench.ranks_per_gpu));
     ctx.emplace(make_worker_context(config, env));
-    if (env.rank == 0) {
-      const RuntimeVersions v = runtime_versions();
-      info.torch_version = v.torch;
-      info.cuda_version = ctx->device.is_cuda() ? v.cuda : "";
-      info.nccl_version = ctx->backend == CommBackend::kNccl ? v.nccl : "";
-      info.cudnn_version = ctx->device.is_cuda() ? v.cudnn : "";
-      info.world_size = env.world_size;
-      info.cpu_scheduling.intra_op_threads = at::get_num_threads();
-      // Shared-GPU ranks each pose as a host of their own (GROUP_RANK = rank); they are one node.
-      info.node_count =
-          ranks_per_gpu > 1 ? 1 : std::max(1, env.world_size / std::max(1, env.local_world_size));
-      if (ctx->device.is_cuda()) {
-        info.gpu_names.push_back(device_name(ctx->device));
-        info.gpu_count = env.world_size / ranks_per_gpu;
-      }
-      if (const std::string notice = shared_gpu_notice(ranks_per_gpu, env.world_size);
-          !notice.empty()) {
-        std::cout << "perf-launch: " << notice << std::endl;
-      }
-    }
-
-    // The requested run, then the comparison runs (other wrappers, the DDP baseline) on the same
-    // model, batch, dtype policy and seed; validation already checked their configs.
-    ValidationContext validation;
-    validation.num_gpus = env.world_size;
-    const nlohmann::json provenance = resolved.provenance.to_json();
-    const std::vector<PlannedRun> plan = planned_runs(config, validation);
-    // The runs share this process: a fixed order would turn the first run's cold start into a
-    // difference between the wrappers (run_order.hpp). Every rank runs rank 0's order.
-    const RunOrderRule order_rule = run_order_rule(std::getenv(kRunOrderVariable));
-    const bool reverse_coin = order_rule == RunOrderRule::kRandom && plan.size() > 1 &&
-                              agree_on_failure(env.rank == 0 && std::random_device{}() % 2 == 1,
-                                               *ctx);  // rank 0's bit to every rank
-    const std::vector<std::size_t> order = run_order(plan.size(), order_rule, reverse_coin);
-    if (env.rank == 0 && plan.size() > 1) {
-      std::vector<std::string> labels;
-      for (const PlannedRun& planned : plan) labels.emplace_back(label(planned.wrapper));
-      std::cout << "perf-launch: run order: " << run_order_text(order_rule, order, labels)
-                << std::endl;
-    }
-    std::vector<std::optional<RunRecord>> ran(plan.size());
-    for (const std::size_t index : order) {
-      const PlannedRun& planned = plan[index];
-      nlohmann::json run_prov = provenance;
-      if (!planned.derivation.empty()) {
-        if (env.rank == 0) {
-          std::cout << "perf-launch: measuring " << label(planned.wrapper) << " ("
-                    << planned.derivation << ")" << std::endl;
-        }
-        run_prov["derived"] = planned.derivation;
-        // Derived runs never save or load: only the requested run checkpoints.
-        for (const char* key : {"checkpoint.save", "checkpoint.load"}) {
-          run_prov[key].push_back({{"source", "comparison run: only the requested run checkpoints"},
-                                   {"previous", get_field(config, key)},
-                                   {"value", nullptr}});
-        }
-      }
-      ran[index] = run_benchmark(planned.config, run_prov, resolved.model_recipe_name, *ctx);
-      // Every rank's own engine buffers (the run record holds only this rank's).
-      ran[index]->memory_per_rank = gather_engine_memory(*ctx, ran[index]->memory);
-    }
-    // The report lists the runs in planned order whatever order they ran in.
-    std::vector<RunRecord> runs;
-    for (std::optional<RunRecord>& run : ran) runs.push_back(std::move(*run));
+    if (env.rank == 0) describe_ranks(info, *ctx, env, ranks_per_gpu);
+    const PlannedRuns runs = run_planned(resolved, env, *ctx);
     ctx->pgs.world->barrier();
     // Rank 0's report decides the run's status; every rank exits with it, after the report is
     // written (a rank leaving early would make the launcher stop rank 0 mid-write).
     std::string failure;
     if (env.rank == 0) {
-      ReportOptions report_options;
-      report_options.ranks_per_gpu = ranks_per_gpu;
-      report_options.run_order = run_order_json(order_rule, order);
-      const nlohmann::json report = build_report(info, runs, report_options);
-      failure = first_failure(report);
-      const RunRecord& head = runs.front();
-      const bool explicit_path = config.shardbench.report_path.has_value();
-      // A default name is unique per run (milliseconds and this process's id) and never
-      // replaces a file; an explicit path may replace a regular file the user named.
-      const std::filesystem::path path =
-          explicit_path
-              ? std::filesystem::path(*config.shardbench.report_path)
-              : default_report_path(config.shardbench.report_dir, head.recipe, head.wrapper,
-                                    head.strategy, head.distributed_optimizer, head.world_size,
-                                    start, std::to_string(::getpid()));
-      write_report(path, report, explicit_path ? ExistingFile::kReplace : ExistingFile::kRefuse);
-      if (report_written) *report_written = path;
-      const std::string summary = format_comparison_summary(report);
-      if (!summary.empty()) {
-        std::cout << "\n";
-        if (ranks_per_gpu > 1) {
-          std::cout << "(functional run, ranks_per_gpu=" << ranks_per_gpu
-                    << ": the timing columns are not performance; memory columns are real)\n";
-        }
-        std::cout << summary;
-      }
-      std::cout << "perf-launch: report written to " << path.string() << std::endl;
-      // A run that trains differently from DDP is a failed comparison, however fast it is.
-      // Every rank learns it through agree_on_failure below, so none is left waiting.
-      if (const std::string bad = loss_parity_failures(report); !bad.empty()) {
-        std::cerr << "perf-launch: loss parity failed:\n" << bad;
-        if (failure.empty()) failure = "loss parity against DDP failed";
-      }
+      failure = write_and_print_report(info, runs, config, ranks_per_gpu, start, report_written);
     }
     const bool failed = agree_on_failure(!failure.empty(), *ctx);
     destroy_process_groups(*ctx, /*failed=*/false);

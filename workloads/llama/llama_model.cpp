@@ -515,6 +515,14 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
   if (census) {
     census_scope.emplace(*census, head, "head", std::vector<at::Tensor>{w.final_norm, w.output});
   }
+  at::Tensor loss = head_loss(w, x, labels, backward_scale);
+  if (hooks) loss = hooks->post_forward(head, loss);
+  return loss;
+}
+
+at::Tensor LlamaModel::head_loss(const LlamaWeights& w, const at::Tensor& x,
+                                 const at::Tensor& labels, double backward_scale) const {
+  const auto& d = dims_;
   census::region("final_norm");
   auto h = at::rms_norm(x, {d.hidden}, tp_norm_weight(w.final_norm), d.norm_eps);
   if (lce_chunk_ > 0 && at::GradMode::is_enabled() &&
@@ -526,10 +534,8 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     o.main_grads = main_grads_ && w.output.requires_grad() ? main_grads_ : nullptr;
     o.cross_entropy_kernel = fused_.cross_entropy;
     census::region("linear_cross_entropy");
-    auto loss = lce::linear_cross_entropy(h.reshape({-1, d.hidden}), w.output,
-                                          labels.reshape({-1}), o);
-    if (hooks) loss = hooks->post_forward(head, loss);
-    return loss;
+    return lce::linear_cross_entropy(h.reshape({-1, d.hidden}), w.output, labels.reshape({-1}),
+                                     o);
   }
   // The output layer is a ColumnParallelLinear in Megatron: fused like the others, never FP8.
   census::region("output");
@@ -539,22 +545,18 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     auto logits = tp::column_parallel_linear(
         h, w.output, *tp_.group, main_grads_ && w.output.requires_grad() ? main_grads_ : nullptr);
     census::region("loss");
-    auto loss = tp::vocab_parallel_cross_entropy(
-        logits.view({-1, local_.vocab}), labels.reshape({-1}), tp_.rank * local_.vocab, *tp_.group);
-    if (hooks) loss = hooks->post_forward(head, loss);
-    return loss;
+    return tp::vocab_parallel_cross_entropy(logits.view({-1, local_.vocab}), labels.reshape({-1}),
+                                            tp_.rank * local_.vocab, *tp_.group);
   }
   auto logits = main_grads_ && w.output.requires_grad() ? wgrad::linear(h, w.output, main_grads_)
                                                         : at::linear(h, w.output);
   // Cross-entropy with fp32 math, as Megatron's vocab-parallel loss. The fused kernel reads the
   // logits in their own dtype and writes their gradient over them (nothing else reads them).
   census::region("loss");
-  auto loss =
-      fused_.cross_entropy && fused::supports(logits)
-          ? fused::cross_entropy(logits.view({-1, d.vocab}), labels.reshape({-1}), true)
-          : at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat), labels.reshape({-1}));
-  if (hooks) loss = hooks->post_forward(head, loss);
-  return loss;
+  return fused_.cross_entropy && fused::supports(logits)
+             ? fused::cross_entropy(logits.view({-1, d.vocab}), labels.reshape({-1}), true)
+             : at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat),
+                                      labels.reshape({-1}));
 }
 
 std::string sdpa_backend_name(const LlamaDims& d, int64_t micro_batch, at::ScalarType dtype,

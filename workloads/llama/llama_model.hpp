@@ -200,6 +200,11 @@ class LlamaModel final : public TrainableModel {
   // recompute_fc1_layers() layers.
   at::Tensor layer_forward(const LayerWeights& w, const at::Tensor& x,
                            bool recompute_mlp = false) const;
+  // The head after the last layer: final norm, output layer and the mean token loss (the
+  // chunked linear cross-entropy, the vocab-parallel pair under tensor parallelism, or the whole
+  // logits and the loss).
+  at::Tensor head_loss(const LlamaWeights& w, const at::Tensor& x, const at::Tensor& labels,
+                       double backward_scale) const;
 
   at::Tensor apply_rope(const at::Tensor& x) const;  // x: [B, S, H, D]
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w) const;
