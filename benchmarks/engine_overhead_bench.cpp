@@ -70,7 +70,8 @@ void BM_EngineStep(benchmark::State& state, const char* wrapper, const char* str
   const LlamaDims dims = many_small_layers(layers);
   EngineOptions o;
   o.wrapper = wrapper_spec(wrapper).id;
-  o.strategy = strategy;
+  // DDP ("ddp") and FSDP2 ("") read no Megatron FSDP strategy.
+  o.strategy = find_fsdp_strategy(strategy).value_or(FsdpStrategy::kNoShard);
   o.use_distributed_optimizer = distopt;
   o.bucket_size_elems = 4096;  // several DDP buckets
   auto pgs = single_rank_groups();

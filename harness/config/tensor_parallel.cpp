@@ -5,6 +5,7 @@
 #include "harness/config/errors.hpp"
 #include "harness/config/field_checks.hpp"
 #include "harness/config/vocab.hpp"
+#include "harness/config/wrapper.hpp"
 
 namespace shardbench {
 namespace {
@@ -165,8 +166,9 @@ void check_hsdp(const ConfigContainer& c, int64_t num_gpus, const Provenance& p)
   }
   const bool torch_fsdp2 = c.dist.use_torch_fsdp2;
   const bool megatron_fsdp = c.ddp.use_megatron_fsdp || c.dist.use_megatron_fsdp;
-  const bool sharded_optimizer = megatron_fsdp ? c.ddp.data_parallel_sharding_strategy != "no_shard"
-                                               : !torch_fsdp2 && c.ddp.use_distributed_optimizer;
+  const bool sharded_optimizer =
+      megatron_fsdp ? !strategy_is(c.ddp.data_parallel_sharding_strategy, FsdpStrategy::kNoShard)
+                    : !torch_fsdp2 && c.ddp.use_distributed_optimizer;
   if (!sharded_optimizer) {
     refuse(key, instances, p,
            std::string("HSDP needs a sharded optimizer inside each instance; this run has ") +
@@ -187,7 +189,7 @@ void check_hsdp(const ConfigContainer& c, int64_t num_gpus, const Provenance& p)
                (torch_fsdp2 ? "Torch FSDP2" : "DDP"),
            hfsdp_accepted);
   }
-  if (c.ddp.data_parallel_sharding_strategy != "optim_grads_params") {
+  if (!strategy_is(c.ddp.data_parallel_sharding_strategy, FsdpStrategy::kOptimGradsParams)) {
     refuse(outer_key, outer, p,
            "Optimizer fully-sharded HFSDP is only supported with full-sharding on DP-Shard "
            "(Megatron-FSDP); this run has ddp.data_parallel_sharding_strategy=" +

@@ -7,6 +7,7 @@
 #include "harness/config/field_registry.hpp"
 #include "harness/config/tensor_parallel.hpp"
 #include "harness/config/text.hpp"
+#include "harness/config/wrapper.hpp"
 #include "harness/config/wrappers.hpp"
 #include "harness/config/step_injection_rules.hpp"
 
@@ -161,7 +162,7 @@ void megatron_fsdp(Rules& r, const ValidationContext& ctx) {
         "ddp.fsdp_manual_registration=true with ddp.nccl_ub=false: "
         "DDP.fsdp_manual_registration requires DDP.nccl_ub!");
   }
-  if (c.ddp.data_parallel_sharding_strategy == "optim_grads_params" &&
+  if (strategy_is(c.ddp.data_parallel_sharding_strategy, FsdpStrategy::kOptimGradsParams) &&
       c.train.check_weight_hash_across_dp_replicas_interval) {
     fail("train.check_weight_hash_across_dp_replicas_interval=" +
          std::to_string(*c.train.check_weight_hash_across_dp_replicas_interval) +
@@ -173,7 +174,8 @@ void megatron_fsdp(Rules& r, const ValidationContext& ctx) {
         "dist.use_tp_pp_dp_mapping=true: use_tp_pp_dp_mapping is not supported with Megatron "
         "FSDP");
   }
-  if (c.model.init_model_with_meta_device && c.ddp.data_parallel_sharding_strategy == "no_shard") {
+  if (c.model.init_model_with_meta_device &&
+      strategy_is(c.ddp.data_parallel_sharding_strategy, FsdpStrategy::kNoShard)) {
     fail(
         "model.init_model_with_meta_device=true with ddp.data_parallel_sharding_strategy="
         "no_shard: meta-device initialization is not supported with Megatron FSDP no_shard; use "
@@ -432,8 +434,9 @@ void fp8_param_gather_rules(const ConfigContainer& c) {
          " without FP8 compute");
   }
   const Wrapper wrapper = wrapper_of(c);
-  const bool fsdp = wrapper == Wrapper::kMegatronFsdp &&
-                    c.ddp.data_parallel_sharding_strategy == "optim_grads_params";
+  const bool fsdp =
+      wrapper == Wrapper::kMegatronFsdp &&
+      strategy_is(c.ddp.data_parallel_sharding_strategy, FsdpStrategy::kOptimGradsParams);
   const bool distopt = wrapper == Wrapper::kDdp && c.ddp.use_distributed_optimizer;
   if (!fsdp && !distopt) {
     const std::string run = wrapper == Wrapper::kMegatronFsdp

@@ -1,6 +1,7 @@
 #include "harness/config/wrapper.hpp"
 
 #include <stdexcept>
+#include <utility>
 
 namespace shardbench {
 
@@ -55,6 +56,46 @@ bool uses_distributed_optimizer(Wrapper wrapper, bool ddp_distributed_optimizer)
       return false;
   }
   return false;
+}
+
+namespace {
+constexpr std::array<std::pair<FsdpStrategy, std::string_view>, 4> kFsdpStrategies = {{
+    {FsdpStrategy::kNoShard, "no_shard"},
+    {FsdpStrategy::kOptim, "optim"},
+    {FsdpStrategy::kOptimGrads, "optim_grads"},
+    {FsdpStrategy::kOptimGradsParams, "optim_grads_params"},
+}};
+}  // namespace
+
+std::string_view fsdp_strategy_name(FsdpStrategy strategy) {
+  for (const auto& [id, name] : kFsdpStrategies) {
+    if (id == strategy) return name;
+  }
+  return "unknown";
+}
+
+std::optional<FsdpStrategy> find_fsdp_strategy(std::string_view name) {
+  for (const auto& [id, known] : kFsdpStrategies) {
+    if (known == name) return id;
+  }
+  return std::nullopt;
+}
+
+FsdpStrategy fsdp_strategy(std::string_view name) {
+  if (const auto s = find_fsdp_strategy(name)) return *s;
+  std::string accepted;
+  for (const auto& [id, known] : kFsdpStrategies) {
+    accepted += (accepted.empty() ? "" : ", ") + std::string(known);
+  }
+  throw std::invalid_argument("ddp.data_parallel_sharding_strategy=" + std::string(name) +
+                              ": unknown Megatron FSDP sharding strategy; accepted: " + accepted);
+}
+
+OuterStrategy outer_strategy(std::string_view name) {
+  if (name == "no_shard") return OuterStrategy::kNoShard;
+  if (name == "optim") return OuterStrategy::kOptim;
+  throw std::invalid_argument("ddp.outer_dp_sharding_strategy=" + std::string(name) +
+                              ": accepted: no_shard, optim");
 }
 
 }  // namespace shardbench

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,26 @@ const WrapperSpec& wrapper_spec(std::string_view label);
 std::string accepted_wrapper_labels();
 
 inline std::string_view label(Wrapper wrapper) { return wrapper_spec(wrapper).label; }
+
+// Megatron FSDP's ddp.data_parallel_sharding_strategy, parsed once: what the four strategies
+// shard is a row each of harness/measure/sharding.hpp's table (ZeRO-0 to ZeRO-3).
+enum class FsdpStrategy { kNoShard, kOptim, kOptimGrads, kOptimGradsParams };
+// "no_shard", "optim", "optim_grads", "optim_grads_params" (the config's and reports' names).
+std::string_view fsdp_strategy_name(FsdpStrategy strategy);
+// nullopt for a name that is none of the four.
+std::optional<FsdpStrategy> find_fsdp_strategy(std::string_view name);
+// Throws std::invalid_argument naming the value and the accepted names.
+FsdpStrategy fsdp_strategy(std::string_view name);
+// Whether `name` parses to `strategy` (false for an unknown name, which the field's domain check
+// refuses on its own).
+inline bool strategy_is(std::string_view name, FsdpStrategy strategy) {
+  return find_fsdp_strategy(name) == strategy;
+}
+
+// ddp.outer_dp_sharding_strategy across HSDP instances: replicated (no_shard) or the optimizer
+// sharded across them too (optim, HFSDP). Throws std::invalid_argument for another name.
+enum class OuterStrategy { kNoShard, kOptim };
+OuterStrategy outer_strategy(std::string_view name);
 
 // Whether Megatron Core's distributed optimizer runs: always for Megatron FSDP, by
 // ddp.use_distributed_optimizer for DDP, never for FSDP2 (which shards the state itself).

@@ -203,7 +203,7 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
            "null with dist.use_torch_fsdp2=true (a Megatron FSDP knob)");
     o.reshard_after_forward = c.dist.torch_fsdp2_reshard_after_forward;
   }
-  o.strategy = c.ddp.data_parallel_sharding_strategy;
+  o.strategy = fsdp_strategy(c.ddp.data_parallel_sharding_strategy);
   o.use_distributed_optimizer = c.ddp.use_distributed_optimizer;
   o.overlap_grad_reduce = c.ddp.overlap_grad_reduce;
   o.overlap_param_gather = c.ddp.overlap_param_gather;
@@ -244,7 +244,8 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   o.nccl_ub_manual_registration = c.ddp.nccl_ub && c.ddp.fsdp_manual_registration;
   // HFSDP: validation (check_hsdp) admitted it with instances and Megatron FSDP
   // optim_grads_params only.
-  o.outer_shard_optimizer = c.ddp.outer_dp_sharding_strategy == "optim";
+  o.outer_shard_optimizer =
+      outer_strategy(c.ddp.outer_dp_sharding_strategy) == OuterStrategy::kOptim;
   return o;
 }
 

@@ -69,4 +69,9 @@ const ShardingSpec& strategy_row(Wrapper wrapper, std::string_view strategy,
                               "'; accepted: " + accepted);
 }
 
+const ShardingSpec& strategy_row(Wrapper wrapper, FsdpStrategy strategy,
+                                 bool ddp_distributed_optimizer) {
+  return strategy_row(wrapper, fsdp_strategy_name(strategy), ddp_distributed_optimizer);
+}
+
 }  // namespace shardbench

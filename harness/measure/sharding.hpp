@@ -47,5 +47,8 @@ const ShardingSpec* find_strategy_row(Wrapper wrapper, std::string_view strategy
 // The same; throws std::invalid_argument naming the accepted strategies.
 const ShardingSpec& strategy_row(Wrapper wrapper, std::string_view strategy,
                                  bool ddp_distributed_optimizer);
+// The row of a parsed strategy (the engine's EngineOptions::strategy).
+const ShardingSpec& strategy_row(Wrapper wrapper, FsdpStrategy strategy,
+                                 bool ddp_distributed_optimizer);
 
 }  // namespace shardbench

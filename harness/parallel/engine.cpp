@@ -59,7 +59,7 @@ DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions opt
   // DP-Shard").
   if (options_.outer_shard_optimizer) {
     const std::string head = "ddp.outer_dp_sharding_strategy=optim with " + label();
-    if (options_.wrapper != Wrapper::kMegatronFsdp || options_.strategy != "optim_grads_params") {
+    if (options_.wrapper != Wrapper::kMegatronFsdp || options_.strategy != FsdpStrategy::kOptimGradsParams) {
       throw std::invalid_argument(
           head +
           ": optimizer fully-sharded HFSDP is only supported with full sharding inside "
@@ -229,7 +229,7 @@ std::string DataParallelEngine::strategy_name() const {
     case Wrapper::kMegatronFsdp:
       break;
   }
-  return options_.strategy;
+  return std::string(fsdp_strategy_name(options_.strategy));
 }
 
 const ShardingSpec& DataParallelEngine::group_spec(const EngineGroup& g) const { return g.spec; }

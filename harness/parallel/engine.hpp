@@ -37,7 +37,7 @@ namespace shardbench {
 
 struct EngineOptions {
   Wrapper wrapper = Wrapper::kDdp;
-  std::string strategy = "no_shard";       // FSDP: ddp.data_parallel_sharding_strategy
+  FsdpStrategy strategy = FsdpStrategy::kNoShard;  // FSDP: ddp.data_parallel_sharding_strategy
   bool use_distributed_optimizer = false;  // DDP only (FSDP always shards the optimizer)
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = false;

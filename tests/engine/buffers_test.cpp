@@ -8,6 +8,7 @@
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench {
 namespace {
@@ -35,7 +36,7 @@ TEST_P(BufferBytes, FollowTheStrategyTable) {
   testing::run_on_ranks(kWorld, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
     o.wrapper = Wrapper::kMegatronFsdp;
-    o.strategy = e.strategy;
+    o.strategy = testing::case_strategy(e.strategy);
     o.compute_dtype = at::kBFloat16;  // separate fp32 main weights
     DataParallelEngine engine(LlamaSpec(dims()), o, pgs);
     if (rank == 1) {

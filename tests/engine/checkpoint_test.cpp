@@ -22,6 +22,7 @@
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench {
 namespace {
@@ -86,7 +87,7 @@ void PrintTo(const Case& c, std::ostream* os) {
 EngineOptions options_for(const Case& c) {
   EngineOptions o;
   o.wrapper = wrapper_spec(c.wrapper).id;
-  o.strategy = c.strategy;
+  o.strategy = testing::case_strategy(c.strategy);
   o.use_distributed_optimizer = c.distopt;
   o.bucket_size_elems = c.bucket_elems;
   o.compute_dtype = c.compute_dtype;

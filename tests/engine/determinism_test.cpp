@@ -114,7 +114,7 @@ EngineRun train_engine() {
   testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
     o.wrapper = Wrapper::kMegatronFsdp;
-    o.strategy = "optim_grads_params";
+    o.strategy = FsdpStrategy::kOptimGradsParams;
     DataParallelEngine engine(LlamaSpec(dims), o, pgs);
     LlamaModel model(dims, at::kCPU);
     std::vector<double> losses;

@@ -46,7 +46,7 @@ GatherRun train(int world, bool fp8_param_gather, bool keep_transpose) {
   run_on_ranks(world, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
     o.wrapper = Wrapper::kMegatronFsdp;
-    o.strategy = "optim_grads_params";
+    o.strategy = FsdpStrategy::kOptimGradsParams;
     o.compute_dtype = at::kBFloat16;
     o.seed = 21;
     o.adam.lr = 1e-3;
@@ -188,7 +188,7 @@ TEST(Fp8ParamGatherLayout, GemmOperandsStartOn16ByteBoundaries) {
     run_on_ranks(world, [&](int, ProcessGroups& pgs) {
       EngineOptions o;
       o.wrapper = Wrapper::kMegatronFsdp;
-      o.strategy = "optim_grads_params";
+      o.strategy = FsdpStrategy::kOptimGradsParams;
       o.compute_dtype = at::kBFloat16;
       o.fp8_param_gather = true;
       DataParallelEngine engine(LlamaSpec(gather_dims()), o, pgs);

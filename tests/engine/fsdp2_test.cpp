@@ -112,7 +112,7 @@ Bf16Result train_bf16(const std::string& wrapper, bool grad_reduce_in_fp32) {
   testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
     o.wrapper = wrapper_spec(wrapper).id;
-    o.strategy = "optim_grads_params";
+    o.strategy = FsdpStrategy::kOptimGradsParams;
     o.compute_dtype = at::kBFloat16;
     o.grad_reduce_in_fp32 = grad_reduce_in_fp32;
     DataParallelEngine engine(LlamaSpec(d), o, pgs);

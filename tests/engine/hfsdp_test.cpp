@@ -40,7 +40,7 @@ constexpr int kInstances = 2;
 EngineOptions hfsdp_options(at::ScalarType compute = at::kFloat, bool outer_optim = true) {
   EngineOptions o;
   o.wrapper = Wrapper::kMegatronFsdp;
-  o.strategy = "optim_grads_params";
+  o.strategy = FsdpStrategy::kOptimGradsParams;
   o.outer_shard_optimizer = outer_optim;
   // The gather across the instances after each step is waited where the next forward (or a
   // prefetch) reads the shard; the parity tests wait at the end of the step.
@@ -426,7 +426,7 @@ TEST(HfsdpEngine, RefusesWhatIsNotFullShardingInsideEachInstance) {
   };
   std::vector<Refusal> refusals;
   EngineOptions grads = hfsdp_options();
-  grads.strategy = "optim_grads";
+  grads.strategy = FsdpStrategy::kOptimGrads;
   refusals.push_back({grads, 2,
                       "ddp.outer_dp_sharding_strategy=optim with megatron_fsdp/optim_grads: "
                       "optimizer fully-sharded HFSDP is only supported with full sharding inside "

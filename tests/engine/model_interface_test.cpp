@@ -14,6 +14,7 @@
 #include "harness/model/model.hpp"
 #include "harness/parallel/engine.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench {
 namespace {
@@ -125,7 +126,7 @@ TEST(ModelInterface, ANonLlamaModelTrainsAlikeUnderEveryWrapper) {
     SCOPED_TRACE(std::string(wrapper_spec(c.wrapper).label) + "/" + c.strategy);
     EngineOptions o;
     o.wrapper = c.wrapper;
-    o.strategy = c.strategy;
+    o.strategy = testing::case_strategy(c.strategy);
     const std::vector<double> got = train(2, o, spec);
     ASSERT_EQ(got.size(), ref.size());
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-5 * std::abs(ref[i]));
@@ -137,7 +138,7 @@ TEST(ModelInterface, FsdpUnitsAreTheModelsUnits) {
   testing::run_on_ranks(1, [&](int, ProcessGroups& pgs) {
     EngineOptions o;
     o.wrapper = Wrapper::kMegatronFsdp;
-    o.strategy = "optim_grads_params";
+    o.strategy = FsdpStrategy::kOptimGradsParams;
     DataParallelEngine engine(TinySpec(), o, pgs);
     int units = 0;
     for (const auto& g : engine.group_info()) units += g.is_unit ? 1 : 0;

@@ -9,6 +9,7 @@
 
 #include "tests/engine/rank_threads.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench {
 namespace {
@@ -31,7 +32,7 @@ LlamaDims tiny() {
 std::string refusal(Wrapper wrapper, bool manual, ProcessGroups& pgs) {
   EngineOptions o;
   o.wrapper = wrapper;
-  o.strategy = wrapper == Wrapper::kDdp ? "no_shard" : "optim_grads_params";
+  o.strategy = testing::case_strategy(wrapper == Wrapper::kDdp ? "no_shard" : "optim_grads_params");
   o.nccl_ub = true;
   o.nccl_ub_manual_registration = manual;
   try {

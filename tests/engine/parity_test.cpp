@@ -15,6 +15,7 @@
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench {
 namespace {
@@ -129,7 +130,7 @@ TEST_P(StrategyParity, MatchesSingleProcessReference) {
   const Trajectory ref = reference_run(dims, c.gbs, c.clip);
   EngineOptions o;
   o.wrapper = wrapper_spec(c.wrapper).id;
-  o.strategy = c.strategy;
+  o.strategy = testing::case_strategy(c.strategy);
   o.use_distributed_optimizer = c.distopt;
   o.bucket_size_elems = c.bucket_elems;
   o.overlap_grad_reduce = c.overlap_grad_reduce;

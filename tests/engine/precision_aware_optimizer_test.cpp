@@ -74,7 +74,7 @@ TEST(PrecisionAwareOptimizer, EngineMemoryCountsTheMomentBytes) {
     for (const bool low : {false, true}) {
       EngineOptions o;
       o.wrapper = Wrapper::kMegatronFsdp;
-      o.strategy = "optim_grads_params";
+      o.strategy = FsdpStrategy::kOptimGradsParams;
       if (low) {
         o.exp_avg_dtype = at::kBFloat16;
         o.exp_avg_sq_dtype = at::kFloat;

@@ -42,7 +42,7 @@ Observed observe(double budget_units, bool double_buffer, int world = 2) {
   testing::run_on_ranks(world, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
     o.wrapper = Wrapper::kMegatronFsdp;
-    o.strategy = "optim_grads_params";
+    o.strategy = FsdpStrategy::kOptimGradsParams;
     o.double_buffer = double_buffer;
     if (budget_units > 0) {
       // Probe engine for the unit size, then the engine under test with that budget.

@@ -10,6 +10,7 @@
 #include "harness/project/projection_groups.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench {
 namespace {
@@ -42,7 +43,7 @@ void expect_engine_groups(int world, const Case& c) {
   testing::run_on_ranks(world, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
     o.wrapper = c.wrapper;
-    o.strategy = c.strategy;
+    o.strategy = testing::case_strategy(c.strategy);
     o.use_distributed_optimizer = c.distopt;
     o.bucket_size_elems = c.bucket_size;
     DataParallelEngine engine(LlamaSpec(dims), o, pgs);
@@ -98,7 +99,7 @@ TEST(ProjectionGroups, MatchTheEnginesGroupsUnderHsdp) {
         [&](int rank, ProcessGroups& pgs) {
           EngineOptions o;
           o.wrapper = Wrapper::kMegatronFsdp;
-          o.strategy = "optim_grads_params";
+          o.strategy = FsdpStrategy::kOptimGradsParams;
           o.outer_shard_optimizer = outer_optim;
           DataParallelEngine engine(LlamaSpec(dims), o, pgs);
           if (rank == 0) {

@@ -53,7 +53,7 @@ TEST(StepPhases, TrainStepMarksEachMicroBatchThenGradSyncThenOptimizer) {
   testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
     o.wrapper = Wrapper::kMegatronFsdp;
-    o.strategy = "optim_grads_params";
+    o.strategy = FsdpStrategy::kOptimGradsParams;
     DataParallelEngine engine(LlamaSpec(dims), o, pgs);
     LlamaModel model(dims, at::kCPU);
     // GBS 8 over MBS 2 x DP 2: two micro-batches.

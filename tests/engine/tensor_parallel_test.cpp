@@ -22,6 +22,7 @@
 #include "tests/main_grad_hooks.hpp"
 #include "workloads/llama/tensor_parallel.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench {
 namespace {
@@ -260,7 +261,7 @@ void PrintTo(const TpCase& c, std::ostream* os) { *os << c.name; }
 Trajectory tp_engine_run(const LlamaDims& dims, const TpCase& c) {
   EngineOptions o;
   o.wrapper = c.wrapper;
-  o.strategy = c.strategy;
+  o.strategy = testing::case_strategy(c.strategy);
   o.use_distributed_optimizer = c.distopt;
   o.clip_grad = c.clip;
   o.seed = kSeed;

@@ -15,6 +15,7 @@
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench::testing {
 
@@ -73,7 +74,7 @@ inline TrainedRun train_three_steps(
   run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
     o.wrapper = wrapper_spec(wrapper).id;
-    o.strategy = strategy;
+    o.strategy = testing::case_strategy(strategy);
     o.seed = kThreeLayerSeed;
     o.adam.lr = 1e-3;
     if (configure) configure(o);

@@ -87,7 +87,7 @@ Seen run_step(const LlamaDims& dims, const EngineOptions& o, int ranks) {
 Seen run_fsdp_step(const LlamaDims& dims) {
   EngineOptions o;
   o.wrapper = Wrapper::kMegatronFsdp;
-  o.strategy = "optim_grads_params";
+  o.strategy = FsdpStrategy::kOptimGradsParams;
   return run_step(dims, o, 2);
 }
 

@@ -12,6 +12,7 @@
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/three_layer_training.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench {
 namespace {
@@ -81,7 +82,7 @@ Ws1Run train(const char* wrapper, const char* strategy, at::ScalarType compute, 
   testing::run_on_ranks(world, [&](int rank, ProcessGroups& pgs) {
     EngineOptions o;
     o.wrapper = wrapper_spec(wrapper).id;
-    o.strategy = strategy;
+    o.strategy = testing::case_strategy(strategy);
     o.compute_dtype = compute;
     o.gradient_accumulation_fusion = fusion;
     o.seed = testing::kThreeLayerSeed;

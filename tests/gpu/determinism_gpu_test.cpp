@@ -28,7 +28,7 @@ struct TrainedRun {
 TrainedRun train(ProcessGroups& pgs) {
   EngineOptions o;
   o.wrapper = Wrapper::kMegatronFsdp;
-  o.strategy = "optim_grads_params";
+  o.strategy = FsdpStrategy::kOptimGradsParams;
   o.compute_dtype = at::kBFloat16;
   o.device = at::Device(at::kCUDA, 0);
   o.align_elems = 128;

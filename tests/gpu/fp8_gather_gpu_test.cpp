@@ -37,7 +37,7 @@ class Fp8GatherGpu : public ::testing::Test {
 std::vector<double> train(ProcessGroups& pgs, bool fp8_param_gather, bool* gathers_fp8) {
   EngineOptions o;
   o.wrapper = Wrapper::kMegatronFsdp;
-  o.strategy = "optim_grads_params";
+  o.strategy = FsdpStrategy::kOptimGradsParams;
   o.compute_dtype = at::kBFloat16;
   o.device = kCuda;
   o.align_elems = 128;

@@ -12,6 +12,7 @@
 #include "tests/gpu/nccl_world.hpp"
 #include "tests/gpu/small_dims.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench {
 namespace {
@@ -32,7 +33,7 @@ std::vector<double> train(const char* wrapper, const char* strategy, bool distop
   EngineOptions o;
   o.wrapper = wrapper_spec(wrapper).id;
   o.reshard_after_forward = reshard_after_forward;
-  o.strategy = strategy;
+  o.strategy = testing::case_strategy(strategy);
   o.use_distributed_optimizer = distopt;
   o.compute_dtype = at::kBFloat16;
   o.device = at::Device(at::kCUDA, 0);

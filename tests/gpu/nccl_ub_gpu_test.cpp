@@ -46,7 +46,8 @@ struct Trained {
 Trained train(ProcessGroups& pgs, Wrapper wrapper, bool nccl_ub, bool manual) {
   EngineOptions o;
   o.wrapper = wrapper;
-  o.strategy = wrapper == Wrapper::kMegatronFsdp ? "optim_grads_params" : "no_shard";
+  o.strategy = wrapper == Wrapper::kMegatronFsdp ? FsdpStrategy::kOptimGradsParams
+                                                 : FsdpStrategy::kNoShard;
   o.use_distributed_optimizer = wrapper == Wrapper::kDdp;
   o.double_buffer = wrapper == Wrapper::kMegatronFsdp && nccl_ub;
   o.compute_dtype = at::kBFloat16;

@@ -15,6 +15,7 @@
 #include "tests/gpu/nccl_world.hpp"
 #include "workloads/llama/activation_offload.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench {
 namespace {
@@ -150,7 +151,7 @@ TEST_F(OffloadGpu, EnginesTrainLikeWithoutOffload) {
     for (int64_t offload : {0, 3}) {
       EngineOptions o;
       o.wrapper = std::string(strategy) == "ddp" ? Wrapper::kDdp : Wrapper::kMegatronFsdp;
-      o.strategy = strategy;
+      o.strategy = testing::case_strategy(strategy);
       o.compute_dtype = at::kBFloat16;
       o.device = kCuda;
       o.align_elems = 128;

@@ -26,7 +26,6 @@ TEST(GpuStepKnobs, EmptyUnusedMemoryLevelReleasesCachedBlocks) {
   auto pgs = testing::nccl_world1();
   EngineOptions o;
   o.wrapper = Wrapper::kDdp;
-  o.strategy = "ddp";
   o.compute_dtype = at::kBFloat16;
   o.device = dev;
   o.align_elems = 128;

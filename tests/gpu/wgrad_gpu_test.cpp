@@ -10,6 +10,7 @@
 #include "workloads/llama/wgrad_linear.hpp"
 #include "tests/gpu/small_dims.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench {
 namespace {
@@ -44,7 +45,7 @@ struct Trained {
 Trained train(ProcessGroups& pgs, const char* wrapper, const char* strategy, bool fusion) {
   EngineOptions o;
   o.wrapper = wrapper_spec(wrapper).id;
-  o.strategy = strategy;
+  o.strategy = testing::case_strategy(strategy);
   o.use_distributed_optimizer = true;
   o.compute_dtype = at::kBFloat16;
   o.device = at::Device(at::kCUDA, 0);

@@ -110,5 +110,31 @@ TEST(WrapperTable, NamesDerivedFromTheTable) {
   EXPECT_EQ(wrapper_display_name(json::object()), "?");
 }
 
+// The strategies are parsed once into enums (EngineOptions::strategy); each name round-trips,
+// each parses to the sharding table's row of that name, and anything else is refused naming the
+// field and the accepted names.
+TEST(WrapperTable, StrategiesParseOnceAndRoundTrip) {
+  for (const char* name : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
+    const FsdpStrategy s = fsdp_strategy(name);
+    EXPECT_EQ(fsdp_strategy_name(s), name);
+    EXPECT_TRUE(strategy_is(name, s));
+    EXPECT_STREQ(strategy_row(Wrapper::kMegatronFsdp, s, true).name, name);
+  }
+  EXPECT_NE(fsdp_strategy("optim"), fsdp_strategy("optim_grads"));
+  EXPECT_FALSE(find_fsdp_strategy("zero3"));
+  EXPECT_FALSE(strategy_is("zero3", FsdpStrategy::kOptimGradsParams));
+  try {
+    (void)fsdp_strategy("zero3");
+    ADD_FAILURE() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "ddp.data_parallel_sharding_strategy=zero3: unknown Megatron FSDP sharding "
+                 "strategy; accepted: no_shard, optim, optim_grads, optim_grads_params");
+  }
+  EXPECT_EQ(outer_strategy("no_shard"), OuterStrategy::kNoShard);
+  EXPECT_EQ(outer_strategy("optim"), OuterStrategy::kOptim);
+  EXPECT_THROW(outer_strategy("optim_grads"), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace shardbench
