@@ -6,6 +6,7 @@
 
 #include "harness/config/errors.hpp"
 #include "harness/config/gpu_probe.hpp"
+#include "harness/config/run_device.hpp"
 #include "harness/config/text.hpp"
 
 namespace shardbench {
@@ -117,7 +118,8 @@ void nccl_user_buffers(const ConfigContainer& c, const Provenance& p, const Fiel
   const auto& s = c.shardbench;
   if (c.ddp.nccl_ub) {
     bool gloo = run_backend == "gloo";
-    if (!gloo && s.backend == "auto" && s.device == "auto" && ctx.probe_gpus) {
+    if (!gloo && backend_choice(s) == BackendChoice::kAuto &&
+        device_choice(s) == DeviceChoice::kAuto && ctx.probe_gpus) {
       gloo = (ctx.cuda_device_count ? ctx.cuda_device_count() : visible_cuda_devices()) < 1;
     }
     if (gloo) {
@@ -227,13 +229,16 @@ void backend_relations(const ConfigContainer& c, const Provenance& p,
            run_backend);
   }
   nccl_user_buffers(c, p, ctx, run_backend);
-  const bool needs_gpu = s.device == "cuda" || (s.backend == "nccl" && s.device != "cpu");
+  const DeviceChoice device = device_choice(s);
+  const bool needs_gpu = device == DeviceChoice::kCuda ||
+                         (backend_choice(s) == BackendChoice::kNccl && device != DeviceChoice::kCpu);
   if (needs_gpu && ctx.probe_gpus) {
     const int count = ctx.cuda_device_count ? ctx.cuda_device_count() : visible_cuda_devices();
     if (count < 1) {
-      const std::string key = s.device == "cuda" ? "shardbench.device" : "shardbench.backend";
+      const bool cuda = device == DeviceChoice::kCuda;
+      const std::string key = cuda ? "shardbench.device" : "shardbench.backend";
       refuse(key, get_field(c, key), p, "no CUDA device is visible on this machine",
-             s.device == "cuda" ? "cpu or auto" : "gloo or auto");
+             cuda ? "cpu or auto" : "gloo or auto");
     }
   }
 }
@@ -327,11 +332,6 @@ std::string accepted_text(const FieldInfo& field) {
     text = field.accepted();
   }
   return text;
-}
-
-std::string run_backend_of(const ShardbenchConfig& s) {
-  if (s.backend != "auto") return s.backend;
-  return s.device == "cpu" ? "gloo" : "";
 }
 
 bool is_builtin_source(const std::string& source) {

@@ -38,10 +38,6 @@ void check_field_support(const ConfigContainer& config, const Provenance& proven
 // scaling, validation), false for the user's (CLI flags, key=value, --override_set files).
 bool is_builtin_source(const std::string& source);
 
-// The backend the run communicates over when the configuration decides it: shardbench.backend
-// when set, gloo for a CPU run; "" while it depends on the machine (auto on a GPU run).
-std::string run_backend_of(const ShardbenchConfig& s);
-
 // What a field accepts, in words: "a finite number >= 0", "an integer from 1 to 16777216 or
 // null", "RMSNorm", ...
 std::string accepted_text(const FieldInfo& field);

@@ -6,6 +6,7 @@
 #include "harness/cli/parse.hpp"
 #include "harness/config/field_checks.hpp"
 #include "harness/config/overrides.hpp"
+#include "harness/config/run_device.hpp"
 #include "harness/config/tensor_parallel.hpp"
 #include "harness/config/text.hpp"
 #include "harness/config/recipes.hpp"
@@ -193,6 +194,18 @@ struct Resolver {
     }
   }
 
+  // -g cpu names a CPU run (it sets shardbench.device=cpu): a device flag or override asking for
+  // another device contradicts it, and the ranks would otherwise compute on a GPU under a "cpu"
+  // label.
+  void cpu_gpu_means_cpu_device() {
+    if (args.gpu != "cpu" || is_cpu_run(out.config.shardbench)) return;
+    const auto source = out.provenance.last_source("shardbench.device");
+    throw UsageError("shardbench.device=" + out.config.shardbench.device +
+                     (source ? " (from " + *source + ")" : std::string()) +
+                     " with -g cpu: a CPU run computes on the CPU; accepted: cpu (or no device "
+                     "setting) with -g cpu, or a GPU type with -g");
+  }
+
   // Megatron's dist.distributed_backend is not read: the run communicates over
   // shardbench.backend (gloo on CPU). The field records that backend, so a GPU recipe's nccl
   // becomes gloo in a -g cpu run instead of being refused as a disagreement the user never
@@ -247,6 +260,7 @@ ResolvedConfig resolve(const LaunchArgs& args, const ValidationContext& context)
   r.trailing_overrides();
   r.apply_set("finalize");
   r.apply_set("post_overrides");
+  r.cpu_gpu_means_cpu_device();
   r.record_run_backend();
 
   // The field table's checks (field_checks.hpp): ranges, relations and what the engine does not

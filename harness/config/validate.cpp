@@ -7,6 +7,7 @@
 #include "harness/config/field_registry.hpp"
 #include "harness/config/tensor_parallel.hpp"
 #include "harness/config/text.hpp"
+#include "harness/config/run_device.hpp"
 #include "harness/config/wrapper.hpp"
 #include "harness/config/wrappers.hpp"
 #include "harness/config/step_injection_rules.hpp"
@@ -365,7 +366,7 @@ void profiling_rules(Rules& r) {
 
 void shardbench_rules(const ConfigContainer& c) {
   const auto& s = c.shardbench;
-  if (s.device == "cpu" && s.backend == "nccl") {
+  if (is_cpu_run(s) && backend_choice(s) == BackendChoice::kNccl) {
     fail(
         "shardbench.backend=nccl with shardbench.device=cpu: NCCL needs GPUs; accepted on CPU: "
         "gloo or auto");
@@ -461,12 +462,12 @@ void deterministic_rules(const ConfigContainer& c, const ValidationContext& ctx)
   if (sdpa == "flash" || sdpa == "cudnn") {
     fail("shardbench.sdpa_backend=" + sdpa + suffix + "; accepted: auto, efficient, math");
   }
-  if (c.shardbench.device == "cpu") return;
+  if (is_cpu_run(c.shardbench)) return;
   if (const auto ws = effective_env(c, ctx, "CUBLAS_WORKSPACE_CONFIG");
       ws && *ws != ":4096:8" && *ws != ":16:8") {
     fail("env.CUBLAS_WORKSPACE_CONFIG=" + *ws + suffix + "; accepted: :4096:8 or :16:8");
   }
-  if (c.shardbench.backend == "gloo") return;
+  if (backend_choice(c.shardbench) == BackendChoice::kGloo) return;
   if (const auto algo = effective_env(c, ctx, "NCCL_ALGO")) {
     const std::string allowed[] = {"Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS"};
     if (std::find(std::begin(allowed), std::end(allowed), *algo) == std::end(allowed)) {

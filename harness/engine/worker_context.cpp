@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "harness/config/run_device.hpp"
 #include "harness/engine/device_runtime.hpp"
 #include "harness/launch/heartbeat.hpp"
 #include "harness/launch/worker_command.hpp"
@@ -64,8 +65,9 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
   ctx.world_size = env.world_size;
   ctx.local_rank = env.local_rank;
 
-  const std::string& want_device = config.shardbench.device;
-  const bool use_cuda = want_device == "cuda" || (want_device == "auto" && cuda_available());
+  const DeviceChoice want_device = device_choice(config.shardbench);
+  const bool use_cuda = want_device == DeviceChoice::kCuda ||
+                        (want_device == DeviceChoice::kAuto && cuda_available());
   if (use_cuda) {
     if (!cuda_available()) {
       throw std::runtime_error(
@@ -80,8 +82,8 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
     set_cuda_device(env.local_rank);
     ctx.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
   }
-  const std::string& want_backend = config.shardbench.backend;
-  if (want_backend == "nccl" || (want_backend == "auto" && use_cuda)) {
+  const BackendChoice want_backend = backend_choice(config.shardbench);
+  if (want_backend == BackendChoice::kNccl || (want_backend == BackendChoice::kAuto && use_cuda)) {
     if (!use_cuda) {
       throw std::runtime_error("shardbench.backend=nccl needs CUDA devices; accepted on CPU: gloo");
     }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "harness/config/errors.hpp"
+#include "harness/config/run_device.hpp"
 
 namespace shardbench {
 namespace {
@@ -33,7 +34,7 @@ void check_cpu_scheduling(const ConfigContainer& config, const std::string& gpu,
     reject(mode, "is not a scheduling mode", "default, pinned, realtime");
   }
   if (mode == "default") return;
-  const bool cpu_run = gpu == "cpu" || config.shardbench.device == "cpu";
+  const bool cpu_run = is_cpu_run(config.shardbench, gpu);
   if (!cpu_run) {
     // A GPU rank's host thread spins in CUDA synchronisation by default: under SCHED_RR it would
     // starve the machine, and NUMA binding of GPU ranks is a different placement.

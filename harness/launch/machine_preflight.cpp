@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "harness/config/errors.hpp"
+#include "harness/config/run_device.hpp"
 #include "harness/launch/cpu_placement.hpp"
 #include "harness/measure/device_peaks.hpp"
 
@@ -141,8 +142,7 @@ HostFacts probe_host(bool gpus) {
 }
 
 bool is_cpu_run(const ResolvedConfig& r) {
-  const std::string& device = r.config.shardbench.device;
-  return device == "cpu" || (device != "cuda" && r.args.gpu == "cpu");
+  return shardbench::is_cpu_run(r.config.shardbench, r.args.gpu);
 }
 
 int64_t cpu_rank_resident_bytes(const ResolvedConfig& r, const RankMemoryEstimate& e) {

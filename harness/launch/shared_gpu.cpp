@@ -1,6 +1,7 @@
 #include "harness/launch/shared_gpu.hpp"
 
 #include "harness/config/errors.hpp"
+#include "harness/config/run_device.hpp"
 
 namespace shardbench {
 namespace {
@@ -21,10 +22,10 @@ void check_ranks_per_gpu(const ConfigContainer& config, int world_size, const st
     reject(n, "a divisor of the world size -ng " + std::to_string(world_size) +
                   " (every GPU hosts the same number of ranks), or 1");
   }
-  if (gpu == "cpu" || config.shardbench.device == "cpu") {
+  if (is_cpu_run(config.shardbench, gpu)) {
     reject(n, "1 on CPU (-g cpu / shardbench.device=cpu): ranks share GPUs only");
   }
-  if (config.shardbench.backend == "gloo") {
+  if (backend_choice(config.shardbench) == BackendChoice::kGloo) {
     reject(n,
            "1 with shardbench.backend=gloo: shared GPUs are an NCCL mode (backend auto or nccl)");
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <regex>
 
+#include "harness/config/run_device.hpp"
 #include "harness/config/text.hpp"
 #include "harness/report/environment.hpp"
 
@@ -10,7 +11,7 @@ namespace shardbench {
 namespace {
 
 bool is_cpu_run(const ResolvedConfig& r) {
-  return r.args.gpu == "cpu" || r.config.shardbench.device == "cpu";
+  return shardbench::is_cpu_run(r.config.shardbench, r.args.gpu);
 }
 
 // Ranks per node and node count: one task per GPU; a run smaller than a node uses part of one.

@@ -2,6 +2,8 @@
 // and one line naming field, value, source and what is accepted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fstream>
 
 #include "harness/config/errors.hpp"
@@ -17,9 +19,12 @@ ValidationContext context_with_gpus(int gpus) {
   return ctx;
 }
 
+// The tiny recipe on 2 CPU ranks, unless `extra` names its own -g.
 std::string error_of(std::vector<std::string> extra, int gpus = 0) {
-  std::vector<std::string> args = {"-m",  "llama", "-mr", "llama3_tiny_cpu",
-                                   "-ng", "2",     "-g",  "cpu"};
+  std::vector<std::string> args = {"-m", "llama", "-mr", "llama3_tiny_cpu", "-ng", "2"};
+  if (std::find(extra.begin(), extra.end(), "-g") == extra.end()) {
+    args.insert(args.end(), {"-g", "cpu"});
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   try {
     resolve_from_args(args, context_with_gpus(gpus));
@@ -139,10 +144,10 @@ TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
        "shardbench.recompute_fc1_layers=1 (from override shardbench.recompute_fc1_layers=1): the "
        "MLP recompute in front of the FP8 linears is not implemented; accepted: 0 with FP8 "
        "compute"},
-      {{"--device", "cuda"},
+      {{"-g", "h100", "--device", "cuda"},
        "shardbench.device=cuda (from CLI flag --device): no CUDA device is visible on this "
        "machine; accepted: cpu or auto"},
-      {{"shardbench.device=cuda"},
+      {{"-g", "h100", "shardbench.device=cuda"},
        "shardbench.device=cuda (from override shardbench.device=cuda): no CUDA device is visible "
        "on this machine; accepted: cpu or auto"},
       {{"model.vocab_size=0"},
@@ -257,9 +262,23 @@ TEST(FieldDomains, SameNumberSyntaxForFlagsAndOverrides) {
 }
 
 TEST(FieldDomains, GpuCheckUsesTheProbeAndSkipsSlurm) {
-  EXPECT_EQ(error_of({"--device", "cuda"}, /*gpus=*/2), "(accepted)");
+  EXPECT_EQ(error_of({"-g", "h100", "--device", "cuda"}, /*gpus=*/2), "(accepted)");
   // The login node that submits a Slurm job has no GPU; its workers check on the nodes.
-  EXPECT_EQ(error_of({"--device", "cuda", "--executor", "slurm", "-a", "acct"}), "(accepted)");
+  EXPECT_EQ(error_of({"-g", "h100", "--device", "cuda", "--executor", "slurm", "-a", "acct"}),
+            "(accepted)");
+}
+
+// -g cpu is a CPU run: a device flag or override asking for another device is refused, naming
+// where it came from (a GPU would otherwise compute under a "cpu" label).
+TEST(FieldDomains, CpuGpuTypeRefusesAnotherDevice) {
+  EXPECT_EQ(error_of({"--device", "cuda"}, /*gpus=*/2),
+            "shardbench.device=cuda (from CLI flag --device) with -g cpu: a CPU run computes on "
+            "the CPU; accepted: cpu (or no device setting) with -g cpu, or a GPU type with -g");
+  EXPECT_EQ(error_of({"shardbench.device=auto"}, /*gpus=*/2),
+            "shardbench.device=auto (from override shardbench.device=auto) with -g cpu: a CPU "
+            "run computes on the CPU; accepted: cpu (or no device setting) with -g cpu, or a GPU "
+            "type with -g");
+  EXPECT_EQ(error_of({"--device", "cpu"}), "(accepted)");
 }
 
 TEST(FieldDomains, OverrideSetFilesAreBounded) {
