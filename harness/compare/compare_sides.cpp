@@ -516,13 +516,7 @@ CompareResult compare_sides(std::vector<RunView> base, std::vector<RunView> head
   // Golden values carry no identity: they stand for the chosen run of the head side.
   for (RunView& run : base) {
     if (!run.golden) continue;
-    const RunView* like = nullptr;
-    for (const RunView& h : head) {
-      if (golden_head_label.empty() ? h.index == 0 : h.label == golden_head_label) {
-        like = &h;
-        break;
-      }
-    }
+    const RunView* like = golden_stand_in(head, golden_head_label);
     if (!like) {
       throw InputError(run.file +
                        ": golden values have no identity and no head run is labelled \"" +

@@ -179,13 +179,7 @@ void judge_golden_losses(const std::vector<RunView>& base, const std::vector<Run
                          CompareResult& result) {
   for (const RunView& golden : base) {
     if (!golden.golden) continue;
-    const RunView* like = nullptr;
-    for (const RunView& h : head) {
-      if (golden_head_label.empty() ? h.index == 0 : h.label == golden_head_label) {
-        like = &h;
-        break;
-      }
-    }
+    const RunView* like = golden_stand_in(head, golden_head_label);
     if (!like) continue;  // compare_sides has already refused this
     for (PairResult& pair : result.pairs) {
       if (pair.key != like->key) continue;
