@@ -249,30 +249,10 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
   app.add_flag("--allow_unmatched", o.allow_unmatched,
                "A run on one side only is listed but does not make the exit code 1");
   const std::string loss_group = "lm loss against golden values (evaluate.py's convergence check)";
-  app.add_option("--correlation_threshold", o.loss.correlation_threshold,
-                 "Lowest Pearson r of the loss curves (default: 0.95)")
-      ->group(loss_group);
-  app.add_option("--high_loss_tolerance", o.loss.high_loss_tolerance,
-                 "Relative loss band where the golden loss > 2.0 (default: 0.10)")
-      ->group(loss_group);
-  app.add_option("--medium_loss_tolerance", o.loss.medium_loss_tolerance,
-                 "Relative loss band where the golden loss is in (0.5, 2.0] (default: 0.05)")
-      ->group(loss_group);
-  app.add_option("--low_loss_tolerance", o.loss.low_loss_tolerance,
-                 "Relative loss band where the golden loss <= 0.5 (default: 0.02)")
-      ->group(loss_group);
-  app.add_option("--final_loss_tolerance", o.loss.final_loss_tolerance,
-                 "Relative band of the last step's loss (default: 0.05)")
-      ->group(loss_group);
-  app.add_option("--max_outlier_ratio", o.loss.max_outlier_ratio,
-                 "Share of steps allowed outside the loss band / as outliers (default: 0.1)")
-      ->group(loss_group);
-  app.add_option("--outlier_threshold", o.loss.outlier_threshold,
-                 "Residual outlier: beyond this many standard deviations (default: 3.0)")
-      ->group(loss_group);
-  app.add_option("--skip_first_percent_loss", o.loss.skip_first_percent_loss,
-                 "Leading fraction of loss points left out (default: 0.20)")
-      ->group(loss_group);
+  for (const LossToleranceField& field : loss_tolerance_fields()) {
+    app.add_option(std::string("--") + field.key, o.loss.*field.value, field.help)
+        ->group(loss_group);
+  }
   app.add_flag("--fail_on_improvement", o.fail_on_improvement,
                "Exit 1 on an unexpected improvement too, as Megatron-Bridge's evaluate.py does");
   app.add_option("--ignore_identity", o.ignore_identity,

@@ -27,7 +27,28 @@ struct Point {
   double golden = 0;
 };
 
+constexpr LossToleranceField kLossToleranceFields[] = {
+    {"correlation_threshold", &LossTolerances::correlation_threshold,
+     "Lowest Pearson r of the loss curves (default: 0.95)"},
+    {"high_loss_tolerance", &LossTolerances::high_loss_tolerance,
+     "Relative loss band where the golden loss > 2.0 (default: 0.10)"},
+    {"medium_loss_tolerance", &LossTolerances::medium_loss_tolerance,
+     "Relative loss band where the golden loss is in (0.5, 2.0] (default: 0.05)"},
+    {"low_loss_tolerance", &LossTolerances::low_loss_tolerance,
+     "Relative loss band where the golden loss <= 0.5 (default: 0.02)"},
+    {"final_loss_tolerance", &LossTolerances::final_loss_tolerance,
+     "Relative band of the last step's loss (default: 0.05)"},
+    {"max_outlier_ratio", &LossTolerances::max_outlier_ratio,
+     "Share of steps allowed outside the loss band / as outliers (default: 0.1)"},
+    {"outlier_threshold", &LossTolerances::outlier_threshold,
+     "Residual outlier: beyond this many standard deviations (default: 3.0)"},
+    {"skip_first_percent_loss", &LossTolerances::skip_first_percent_loss,
+     "Leading fraction of loss points left out (default: 0.20)"},
+};
+
 }  // namespace
+
+std::span<const LossToleranceField> loss_tolerance_fields() { return kLossToleranceFields; }
 
 void validate_loss_tolerances(const LossTolerances& t, const std::string& where) {
   auto fail = [&](const char* name, double value, const char* accepted) {
