@@ -31,7 +31,7 @@ constexpr const char* kDescription =
 struct Options {
   std::vector<std::string> positional, base, head;
   std::string thresholds_file;
-  double timing_threshold = 0, memory_threshold = 0, skip_first_percent_time = 0, alpha = 0;
+  Thresholds numbers;  // the threshold numbers given as flags (app.count tells which)
   bool no_utest = false, fail_on_improvement = false, list_runs = false, allow_unmatched = false,
        paired = false;
   std::vector<std::string> ignore_identity, match_config;
@@ -151,10 +151,9 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal,
   Thresholds t;
   if (!o.thresholds_file.empty()) apply_thresholds_file(o.thresholds_file, t);
   // Flags given on the command line win over the file.
-  if (app.count("--timing_threshold")) t.timing_threshold = o.timing_threshold;
-  if (app.count("--memory_threshold")) t.memory_threshold = o.memory_threshold;
-  if (app.count("--skip_first_percent_time")) t.skip_first_percent_time = o.skip_first_percent_time;
-  if (app.count("--alpha")) t.alpha = o.alpha;
+  for (const ThresholdNumber& number : threshold_numbers()) {
+    if (app.count(std::string("--") + number.key)) t.*number.value = o.numbers.*number.value;
+  }
   if (o.no_utest) t.utest = false;
   if (o.fail_on_improvement) t.fail_on_improvement = true;
   if (o.allow_unmatched) t.allow_unmatched = true;
@@ -232,14 +231,9 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
       "--thresholds", o.thresholds_file,
       "JSON file with any of timing_threshold, memory_threshold, skip_first_percent_time, "
       "alpha, utest, fail_on_improvement, allow_unmatched, paired; flags given here win");
-  app.add_option("--timing_threshold", o.timing_threshold,
-                 "Relative band of the median step time after warm-up (default: 0.05)");
-  app.add_option("--memory_threshold", o.memory_threshold,
-                 "Relative band of each memory figure (default: 0.05)");
-  app.add_option("--skip_first_percent_time", o.skip_first_percent_time,
-                 "Fraction of steps skipped before the timing mean (default: 0.70)");
-  app.add_option("--alpha", o.alpha,
-                 "1 - confidence of the step-time bootstrap interval (default: 0.05)");
+  for (const ThresholdNumber& number : threshold_numbers()) {
+    app.add_option(std::string("--") + number.key, o.numbers.*number.value, number.help);
+  }
   app.add_flag("--no_utest", o.no_utest,
                "The threshold alone decides (no bootstrap interval, never inconclusive)");
   app.add_flag("--paired", o.paired,
