@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "harness/cli/cli11_program.hpp"
 #include "harness/compare/compare_sides.hpp"
 #include "harness/compare/history.hpp"
 #include "harness/compare/loss_check.hpp"
@@ -284,16 +285,9 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
                  "Write a report run as Megatron-Bridge golden values (stdout or -o)");
   app.add_option("-o,--output", o.output, "File for --export_golden");
 
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes argv reversed
   try {
-    app.parse(reversed);
-    return run(o, app, out, stdout_is_terminal, projections);
-  } catch (const CLI::CallForHelp&) {
-    out << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    err << "perf-compare: error: " << e.what() << "\n  (perf-compare --help lists the options)\n";
-    return 2;
+    return parse_and_run(app, "perf-compare", args, out, err,
+                         [&] { return run(o, app, out, stdout_is_terminal, projections); });
   } catch (const InputError& e) {
     err << "perf-compare: error: " << e.what() << "\n";
     return 2;
