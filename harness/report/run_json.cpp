@@ -427,6 +427,14 @@ json checkpoint_json(const CheckpointRecord& c) {
           {"saves", saves}};
 }
 
+// All-gathers of a run (FSDP units or the distributed optimizer's parameters): how many, and
+// the bytes and FP8 bytes of one on average. `gathers` > 0.
+json gathers_json(int64_t gathers, int64_t bytes, int64_t fp8_bytes) {
+  return {{"gathers", gathers},
+          {"bytes_per_gather", bytes / gathers},
+          {"fp8_bytes_per_gather", fp8_bytes / gathers}};
+}
+
 }  // namespace
 
 json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
@@ -488,9 +496,8 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
                         {"groups", groups}};
   }
   if (run.unit_gathers > 0) {
-    j["unit_all_gather"] = {{"gathers", run.unit_gathers},
-                            {"bytes_per_gather", run.unit_gather_bytes / run.unit_gathers},
-                            {"fp8_bytes_per_gather", run.unit_gather_fp8_bytes / run.unit_gathers}};
+    j["unit_all_gather"] =
+        gathers_json(run.unit_gathers, run.unit_gather_bytes, run.unit_gather_fp8_bytes);
   }
   if (const auto& l = run.parallel_layout) {
     j["parallel_layout"] = {{"tp", l->tp},           {"cp", l->cp}, {"ep", l->ep},
@@ -502,9 +509,8 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
     }
   }
   if (run.param_syncs > 0) {
-    j["param_sync_all_gather"] = {{"gathers", run.param_syncs},
-                                  {"bytes_per_gather", run.param_sync_bytes / run.param_syncs},
-                                  {"fp8_bytes_per_gather", run.param_sync_fp8_bytes / run.param_syncs}};
+    j["param_sync_all_gather"] =
+        gathers_json(run.param_syncs, run.param_sync_bytes, run.param_sync_fp8_bytes);
   }
   if (const auto& u = run.nccl_user_buffers) {
     j["nccl_user_buffers"] = {{"registration", u->symmetric ? "symmetric" : "local"},
