@@ -3,6 +3,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <stdexcept>
+#include <string_view>
+#include <utility>
 
 #include "harness/cli/cli11_program.hpp"
 #include "harness/compare/compare_sides.hpp"
@@ -28,6 +31,37 @@ constexpr const char* kDescription =
     "/\n"
     "      lm loss off golden values, 2 bad input, 3 inconclusive (too noisy to tell a\n"
     "      timing_threshold change from none).";
+
+// The help of the flags named after a field of Thresholds (threshold_numbers) or LossTolerances
+// (loss_tolerance_fields).
+constexpr std::pair<std::string_view, const char*> kThresholdHelp[] = {
+    {"timing_threshold", "Relative band of the median step time after warm-up (default: 0.05)"},
+    {"memory_threshold", "Relative band of each memory figure (default: 0.05)"},
+    {"skip_first_percent_time", "Fraction of steps skipped before the timing mean (default: 0.70)"},
+    {"alpha", "1 - confidence of the step-time bootstrap interval (default: 0.05)"},
+};
+
+constexpr std::pair<std::string_view, const char*> kLossToleranceHelp[] = {
+    {"correlation_threshold", "Lowest Pearson r of the loss curves (default: 0.95)"},
+    {"high_loss_tolerance", "Relative loss band where the golden loss > 2.0 (default: 0.10)"},
+    {"medium_loss_tolerance",
+     "Relative loss band where the golden loss is in (0.5, 2.0] (default: 0.05)"},
+    {"low_loss_tolerance", "Relative loss band where the golden loss <= 0.5 (default: 0.02)"},
+    {"final_loss_tolerance", "Relative band of the last step's loss (default: 0.05)"},
+    {"max_outlier_ratio",
+     "Share of steps allowed outside the loss band / as outliers (default: 0.1)"},
+    {"outlier_threshold", "Residual outlier: beyond this many standard deviations (default: 3.0)"},
+    {"skip_first_percent_loss", "Leading fraction of loss points left out (default: 0.20)"},
+};
+
+template <std::size_t N>
+const char* help_of(const std::pair<std::string_view, const char*> (&help)[N],
+                    std::string_view key) {
+  for (const auto& [name, text] : help) {
+    if (name == key) return text;
+  }
+  throw std::logic_error("perf-compare has no help for --" + std::string(key));
+}
 
 struct Options {
   std::vector<std::string> positional, base, head;
@@ -233,7 +267,8 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
       "JSON file with any of timing_threshold, memory_threshold, skip_first_percent_time, "
       "alpha, utest, fail_on_improvement, allow_unmatched, paired; flags given here win");
   for (const ThresholdNumber& number : threshold_numbers()) {
-    app.add_option(std::string("--") + number.key, o.numbers.*number.value, number.help);
+    app.add_option(std::string("--") + number.key, o.numbers.*number.value,
+                   help_of(kThresholdHelp, number.key));
   }
   app.add_flag("--no_utest", o.no_utest,
                "The threshold alone decides (no bootstrap interval, never inconclusive)");
@@ -245,7 +280,8 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
                "A run on one side only is listed but does not make the exit code 1");
   const std::string loss_group = "lm loss against golden values (evaluate.py's convergence check)";
   for (const LossToleranceField& field : loss_tolerance_fields()) {
-    app.add_option(std::string("--") + field.key, o.loss.*field.value, field.help)
+    app.add_option(std::string("--") + field.key, o.loss.*field.value,
+                   help_of(kLossToleranceHelp, field.key))
         ->group(loss_group);
   }
   app.add_flag("--fail_on_improvement", o.fail_on_improvement,

@@ -28,22 +28,14 @@ struct Point {
 };
 
 constexpr LossToleranceField kLossToleranceFields[] = {
-    {"correlation_threshold", &LossTolerances::correlation_threshold,
-     "Lowest Pearson r of the loss curves (default: 0.95)"},
-    {"high_loss_tolerance", &LossTolerances::high_loss_tolerance,
-     "Relative loss band where the golden loss > 2.0 (default: 0.10)"},
-    {"medium_loss_tolerance", &LossTolerances::medium_loss_tolerance,
-     "Relative loss band where the golden loss is in (0.5, 2.0] (default: 0.05)"},
-    {"low_loss_tolerance", &LossTolerances::low_loss_tolerance,
-     "Relative loss band where the golden loss <= 0.5 (default: 0.02)"},
-    {"final_loss_tolerance", &LossTolerances::final_loss_tolerance,
-     "Relative band of the last step's loss (default: 0.05)"},
-    {"max_outlier_ratio", &LossTolerances::max_outlier_ratio,
-     "Share of steps allowed outside the loss band / as outliers (default: 0.1)"},
-    {"outlier_threshold", &LossTolerances::outlier_threshold,
-     "Residual outlier: beyond this many standard deviations (default: 3.0)"},
-    {"skip_first_percent_loss", &LossTolerances::skip_first_percent_loss,
-     "Leading fraction of loss points left out (default: 0.20)"},
+    {"correlation_threshold", &LossTolerances::correlation_threshold},
+    {"high_loss_tolerance", &LossTolerances::high_loss_tolerance},
+    {"medium_loss_tolerance", &LossTolerances::medium_loss_tolerance},
+    {"low_loss_tolerance", &LossTolerances::low_loss_tolerance},
+    {"final_loss_tolerance", &LossTolerances::final_loss_tolerance},
+    {"max_outlier_ratio", &LossTolerances::max_outlier_ratio},
+    {"outlier_threshold", &LossTolerances::outlier_threshold},
+    {"skip_first_percent_loss", &LossTolerances::skip_first_percent_loss},
 };
 
 }  // namespace

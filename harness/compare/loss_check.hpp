@@ -29,7 +29,6 @@ struct LossTolerances {
 struct LossToleranceField {
   const char* key;
   double LossTolerances::*value;
-  const char* help;  // perf-compare --help
 };
 
 // Every field of LossTolerances, in the order perf-compare lists and passes them.

@@ -28,14 +28,10 @@ void check_range(double value, double low, bool low_open, double high, const std
 }
 
 constexpr ThresholdNumber kNumbers[] = {
-    {"timing_threshold", &Thresholds::timing_threshold, 0, false, 10,
-     "Relative band of the median step time after warm-up (default: 0.05)"},
-    {"memory_threshold", &Thresholds::memory_threshold, 0, false, 10,
-     "Relative band of each memory figure (default: 0.05)"},
-    {"skip_first_percent_time", &Thresholds::skip_first_percent_time, 0, false, 1,
-     "Fraction of steps skipped before the timing mean (default: 0.70)"},
-    {"alpha", &Thresholds::alpha, 0, true, 1,
-     "1 - confidence of the step-time bootstrap interval (default: 0.05)"},
+    {"timing_threshold", &Thresholds::timing_threshold, 0, false, 10},
+    {"memory_threshold", &Thresholds::memory_threshold, 0, false, 10},
+    {"skip_first_percent_time", &Thresholds::skip_first_percent_time, 0, false, 1},
+    {"alpha", &Thresholds::alpha, 0, true, 1},
 };
 
 constexpr ThresholdSwitch kSwitches[] = {

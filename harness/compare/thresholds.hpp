@@ -39,7 +39,6 @@ struct ThresholdNumber {
   double low;
   bool low_open;  // the range is (low, high) rather than [low, high)
   double high;
-  const char* help;  // perf-compare --help
 };
 
 // A switch of Thresholds: its key (in a thresholds file and in perf-compare's JSON) and field.
