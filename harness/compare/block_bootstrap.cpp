@@ -89,6 +89,16 @@ double median_of(std::vector<double> values) { return percentile(values, 50); }
 
 namespace {
 
+// One side's fields of MedianChangeCi.
+void describe_side(const Side& side, std::size_t& block, double& rho, double& cv,
+                   std::size_t& samples, std::size_t& runs) {
+  block = side.max_block;
+  rho = side.rho;
+  cv = side.cv;
+  samples = side.pooled.size();
+  runs = side.runs.size();
+}
+
 // The point estimate and the steps' description; low = high = estimate (no interval yet).
 std::optional<MedianChangeCi> describe(const Side& base, const Side& head) {
   if (base.pooled.empty() || head.pooled.empty()) return std::nullopt;
@@ -97,16 +107,8 @@ std::optional<MedianChangeCi> describe(const Side& base, const Side& head) {
   MedianChangeCi ci;
   ci.estimate = median_of(head.pooled) / base_median - 1;
   ci.low = ci.high = ci.estimate;
-  ci.base_block = base.max_block;
-  ci.head_block = head.max_block;
-  ci.base_rho = base.rho;
-  ci.head_rho = head.rho;
-  ci.base_cv = base.cv;
-  ci.head_cv = head.cv;
-  ci.base_samples = base.pooled.size();
-  ci.head_samples = head.pooled.size();
-  ci.base_runs = base.runs.size();
-  ci.head_runs = head.runs.size();
+  describe_side(base, ci.base_block, ci.base_rho, ci.base_cv, ci.base_samples, ci.base_runs);
+  describe_side(head, ci.head_block, ci.head_rho, ci.head_cv, ci.head_samples, ci.head_runs);
   return ci;
 }
 

@@ -3,7 +3,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <stdexcept>
+#include <string_view>
+#include <utility>
 
+#include "harness/cli/cli11_program.hpp"
 #include "harness/compare/compare_sides.hpp"
 #include "harness/compare/history.hpp"
 #include "harness/compare/loss_check.hpp"
@@ -28,10 +32,41 @@ constexpr const char* kDescription =
     "      lm loss off golden values, 2 bad input, 3 inconclusive (too noisy to tell a\n"
     "      timing_threshold change from none).";
 
+// The help of the flags named after a field of Thresholds (threshold_numbers) or LossTolerances
+// (loss_tolerance_fields).
+constexpr std::pair<std::string_view, const char*> kThresholdHelp[] = {
+    {"timing_threshold", "Relative band of the median step time after warm-up (default: 0.05)"},
+    {"memory_threshold", "Relative band of each memory figure (default: 0.05)"},
+    {"skip_first_percent_time", "Fraction of steps skipped before the timing mean (default: 0.70)"},
+    {"alpha", "1 - confidence of the step-time bootstrap interval (default: 0.05)"},
+};
+
+constexpr std::pair<std::string_view, const char*> kLossToleranceHelp[] = {
+    {"correlation_threshold", "Lowest Pearson r of the loss curves (default: 0.95)"},
+    {"high_loss_tolerance", "Relative loss band where the golden loss > 2.0 (default: 0.10)"},
+    {"medium_loss_tolerance",
+     "Relative loss band where the golden loss is in (0.5, 2.0] (default: 0.05)"},
+    {"low_loss_tolerance", "Relative loss band where the golden loss <= 0.5 (default: 0.02)"},
+    {"final_loss_tolerance", "Relative band of the last step's loss (default: 0.05)"},
+    {"max_outlier_ratio",
+     "Share of steps allowed outside the loss band / as outliers (default: 0.1)"},
+    {"outlier_threshold", "Residual outlier: beyond this many standard deviations (default: 3.0)"},
+    {"skip_first_percent_loss", "Leading fraction of loss points left out (default: 0.20)"},
+};
+
+template <std::size_t N>
+const char* help_of(const std::pair<std::string_view, const char*> (&help)[N],
+                    std::string_view key) {
+  for (const auto& [name, text] : help) {
+    if (name == key) return text;
+  }
+  throw std::logic_error("perf-compare has no help for --" + std::string(key));
+}
+
 struct Options {
   std::vector<std::string> positional, base, head;
   std::string thresholds_file;
-  double timing_threshold = 0, memory_threshold = 0, skip_first_percent_time = 0, alpha = 0;
+  Thresholds numbers;  // the threshold numbers given as flags (app.count tells which)
   bool no_utest = false, fail_on_improvement = false, list_runs = false, allow_unmatched = false,
        paired = false;
   std::vector<std::string> ignore_identity, match_config;
@@ -151,10 +186,9 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, bool terminal,
   Thresholds t;
   if (!o.thresholds_file.empty()) apply_thresholds_file(o.thresholds_file, t);
   // Flags given on the command line win over the file.
-  if (app.count("--timing_threshold")) t.timing_threshold = o.timing_threshold;
-  if (app.count("--memory_threshold")) t.memory_threshold = o.memory_threshold;
-  if (app.count("--skip_first_percent_time")) t.skip_first_percent_time = o.skip_first_percent_time;
-  if (app.count("--alpha")) t.alpha = o.alpha;
+  for (const ThresholdNumber& number : threshold_numbers()) {
+    if (app.count(std::string("--") + number.key)) t.*number.value = o.numbers.*number.value;
+  }
   if (o.no_utest) t.utest = false;
   if (o.fail_on_improvement) t.fail_on_improvement = true;
   if (o.allow_unmatched) t.allow_unmatched = true;
@@ -232,14 +266,10 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
       "--thresholds", o.thresholds_file,
       "JSON file with any of timing_threshold, memory_threshold, skip_first_percent_time, "
       "alpha, utest, fail_on_improvement, allow_unmatched, paired; flags given here win");
-  app.add_option("--timing_threshold", o.timing_threshold,
-                 "Relative band of the median step time after warm-up (default: 0.05)");
-  app.add_option("--memory_threshold", o.memory_threshold,
-                 "Relative band of each memory figure (default: 0.05)");
-  app.add_option("--skip_first_percent_time", o.skip_first_percent_time,
-                 "Fraction of steps skipped before the timing mean (default: 0.70)");
-  app.add_option("--alpha", o.alpha,
-                 "1 - confidence of the step-time bootstrap interval (default: 0.05)");
+  for (const ThresholdNumber& number : threshold_numbers()) {
+    app.add_option(std::string("--") + number.key, o.numbers.*number.value,
+                   help_of(kThresholdHelp, number.key));
+  }
   app.add_flag("--no_utest", o.no_utest,
                "The threshold alone decides (no bootstrap interval, never inconclusive)");
   app.add_flag("--paired", o.paired,
@@ -249,30 +279,11 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
   app.add_flag("--allow_unmatched", o.allow_unmatched,
                "A run on one side only is listed but does not make the exit code 1");
   const std::string loss_group = "lm loss against golden values (evaluate.py's convergence check)";
-  app.add_option("--correlation_threshold", o.loss.correlation_threshold,
-                 "Lowest Pearson r of the loss curves (default: 0.95)")
-      ->group(loss_group);
-  app.add_option("--high_loss_tolerance", o.loss.high_loss_tolerance,
-                 "Relative loss band where the golden loss > 2.0 (default: 0.10)")
-      ->group(loss_group);
-  app.add_option("--medium_loss_tolerance", o.loss.medium_loss_tolerance,
-                 "Relative loss band where the golden loss is in (0.5, 2.0] (default: 0.05)")
-      ->group(loss_group);
-  app.add_option("--low_loss_tolerance", o.loss.low_loss_tolerance,
-                 "Relative loss band where the golden loss <= 0.5 (default: 0.02)")
-      ->group(loss_group);
-  app.add_option("--final_loss_tolerance", o.loss.final_loss_tolerance,
-                 "Relative band of the last step's loss (default: 0.05)")
-      ->group(loss_group);
-  app.add_option("--max_outlier_ratio", o.loss.max_outlier_ratio,
-                 "Share of steps allowed outside the loss band / as outliers (default: 0.1)")
-      ->group(loss_group);
-  app.add_option("--outlier_threshold", o.loss.outlier_threshold,
-                 "Residual outlier: beyond this many standard deviations (default: 3.0)")
-      ->group(loss_group);
-  app.add_option("--skip_first_percent_loss", o.loss.skip_first_percent_loss,
-                 "Leading fraction of loss points left out (default: 0.20)")
-      ->group(loss_group);
+  for (const LossToleranceField& field : loss_tolerance_fields()) {
+    app.add_option(std::string("--") + field.key, o.loss.*field.value,
+                   help_of(kLossToleranceHelp, field.key))
+        ->group(loss_group);
+  }
   app.add_flag("--fail_on_improvement", o.fail_on_improvement,
                "Exit 1 on an unexpected improvement too, as Megatron-Bridge's evaluate.py does");
   app.add_option("--ignore_identity", o.ignore_identity,
@@ -310,16 +321,9 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
                  "Write a report run as Megatron-Bridge golden values (stdout or -o)");
   app.add_option("-o,--output", o.output, "File for --export_golden");
 
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes argv reversed
   try {
-    app.parse(reversed);
-    return run(o, app, out, stdout_is_terminal, projections);
-  } catch (const CLI::CallForHelp&) {
-    out << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    err << "perf-compare: error: " << e.what() << "\n  (perf-compare --help lists the options)\n";
-    return 2;
+    return parse_and_run(app, "perf-compare", args, out, err,
+                         [&] { return run(o, app, out, stdout_is_terminal, projections); });
   } catch (const InputError& e) {
     err << "perf-compare: error: " << e.what() << "\n";
     return 2;

@@ -36,15 +36,23 @@ std::optional<double> evaluation_mean(std::span<const RunView* const> runs, Seri
   return sum / static_cast<double>(count);
 }
 
-// Finite values of the measured window (after warm-up), pooled over runs.
-std::vector<double> measured_samples(std::span<const RunView* const> runs, Series series) {
-  std::vector<double> out;
+// Each run's step times of the measured window (after warm-up), the steps without one left out.
+std::vector<std::vector<double>> measured_windows(std::span<const RunView* const> runs) {
+  std::vector<std::vector<double>> out;
   for (const RunView* run : runs) {
-    const std::vector<std::optional<double>>& values = run->*series;
+    std::vector<double> steps;
+    const std::vector<std::optional<double>>& values = run->step_time_ms;
     for (std::size_t i = std::min(run->measured_begin, values.size()); i < values.size(); ++i) {
-      if (values[i]) out.push_back(*values[i]);
+      if (values[i]) steps.push_back(*values[i]);
     }
+    out.push_back(std::move(steps));
   }
+  return out;
+}
+
+std::vector<double> pooled(const std::vector<std::vector<double>>& runs) {
+  std::vector<double> out;
+  for (const std::vector<double>& run : runs) out.insert(out.end(), run.begin(), run.end());
   return out;
 }
 
@@ -298,10 +306,8 @@ std::string closest_difference(const std::vector<RunView>& base, const std::vect
   return out + "\n  to compare them anyway:" + flags;
 }
 
-}  // namespace
-
-PairResult compare_pair(std::span<const RunView* const> base, std::span<const RunView* const> head,
-                        const Thresholds& t, const NoiseOptions& noise) {
+// The pair's identity (its first head run's) and the files and labels of its runs.
+PairResult pair_of(std::span<const RunView* const> base, std::span<const RunView* const> head) {
   PairResult pair;
   const RunView& first_head = *head.front();
   pair.key = first_head.key;
@@ -309,47 +315,44 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
   pair.identity = first_head.identity;
   for (const RunView* run : base) pair.base_runs.push_back(ref_of(*run));
   for (const RunView* run : head) pair.head_runs.push_back(ref_of(*run));
+  return pair;
+}
 
-  // Timing gate: the median step time of the measured window, with its block-bootstrap interval.
-  auto windows = [](std::span<const RunView* const> runs) {
-    std::vector<std::vector<double>> out;
-    for (const RunView* run : runs) {
-      std::vector<double> steps;
-      const auto& values = run->step_time_ms;
-      for (std::size_t i = std::min(run->measured_begin, values.size()); i < values.size(); ++i) {
-        if (values[i]) steps.push_back(*values[i]);
-      }
-      out.push_back(std::move(steps));
-    }
-    return out;
-  };
-  // Paired runs: base run i with head run i, both sides in order of start time.
-  std::vector<const RunView*> base_order(base.begin(), base.end());
-  std::vector<const RunView*> head_order(head.begin(), head.end());
-  if (t.paired) {
-    if (base.size() != head.size() || base.size() < 2) {
-      throw InputError("--paired: " + pair.name + " has " + std::to_string(base.size()) +
-                       " base and " + std::to_string(head.size()) +
-                       " head runs; accepted: the same number of runs on each side, at least 2 "
-                       "(base and head interleaved)");
-    }
-    auto by_start = [](const RunView* a, const RunView* b) {
-      return a->start_time_utc < b->start_time_utc;
-    };
-    std::stable_sort(base_order.begin(), base_order.end(), by_start);
-    std::stable_sort(head_order.begin(), head_order.end(), by_start);
+std::vector<const RunView*> by_start_time(std::span<const RunView* const> runs) {
+  std::vector<const RunView*> out(runs.begin(), runs.end());
+  std::stable_sort(out.begin(), out.end(), [](const RunView* a, const RunView* b) {
+    return a->start_time_utc < b->start_time_utc;
+  });
+  return out;
+}
+
+// The per-run step times of each side; paired runs (--paired): base run i with head run i, both
+// sides in order of start time.
+void collect_step_times(PairResult& pair, std::span<const RunView* const> base,
+                        std::span<const RunView* const> head, bool paired) {
+  if (!paired) {
+    pair.base_step_ms = measured_windows(base);
+    pair.head_step_ms = measured_windows(head);
+    return;
   }
-  pair.base_step_ms = windows(base_order);
-  pair.head_step_ms = windows(head_order);
+  if (base.size() != head.size() || base.size() < 2) {
+    throw InputError("--paired: " + pair.name + " has " + std::to_string(base.size()) +
+                     " base and " + std::to_string(head.size()) +
+                     " head runs; accepted: the same number of runs on each side, at least 2 "
+                     "(base and head interleaved)");
+  }
+  pair.base_step_ms = measured_windows(by_start_time(base));
+  pair.head_step_ms = measured_windows(by_start_time(head));
+}
+
+// The interval of the median's change (paired runs: Student's t over the run pairs; else the
+// block bootstrap), with its description of the steps copied onto the pair.
+std::optional<MedianChangeCi> step_time_interval(PairResult& pair, const Thresholds& t) {
   BootstrapOptions boot;
   boot.confidence = 1 - t.alpha;
   const std::optional<MedianChangeCi> ci =
       t.paired ? paired_run_change_ci(pair.base_step_ms, pair.head_step_ms, boot.confidence)
                : median_change_ci(pair.base_step_ms, pair.head_step_ms, boot);
-  const std::vector<double> base_ms = measured_samples(base, &RunView::step_time_ms);
-  const std::vector<double> head_ms = measured_samples(head, &RunView::step_time_ms);
-  pair.base_samples = base_ms.size();
-  pair.head_samples = head_ms.size();
   if (ci) {
     pair.base_cv = ci->base_cv;
     pair.head_cv = ci->head_cv;
@@ -359,33 +362,59 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
     pair.head_block = ci->head_block;
     pair.run_pairs = ci->pairs;
   }
+  return ci;
+}
+
+// With one run on a side the interval cannot see run-to-run variation: a noise model's joins it
+// (`note` says which), or without a model `no_model_reason` says why the verdict is not given.
+struct RunNoise {
+  std::optional<MedianChangeCi> ci;  // the interval to judge by
+  std::string no_model_reason;
+  std::string note;
+};
+
+RunNoise with_run_noise(PairResult& pair, const std::optional<MedianChangeCi>& ci,
+                        std::span<const RunView* const> base, std::span<const RunView* const> head,
+                        const Thresholds& t, const NoiseOptions& noise) {
+  RunNoise out{ci, "", ""};
+  const bool one_run = ci && ci->pairs == 0 && (ci->base_runs == 1 || ci->head_runs == 1);
+  if (!one_run || !t.utest) return out;
+  const std::optional<NoiseModel> model = pair_noise_model(base, head, noise, out.no_model_reason);
+  if (!model) {
+    pair.noise_model = {{"applied", false}, {"model", nullptr}, {"reason", out.no_model_reason}};
+    return out;
+  }
+  const WidenedInterval w =
+      widen_by_run_noise(ci->estimate, ci->low, ci->high, model->run_to_run_sd, 1 - t.alpha);
+  out.ci->low = w.low;
+  out.ci->high = w.high;
+  const double band = run_noise_band(model->run_to_run_sd, 1 - t.alpha);
+  pair.noise_model = {{"applied", true}, {"model", model->to_json()}, {"run_noise_band", band}};
+  out.note = "one run per side: the timing interval includes run-to-run noise of " + pct(band) +
+             " (" + model->description() + ")";
+  return out;
+}
+
+// Timing gate: the median step time of the measured window, with its interval, then its p90
+// (shown, not gated). Returns the note on run-to-run noise, if any.
+std::string add_step_time_rows(PairResult& pair, std::span<const RunView* const> base,
+                               std::span<const RunView* const> head, const Thresholds& t,
+                               const NoiseOptions& noise) {
+  collect_step_times(pair, base, head, t.paired);
+  const std::optional<MedianChangeCi> ci = step_time_interval(pair, t);
+  const std::vector<double> base_ms = pooled(pair.base_step_ms);
+  const std::vector<double> head_ms = pooled(pair.head_step_ms);
+  pair.base_samples = base_ms.size();
+  pair.head_samples = head_ms.size();
   MetricRow median = make_row("step_time_median_ms", "step time median (measured window)", "ms",
                               false, Gate::kTiming, stat(base_ms, 50), stat(head_ms, 50));
   if (ci) median.relative_change = ci->estimate;
-  // One run on a side: the run-to-run noise joins the interval, or the verdict cannot be given.
-  std::optional<MedianChangeCi> judged = ci;
-  std::string no_model_reason, noise_note;
-  const bool one_run = ci && ci->pairs == 0 && (ci->base_runs == 1 || ci->head_runs == 1);
-  if (one_run && t.utest) {
-    const std::optional<NoiseModel> model = pair_noise_model(base, head, noise, no_model_reason);
-    if (model) {
-      const WidenedInterval w =
-          widen_by_run_noise(ci->estimate, ci->low, ci->high, model->run_to_run_sd, 1 - t.alpha);
-      judged->low = w.low;
-      judged->high = w.high;
-      const double band = run_noise_band(model->run_to_run_sd, 1 - t.alpha);
-      pair.noise_model = {{"applied", true}, {"model", model->to_json()}, {"run_noise_band", band}};
-      noise_note = "one run per side: the timing interval includes run-to-run noise of " +
-                   pct(band) + " (" + model->description() + ")";
-    } else {
-      pair.noise_model = {{"applied", false}, {"model", nullptr}, {"reason", no_model_reason}};
-    }
-  }
-  judge_timing(median, judged, t);
+  const RunNoise judged = with_run_noise(pair, ci, base, head, t, noise);
+  judge_timing(median, judged.ci, t);
   judge_run_spread(median, pair, t);
-  if (!no_model_reason.empty() && median.verdict != Verdict::kMissing) {
+  if (!judged.no_model_reason.empty() && median.verdict != Verdict::kMissing) {
     median.verdict = Verdict::kInconclusive;
-    median.note = no_model_reason;
+    median.note = judged.no_model_reason;
   } else if (pair.noise_model.is_object() && median.verdict == Verdict::kInconclusive &&
              median.ci_low && median.ci_high && *median.ci_low <= 0 && *median.ci_high >= 0) {
     median.note = "within noise: " + median.note;
@@ -393,12 +422,16 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
   pair.metrics.push_back(median);
   pair.metrics.push_back(make_row("step_time_p90_ms", "step time p90", "ms", false, Gate::kNone,
                                   stat(base_ms, 90), stat(head_ms, 90)));
+  return judged.note;
+}
 
-  // Throughput as evaluate.py reports it (mean over the last 30% of steps): between reports it is
-  // shown, not gated (the step-time median above is the gate; throughput is a constant over the
-  // step time). Against golden values it is gated too, by the threshold alone, because that is
-  // the figure Megatron-Bridge's evaluate.py judges ("GPU utilization") and a golden file may
-  // carry it without a matching step time.
+// Throughput as evaluate.py reports it (mean over the last 30% of steps): between reports it is
+// shown, not gated (the step-time median is the gate; throughput is a constant over the step
+// time). Against golden values it is gated too, by the threshold alone, because that is the
+// figure Megatron-Bridge's evaluate.py judges ("GPU utilization") and a golden file may carry it
+// without a matching step time.
+void add_throughput_rows(PairResult& pair, std::span<const RunView* const> base,
+                         std::span<const RunView* const> head, const Thresholds& t) {
   const double f = t.skip_first_percent_time;
   const bool golden_base = !base.empty() && base.front()->golden;
   MetricRow tflops = make_row("tflops_per_gpu", "model TFLOP/s/GPU (eval mean)", "TFLOP/s", true,
@@ -419,7 +452,11 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
                                   true, Gate::kNone,
                                   evaluation_mean(base, &RunView::tokens_per_sec_per_gpu, f),
                                   evaluation_mean(head, &RunView::tokens_per_sec_per_gpu, f)));
+}
 
+// Memory gate: each figure either side has, the largest over a side's runs.
+void add_memory_rows(PairResult& pair, std::span<const RunView* const> base,
+                     std::span<const RunView* const> head, double threshold) {
   struct MemoryField {
     const char* name;
     const char* title;
@@ -438,10 +475,16 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
     const auto h = largest(head, m.field);
     if (!b && !h) continue;  // e.g. allocator figures of CPU runs
     MetricRow row = make_row(m.name, m.title, m.unit, false, Gate::kMemory, b, h);
-    judge_memory(row, t.memory_threshold);
+    judge_memory(row, threshold);
     pair.metrics.push_back(row);
   }
+}
 
+// The worst verdict of the gated rows, made worse by a head run that had a NaN loss, failed or
+// trains unlike its DDP baseline (loss parity); each of those, and a baseline run that is not
+// healthy, gets a note.
+Verdict judge_runs(PairResult& pair, std::span<const RunView* const> base,
+                   std::span<const RunView* const> head) {
   Verdict worst = Verdict::kOk;
   for (const MetricRow& row : pair.metrics) {
     if (row.gate != Gate::kNone && row.verdict > Verdict::kOk) worst = std::max(worst, row.verdict);
@@ -460,7 +503,6 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
       pair.notes.push_back("head run failed (" + run->file + ", " + run->label + "): " + reasons);
     }
   }
-  // Loss parity: an FSDP run of the head side that trains differently from its DDP baseline.
   for (const RunView* run : head) {
     if (!run->loss_parity.is_object()) continue;
     const std::string parity = run->loss_parity.value("verdict", std::string("?"));
@@ -478,6 +520,18 @@ PairResult compare_pair(std::span<const RunView* const> base, std::span<const Ru
                            "): its figures may not be a fair reference");
     }
   }
+  return worst;
+}
+
+}  // namespace
+
+PairResult compare_pair(std::span<const RunView* const> base, std::span<const RunView* const> head,
+                        const Thresholds& t, const NoiseOptions& noise) {
+  PairResult pair = pair_of(base, head);
+  const std::string noise_note = add_step_time_rows(pair, base, head, t, noise);
+  add_throughput_rows(pair, base, head, t);
+  add_memory_rows(pair, base, head, t.memory_threshold);
+  const Verdict worst = judge_runs(pair, base, head);
   for (const MetricRow& row : pair.metrics) {
     if (!row.note.empty() && row.gate != Gate::kNone)
       pair.notes.push_back(row.title + ": " + row.note);
@@ -516,13 +570,7 @@ CompareResult compare_sides(std::vector<RunView> base, std::vector<RunView> head
   // Golden values carry no identity: they stand for the chosen run of the head side.
   for (RunView& run : base) {
     if (!run.golden) continue;
-    const RunView* like = nullptr;
-    for (const RunView& h : head) {
-      if (golden_head_label.empty() ? h.index == 0 : h.label == golden_head_label) {
-        like = &h;
-        break;
-      }
-    }
+    const RunView* like = golden_stand_in(head, golden_head_label);
     if (!like) {
       throw InputError(run.file +
                        ": golden values have no identity and no head run is labelled \"" +

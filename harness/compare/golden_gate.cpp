@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <ostream>
 #include <sstream>
+#include <utility>
 
 #include "harness/cli/launch_args.hpp"
 #include "harness/compare/compare_cli.hpp"
@@ -22,6 +23,24 @@ std::string exact(double value) {
   return buffer;
 }
 
+// perf-launch keeps each loss tolerance in a flag of its own.
+constexpr std::pair<double LaunchArgs::*, double LossTolerances::*> kLossToleranceFlags[] = {
+    {&LaunchArgs::correlation_threshold, &LossTolerances::correlation_threshold},
+    {&LaunchArgs::high_loss_tolerance, &LossTolerances::high_loss_tolerance},
+    {&LaunchArgs::medium_loss_tolerance, &LossTolerances::medium_loss_tolerance},
+    {&LaunchArgs::low_loss_tolerance, &LossTolerances::low_loss_tolerance},
+    {&LaunchArgs::final_loss_tolerance, &LossTolerances::final_loss_tolerance},
+    {&LaunchArgs::max_outlier_ratio, &LossTolerances::max_outlier_ratio},
+    {&LaunchArgs::outlier_threshold, &LossTolerances::outlier_threshold},
+    {&LaunchArgs::skip_first_percent_loss, &LossTolerances::skip_first_percent_loss},
+};
+
+LossTolerances loss_tolerances_of(const LaunchArgs& args) {
+  LossTolerances loss;
+  for (const auto& [flag, field] : kLossToleranceFlags) loss.*field = args.*flag;
+  return loss;
+}
+
 }  // namespace
 
 void check_golden_gate_inputs(const LaunchArgs& args) {
@@ -39,16 +58,7 @@ void check_golden_gate_inputs(const LaunchArgs& args) {
   t.memory_threshold = args.memory_threshold;
   t.skip_first_percent_time = args.skip_first_percent_time;
   validate_thresholds(t, "perf-launch flags");
-  LossTolerances loss;
-  loss.correlation_threshold = args.correlation_threshold;
-  loss.high_loss_tolerance = args.high_loss_tolerance;
-  loss.medium_loss_tolerance = args.medium_loss_tolerance;
-  loss.low_loss_tolerance = args.low_loss_tolerance;
-  loss.final_loss_tolerance = args.final_loss_tolerance;
-  loss.max_outlier_ratio = args.max_outlier_ratio;
-  loss.outlier_threshold = args.outlier_threshold;
-  loss.skip_first_percent_loss = args.skip_first_percent_loss;
-  validate_loss_tolerances(loss, "perf-launch flags");
+  validate_loss_tolerances(loss_tolerances_of(args), "perf-launch flags");
 
   const std::string& path = *args.golden_values_path;
   const std::string accepted =
@@ -68,34 +78,20 @@ void check_golden_gate_inputs(const LaunchArgs& args) {
 
 std::vector<std::string> golden_gate_compare_args(const LaunchArgs& a,
                                                   const std::filesystem::path& report) {
-  return {*a.golden_values_path,
-          report.string(),
-          "--timing_threshold",
-          exact(a.timing_threshold),
-          "--memory_threshold",
-          exact(a.memory_threshold),
-          "--skip_first_percent_time",
-          exact(a.skip_first_percent_time),
-          "--correlation_threshold",
-          exact(a.correlation_threshold),
-          "--high_loss_tolerance",
-          exact(a.high_loss_tolerance),
-          "--medium_loss_tolerance",
-          exact(a.medium_loss_tolerance),
-          "--low_loss_tolerance",
-          exact(a.low_loss_tolerance),
-          "--final_loss_tolerance",
-          exact(a.final_loss_tolerance),
-          "--max_outlier_ratio",
-          exact(a.max_outlier_ratio),
-          "--outlier_threshold",
-          exact(a.outlier_threshold),
-          "--skip_first_percent_loss",
-          exact(a.skip_first_percent_loss),
-          "--no_utest",
-          "--fail_on_improvement",
-          "--color",
-          "never"};
+  std::vector<std::string> args = {*a.golden_values_path,       report.string(),
+                                   "--timing_threshold",        exact(a.timing_threshold),
+                                   "--memory_threshold",        exact(a.memory_threshold),
+                                   "--skip_first_percent_time", exact(a.skip_first_percent_time)};
+  const LossTolerances loss = loss_tolerances_of(a);
+  for (const LossToleranceField& field : loss_tolerance_fields()) {
+    args.push_back(std::string("--") + field.key);
+    args.push_back(exact(loss.*field.value));
+  }
+  // evaluate.py's rules: the threshold alone decides, an improvement fails too; plain text.
+  for (const char* arg : {"--no_utest", "--fail_on_improvement", "--color", "never"}) {
+    args.emplace_back(arg);
+  }
+  return args;
 }
 
 int golden_gate_after_run(const LaunchArgs& args, int rank, int run_exit_code,

@@ -27,7 +27,20 @@ struct Point {
   double golden = 0;
 };
 
+constexpr LossToleranceField kLossToleranceFields[] = {
+    {"correlation_threshold", &LossTolerances::correlation_threshold},
+    {"high_loss_tolerance", &LossTolerances::high_loss_tolerance},
+    {"medium_loss_tolerance", &LossTolerances::medium_loss_tolerance},
+    {"low_loss_tolerance", &LossTolerances::low_loss_tolerance},
+    {"final_loss_tolerance", &LossTolerances::final_loss_tolerance},
+    {"max_outlier_ratio", &LossTolerances::max_outlier_ratio},
+    {"outlier_threshold", &LossTolerances::outlier_threshold},
+    {"skip_first_percent_loss", &LossTolerances::skip_first_percent_loss},
+};
+
 }  // namespace
+
+std::span<const LossToleranceField> loss_tolerance_fields() { return kLossToleranceFields; }
 
 void validate_loss_tolerances(const LossTolerances& t, const std::string& where) {
   auto fail = [&](const char* name, double value, const char* accepted) {
@@ -50,9 +63,12 @@ void validate_loss_tolerances(const LossTolerances& t, const std::string& where)
   }
 }
 
-LossCheck check_loss_curve(const std::vector<std::optional<double>>& head,
-                           const std::vector<std::optional<double>>& golden,
-                           const LossTolerances& t, const std::vector<long long>& step_keys) {
+namespace {
+
+// The compared steps: those with a golden loss, less the leading skip_first_percent_loss share.
+std::vector<Point> compared_points(const std::vector<std::optional<double>>& head,
+                                   const std::vector<std::optional<double>>& golden,
+                                   double skip_fraction, const std::vector<long long>& step_keys) {
   std::vector<Point> points;
   for (std::size_t i = 0; i < golden.size(); ++i) {
     if (!golden[i]) continue;
@@ -60,21 +76,32 @@ LossCheck check_loss_curve(const std::vector<std::optional<double>>& head,
     points.push_back({key, i < head.size() ? head[i] : std::nullopt, *golden[i]});
   }
   const std::size_t skip =
-      static_cast<std::size_t>(static_cast<double>(points.size()) * t.skip_first_percent_loss);
+      static_cast<std::size_t>(static_cast<double>(points.size()) * skip_fraction);
   points.erase(points.begin(), points.begin() + static_cast<std::ptrdiff_t>(skip));
-  LossCheck out;
-  if (points.empty()) return out;
-  out.judged = true;
-  auto fail = [&](const char* check, std::string line) {
+  return points;
+}
+
+// Adds one check's line to a LossCheck, passed or failed.
+struct CheckLines {
+  LossCheck& out;
+  void fail(const char* check, std::string line) {
     out.passed = false;
     out.failed.push_back(check);
     out.lines.push_back("FAIL " + std::move(line));
-  };
-  auto pass = [&](std::string line) { out.lines.push_back("ok   " + std::move(line)); };
-  const double n = static_cast<double>(points.size());
+  }
+  void pass(std::string line) { out.lines.push_back("ok   " + std::move(line)); }
+  void add(bool failed, const char* check, std::string line) {
+    if (failed) {
+      fail(check, std::move(line));
+    } else {
+      pass(std::move(line));
+    }
+  }
+};
 
-  // Pearson correlation over the points both sides have. Undefined (a flat curve, fewer than two
-  // points) is not a failure: evaluate.py's NaN < threshold is false too.
+// Pearson correlation over the points both sides have. Undefined (a flat curve, fewer than two
+// points) is not a failure: evaluate.py's NaN < threshold is false too.
+void check_correlation(const std::vector<Point>& points, const LossTolerances& t, CheckLines& v) {
   double sh = 0, sg = 0, shh = 0, sgg = 0, shg = 0, m = 0;
   for (const Point& p : points) {
     if (!p.head) continue;
@@ -86,20 +113,18 @@ LossCheck check_loss_curve(const std::vector<std::optional<double>>& head,
     ++m;
   }
   const double var_h = m * shh - sh * sh, var_g = m * sgg - sg * sg;
-  if (m >= 2 && var_h > 0 && var_g > 0) {
-    const double r = (m * shg - sh * sg) / std::sqrt(var_h * var_g);
-    const std::string line = "lm loss correlation " + fixed(r, 4) + " (threshold " +
-                             fixed(t.correlation_threshold, 4) + ")";
-    if (r < t.correlation_threshold) {
-      fail("correlation", line);
-    } else {
-      pass(line);
-    }
-  } else {
-    pass("lm loss correlation not defined (flat curve or < 2 points): not judged");
+  if (!(m >= 2 && var_h > 0 && var_g > 0)) {
+    v.pass("lm loss correlation not defined (flat curve or < 2 points): not judged");
+    return;
   }
+  const double r = (m * shg - sh * sg) / std::sqrt(var_h * var_g);
+  v.add(r < t.correlation_threshold, "correlation",
+        "lm loss correlation " + fixed(r, 4) + " (threshold " + fixed(t.correlation_threshold, 4) +
+            ")");
+}
 
-  // Point-wise, with a tolerance chosen by the golden loss's magnitude.
+// Point-wise, with a tolerance chosen by the golden loss's magnitude.
+void check_point_wise(const std::vector<Point>& points, const LossTolerances& t, CheckLines& v) {
   std::size_t failures = 0;
   std::string first_failure;
   for (const Point& p : points) {
@@ -116,61 +141,67 @@ LossCheck check_loss_curve(const std::vector<std::optional<double>>& head,
                               : std::string());
     }
   }
-  const double ratio = static_cast<double>(failures) / n;
-  const std::string pointwise = "lm loss point-wise: " + std::to_string(failures) + "/" +
-                                std::to_string(points.size()) + " steps outside tolerance" +
-                                (failures ? ", first " + first_failure : std::string()) +
-                                " (allowed share " + fixed(t.max_outlier_ratio, 2) + ")";
-  if (ratio > t.max_outlier_ratio) {
-    fail("point_wise_tolerance", pointwise);
-  } else {
-    pass(pointwise);
-  }
+  const double ratio = static_cast<double>(failures) / static_cast<double>(points.size());
+  v.add(ratio > t.max_outlier_ratio, "point_wise_tolerance",
+        "lm loss point-wise: " + std::to_string(failures) + "/" + std::to_string(points.size()) +
+            " steps outside tolerance" + (failures ? ", first " + first_failure : std::string()) +
+            " (allowed share " + fixed(t.max_outlier_ratio, 2) + ")");
+}
 
-  // The last compared step.
-  const Point& last = points.back();
+// The last compared step.
+void check_final_loss(const Point& last, const LossTolerances& t, CheckLines& v) {
   if (!last.head) {
-    fail("final_loss",
-         "lm loss final (step " + std::to_string(last.step) + "): missing in the run");
-  } else {
-    const double diff = relative_diff(*last.head, last.golden);
-    const std::string line = "lm loss final (step " + std::to_string(last.step) +
-                             "): " + fixed(*last.head, 6) + " vs golden " + fixed(last.golden, 6) +
-                             ", diff " + fixed(diff, 4) + " (tolerance " +
-                             fixed(t.final_loss_tolerance, 4) + ")";
-    if (diff > t.final_loss_tolerance) {
-      fail("final_loss", line);
-    } else {
-      pass(line);
-    }
+    v.fail("final_loss",
+           "lm loss final (step " + std::to_string(last.step) + "): missing in the run");
+    return;
   }
+  const double diff = relative_diff(*last.head, last.golden);
+  v.add(diff > t.final_loss_tolerance, "final_loss",
+        "lm loss final (step " + std::to_string(last.step) + "): " + fixed(*last.head, 6) +
+            " vs golden " + fixed(last.golden, 6) + ", diff " + fixed(diff, 4) + " (tolerance " +
+            fixed(t.final_loss_tolerance, 4) + ")");
+}
 
-  // Residual outliers: |r - mean(r)| > outlier_threshold * std(r) (population std).
+// Residual outliers: |r - mean(r)| > outlier_threshold * std(r) (population std).
+void check_residual_outliers(const std::vector<Point>& points, const LossTolerances& t,
+                             CheckLines& v) {
   double sum = 0, count = 0;
   for (const Point& p : points) {
     if (p.head) sum += *p.head - p.golden, ++count;
   }
-  if (count > 0) {
-    const double mean = sum / count;
-    double sq = 0;
-    for (const Point& p : points) {
-      if (p.head) sq += (*p.head - p.golden - mean) * (*p.head - p.golden - mean);
-    }
-    const double sd = std::sqrt(sq / count);
-    std::size_t outliers = 0;
-    for (const Point& p : points) {
-      if (p.head && std::abs(*p.head - p.golden - mean) > t.outlier_threshold * sd) ++outliers;
-    }
-    const std::string line = "lm loss residual outliers: " + std::to_string(outliers) + "/" +
-                             std::to_string(points.size()) + " beyond " +
-                             fixed(t.outlier_threshold, 1) + " sigma (allowed share " +
-                             fixed(t.max_outlier_ratio, 2) + ")";
-    if (static_cast<double>(outliers) / n > t.max_outlier_ratio) {
-      fail("outliers", line);
-    } else {
-      pass(line);
-    }
+  if (count == 0) return;
+  const double mean = sum / count;
+  double sq = 0;
+  for (const Point& p : points) {
+    if (p.head) sq += (*p.head - p.golden - mean) * (*p.head - p.golden - mean);
   }
+  const double sd = std::sqrt(sq / count);
+  std::size_t outliers = 0;
+  for (const Point& p : points) {
+    if (p.head && std::abs(*p.head - p.golden - mean) > t.outlier_threshold * sd) ++outliers;
+  }
+  const double share = static_cast<double>(outliers) / static_cast<double>(points.size());
+  v.add(share > t.max_outlier_ratio, "outliers",
+        "lm loss residual outliers: " + std::to_string(outliers) + "/" +
+            std::to_string(points.size()) + " beyond " + fixed(t.outlier_threshold, 1) +
+            " sigma (allowed share " + fixed(t.max_outlier_ratio, 2) + ")");
+}
+
+}  // namespace
+
+LossCheck check_loss_curve(const std::vector<std::optional<double>>& head,
+                           const std::vector<std::optional<double>>& golden,
+                           const LossTolerances& t, const std::vector<long long>& step_keys) {
+  const std::vector<Point> points =
+      compared_points(head, golden, t.skip_first_percent_loss, step_keys);
+  LossCheck out;
+  if (points.empty()) return out;
+  out.judged = true;
+  CheckLines verdicts{out};
+  check_correlation(points, t, verdicts);
+  check_point_wise(points, t, verdicts);
+  check_final_loss(points.back(), t, verdicts);
+  check_residual_outliers(points, t, verdicts);
   return out;
 }
 
@@ -179,13 +210,7 @@ void judge_golden_losses(const std::vector<RunView>& base, const std::vector<Run
                          CompareResult& result) {
   for (const RunView& golden : base) {
     if (!golden.golden) continue;
-    const RunView* like = nullptr;
-    for (const RunView& h : head) {
-      if (golden_head_label.empty() ? h.index == 0 : h.label == golden_head_label) {
-        like = &h;
-        break;
-      }
-    }
+    const RunView* like = golden_stand_in(head, golden_head_label);
     if (!like) continue;  // compare_sides has already refused this
     for (PairResult& pair : result.pairs) {
       if (pair.key != like->key) continue;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,16 @@ struct LossTolerances {
   double outlier_threshold = 3.0;         // residual outlier: beyond this many standard deviations
   double skip_first_percent_loss = 0.20;  // leading fraction of points left out
 };
+
+// One tolerance: its key, which is also the name of its perf-compare and perf-launch flag
+// ("--" + key), and the field it sets.
+struct LossToleranceField {
+  const char* key;
+  double LossTolerances::*value;
+};
+
+// Every field of LossTolerances, in the order perf-compare lists and passes them.
+std::span<const LossToleranceField> loss_tolerance_fields();
 
 // Throws InputError naming `where`, the field and its value when a tolerance is negative or not
 // finite, a ratio / fraction is outside [0, 1), or the correlation threshold outside [-1, 1].

@@ -18,15 +18,7 @@ json refs_json(const std::vector<RunRef>& runs) {
 }
 
 json gate_name(Gate g) {
-  switch (g) {
-    case Gate::kTiming:
-      return "timing";
-    case Gate::kMemory:
-      return "memory";
-    case Gate::kNone:
-      break;
-  }
-  return nullptr;
+  return g == Gate::kTiming ? json("timing") : g == Gate::kMemory ? json("memory") : json(nullptr);
 }
 
 json unmatched_json(const std::vector<UnmatchedRun>& runs) {

@@ -88,6 +88,25 @@ std::string summary_line(const CompareResult& r) {
   return os.str();
 }
 
+// The lines under a pair's metrics: its samples, loss parity, notes and config differences, in
+// the terminal table's words or in markdown.
+void write_pair_notes(std::ostream& os, const PairResult& pair, bool markdown) {
+  os << (markdown ? "\n" : "  ") << sample_line(pair) << (markdown ? ".\n" : "\n");
+  for (const std::string& line : pair.loss_parity) {
+    os << (markdown ? "- " : "  ") << "loss parity " << line << "\n";
+  }
+  for (const std::string& note : pair.notes) os << (markdown ? "- " : "  note: ") << note << "\n";
+  if (pair.config_differences.empty()) return;
+  if (markdown) {
+    os << "\n<details><summary>config differences (base -> head)</summary>\n\n";
+    for (const std::string& d : pair.config_differences) os << "- `" << d << "`\n";
+    os << "\n</details>\n";
+  } else {
+    os << "  config differences (base -> head):\n";
+    for (const std::string& d : pair.config_differences) os << "    " << d << "\n";
+  }
+}
+
 }  // namespace
 
 std::string render_table(const CompareResult& result, bool color) {
@@ -116,13 +135,7 @@ std::string render_table(const CompareResult& result, bool color) {
       const Verdict v = i == 0 ? Verdict::kInfo : pair.metrics[i - 1].verdict;
       os << "  " << (i == 0 ? line[5] : paint(line[5], v, color)) << "\n";
     }
-    os << "  " << sample_line(pair) << "\n";
-    for (const std::string& line : pair.loss_parity) os << "  loss parity " << line << "\n";
-    for (const std::string& note : pair.notes) os << "  note: " << note << "\n";
-    if (!pair.config_differences.empty()) {
-      os << "  config differences (base -> head):\n";
-      for (const std::string& d : pair.config_differences) os << "    " << d << "\n";
-    }
+    write_pair_notes(os, pair, /*markdown=*/false);
   }
   if (!result.unmatched_base.empty() || !result.unmatched_head.empty()) os << "\n";
   for (const UnmatchedRun& u : result.unmatched_base) {
@@ -160,14 +173,7 @@ std::string render_markdown(const CompareResult& result) {
          << format_metric_value(row.head, row.unit) << " | " << format_change(row.relative_change)
          << " | " << format_interval(row.ci_low, row.ci_high) << " | " << verdict << " |\n";
     }
-    os << "\n" << sample_line(pair) << ".\n";
-    for (const std::string& line : pair.loss_parity) os << "- loss parity " << line << "\n";
-    for (const std::string& note : pair.notes) os << "- " << note << "\n";
-    if (!pair.config_differences.empty()) {
-      os << "\n<details><summary>config differences (base -> head)</summary>\n\n";
-      for (const std::string& d : pair.config_differences) os << "- `" << d << "`\n";
-      os << "\n</details>\n";
-    }
+    write_pair_notes(os, pair, /*markdown=*/true);
   }
   if (!result.unmatched_base.empty() || !result.unmatched_head.empty()) {
     os << "\n### Unmatched runs\n\n";

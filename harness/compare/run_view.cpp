@@ -353,6 +353,14 @@ void adopt_identity(RunView& run, const RunView& like) {
   run.key = like.key;
 }
 
+const RunView* golden_stand_in(const std::vector<RunView>& head,
+                               const std::string& golden_head_label) {
+  for (const RunView& h : head) {
+    if (golden_head_label.empty() ? h.index == 0 : h.label == golden_head_label) return &h;
+  }
+  return nullptr;
+}
+
 std::vector<std::string> config_differences(const json& base, const json& head, std::size_t limit) {
   std::map<std::string, json> a, b;
   flatten(base, "", a);

@@ -79,6 +79,11 @@ std::vector<RunView> runs_of(const LoadedReport& report, const MatchOptions& opt
 // Makes `run` match `like`: used for golden values, which carry no identity.
 void adopt_identity(RunView& run, const RunView& like);
 
+// The head run golden values stand for: the run labelled `golden_head_label`, or with an empty
+// label the first run of the first head report; nullptr when there is none.
+const RunView* golden_stand_in(const std::vector<RunView>& head,
+                               const std::string& golden_head_label);
+
 // Leaves of two config objects that differ, as "dotted.key: base -> head" (at most `limit`).
 std::vector<std::string> config_differences(const nlohmann::json& base, const nlohmann::json& head,
                                             std::size_t limit = 20);

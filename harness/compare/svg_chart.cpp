@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "harness/compare/block_bootstrap.hpp"
 #include "harness/compare/text_format.hpp"
 
 namespace shardbench {
@@ -169,11 +170,7 @@ std::string svg_strip_chart(const std::string& chart_id, const std::string& unit
          << "</title></circle>";
     }
     if (!r.values.empty()) {
-      std::vector<double> sorted = r.values;
-      std::sort(sorted.begin(), sorted.end());
-      const std::size_t n = sorted.size();
-      const double median =
-          n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;  // numpy.median
+      const double median = median_of(r.values);
       os << "<path class=\"median\" d=\"M" << num(x_of(median)) << " " << cy - 8 << " L"
          << num(x_of(median)) << " " << cy + 8 << "\"><title>median "
          << html_escape(format_metric_value(median, unit)) << "</title></path>";

@@ -56,29 +56,6 @@ std::string format_p_value(const std::optional<double>& p) {
   return buffer;
 }
 
-std::string verdict_heading(Verdict v) {
-  switch (v) {
-    case Verdict::kNan:
-      return "NaN LOSS";
-    case Verdict::kFailed:
-      return "FAILED";
-    case Verdict::kRegression:
-      return "REGRESSION";
-    case Verdict::kImprovement:
-      return "UNEXPECTED IMPROVEMENT";
-    case Verdict::kInconclusive:
-      return "INCONCLUSIVE (too noisy to tell)";
-    case Verdict::kLossMismatch:
-      return "LOSS MISMATCH (FSDP does not train like DDP)";
-    case Verdict::kMissing:
-      return "INCOMPLETE";
-    case Verdict::kOk:
-    case Verdict::kInfo:
-      return "OK";
-  }
-  return "?";
-}
-
 std::string format_interval(const std::optional<double>& low, const std::optional<double>& high) {
   if (!low || !high) return "-";
   char buffer[64];

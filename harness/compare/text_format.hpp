@@ -25,9 +25,6 @@ std::string format_p_value(const std::optional<double>& p);
 // A confidence interval of a relative change: "[-1.2%, +3.4%]", or "-" when absent.
 std::string format_interval(const std::optional<double>& low, const std::optional<double>& high);
 
-// Upper-case verdict words for pair headings ("REGRESSION", "NaN LOSS", ..).
-std::string verdict_heading(Verdict v);
-
 // A short description of the gate, for headings: "timing 5% (median step time over the steps
 // after warm-up), 95% moving-block bootstrap interval, memory 5%".
 std::string describe_thresholds(const Thresholds& t);

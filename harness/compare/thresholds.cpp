@@ -27,11 +27,39 @@ void check_range(double value, double low, bool low_open, double high, const std
   }
 }
 
+constexpr ThresholdNumber kNumbers[] = {
+    {"timing_threshold", &Thresholds::timing_threshold, 0, false, 10},
+    {"memory_threshold", &Thresholds::memory_threshold, 0, false, 10},
+    {"skip_first_percent_time", &Thresholds::skip_first_percent_time, 0, false, 1},
+    {"alpha", &Thresholds::alpha, 0, true, 1},
+};
+
+constexpr ThresholdSwitch kSwitches[] = {
+    {"utest", &Thresholds::utest},
+    {"fail_on_improvement", &Thresholds::fail_on_improvement},
+    {"allow_unmatched", &Thresholds::allow_unmatched},
+    {"paired", &Thresholds::paired},
+};
+
+template <class Row>
+const Row* find_key(std::span<const Row> rows, const std::string& key) {
+  for (const Row& row : rows) {
+    if (key == row.key) return &row;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
+std::span<const ThresholdNumber> threshold_numbers() { return kNumbers; }
+
+std::span<const ThresholdSwitch> threshold_switches() { return kSwitches; }
+
 std::vector<std::string> threshold_keys() {
-  return {"timing_threshold",    "memory_threshold", "skip_first_percent_time", "alpha", "utest",
-          "fail_on_improvement", "allow_unmatched",  "paired"};
+  std::vector<std::string> keys;
+  for (const ThresholdNumber& n : kNumbers) keys.emplace_back(n.key);
+  for (const ThresholdSwitch& s : kSwitches) keys.emplace_back(s.key);
+  return keys;
 }
 
 void apply_thresholds_json(const json& doc, const std::string& file, Thresholds& t) {
@@ -40,27 +68,17 @@ void apply_thresholds_json(const json& doc, const std::string& file, Thresholds&
                      std::string(doc.type_name()));
   }
   for (const auto& [key, value] : doc.items()) {
-    double* number = key == "timing_threshold"          ? &t.timing_threshold
-                     : key == "memory_threshold"        ? &t.memory_threshold
-                     : key == "skip_first_percent_time" ? &t.skip_first_percent_time
-                     : key == "alpha"                   ? &t.alpha
-                                                        : nullptr;
-    bool* flag = key == "utest"                 ? &t.utest
-                 : key == "fail_on_improvement" ? &t.fail_on_improvement
-                 : key == "allow_unmatched"     ? &t.allow_unmatched
-                 : key == "paired"              ? &t.paired
-                                                : nullptr;
-    if (number) {
+    if (const ThresholdNumber* number = find_key(threshold_numbers(), key)) {
       if (!value.is_number()) {
         throw InputError(file + ": \"" + key + "\" is " + value.dump() + "; accepted: a number");
       }
-      *number = value.get<double>();
-    } else if (flag) {
+      t.*number->value = value.get<double>();
+    } else if (const ThresholdSwitch* flag = find_key(threshold_switches(), key)) {
       if (!value.is_boolean()) {
         throw InputError(file + ": \"" + key + "\" is " + value.dump() +
                          "; accepted: true or false");
       }
-      *flag = value.get<bool>();
+      t.*flag->value = value.get<bool>();
     } else {
       throw InputError(file + ": unknown key \"" + key + "\"; accepted: " + join(threshold_keys()));
     }
@@ -75,21 +93,16 @@ void apply_thresholds_file(const std::filesystem::path& path, Thresholds& t) {
 }
 
 void validate_thresholds(const Thresholds& t, const std::string& where) {
-  check_range(t.timing_threshold, 0, false, 10, where, "timing_threshold");
-  check_range(t.memory_threshold, 0, false, 10, where, "memory_threshold");
-  check_range(t.skip_first_percent_time, 0, false, 1, where, "skip_first_percent_time");
-  check_range(t.alpha, 0, true, 1, where, "alpha");
+  for (const ThresholdNumber& n : kNumbers) {
+    check_range(t.*n.value, n.low, n.low_open, n.high, where, n.key);
+  }
 }
 
 json thresholds_to_json(const Thresholds& t) {
-  return {{"timing_threshold", t.timing_threshold},
-          {"memory_threshold", t.memory_threshold},
-          {"skip_first_percent_time", t.skip_first_percent_time},
-          {"alpha", t.alpha},
-          {"utest", t.utest},
-          {"fail_on_improvement", t.fail_on_improvement},
-          {"allow_unmatched", t.allow_unmatched},
-          {"paired", t.paired}};
+  json out = json::object();
+  for (const ThresholdNumber& n : kNumbers) out[n.key] = t.*n.value;
+  for (const ThresholdSwitch& s : kSwitches) out[s.key] = t.*s.value;
+  return out;
 }
 
 }  // namespace shardbench

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,26 @@ struct Thresholds {
   bool paired = false;
 };
 
-// Keys of a thresholds file, each the name of the field above.
+// A number of Thresholds: its key (in a thresholds file, in perf-compare's JSON and, as "--" +
+// key, perf-compare's flag), its field and the range validate_thresholds accepts.
+struct ThresholdNumber {
+  const char* key;
+  double Thresholds::*value;
+  double low;
+  bool low_open;  // the range is (low, high) rather than [low, high)
+  double high;
+};
+
+// A switch of Thresholds: its key (in a thresholds file and in perf-compare's JSON) and field.
+struct ThresholdSwitch {
+  const char* key;
+  bool Thresholds::*value;
+};
+
+std::span<const ThresholdNumber> threshold_numbers();
+std::span<const ThresholdSwitch> threshold_switches();
+
+// Keys of a thresholds file, each the name of the field above: the numbers, then the switches.
 std::vector<std::string> threshold_keys();
 
 // Applies a JSON object of threshold keys onto `thresholds`. Throws InputError naming `file`,

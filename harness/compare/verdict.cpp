@@ -4,28 +4,45 @@
 
 namespace shardbench {
 
-std::string_view verdict_name(Verdict v) {
-  switch (v) {
-    case Verdict::kInfo:
-      return "info";
-    case Verdict::kMissing:
-      return "missing";
-    case Verdict::kOk:
-      return "ok";
-    case Verdict::kInconclusive:
-      return "inconclusive";
-    case Verdict::kImprovement:
-      return "improvement";
-    case Verdict::kRegression:
-      return "regression";
-    case Verdict::kLossMismatch:
-      return "loss_mismatch";
-    case Verdict::kFailed:
-      return "failed";
-    case Verdict::kNan:
-      return "nan";
+namespace {
+
+// Each verdict's name (JSON, table cells) and its heading (a pair's line in the table and in
+// markdown).
+struct VerdictWords {
+  Verdict verdict;
+  std::string_view name;
+  std::string_view heading;
+};
+
+constexpr VerdictWords kVerdictWords[] = {
+    {Verdict::kInfo, "info", "OK"},
+    {Verdict::kMissing, "missing", "INCOMPLETE"},
+    {Verdict::kOk, "ok", "OK"},
+    {Verdict::kInconclusive, "inconclusive", "INCONCLUSIVE (too noisy to tell)"},
+    {Verdict::kImprovement, "improvement", "UNEXPECTED IMPROVEMENT"},
+    {Verdict::kRegression, "regression", "REGRESSION"},
+    {Verdict::kLossMismatch, "loss_mismatch", "LOSS MISMATCH (FSDP does not train like DDP)"},
+    {Verdict::kFailed, "failed", "FAILED"},
+    {Verdict::kNan, "nan", "NaN LOSS"},
+};
+
+const VerdictWords* words_of(Verdict v) {
+  for (const VerdictWords& words : kVerdictWords) {
+    if (words.verdict == v) return &words;
   }
-  return "?";
+  return nullptr;
+}
+
+}  // namespace
+
+std::string_view verdict_name(Verdict v) {
+  const VerdictWords* words = words_of(v);
+  return words ? words->name : "?";
+}
+
+std::string verdict_heading(Verdict v) {
+  const VerdictWords* words = words_of(v);
+  return std::string(words ? words->heading : "?");
 }
 
 bool is_failing(Verdict v, const Thresholds& thresholds) {

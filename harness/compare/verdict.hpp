@@ -27,6 +27,9 @@ enum class Verdict {
 
 std::string_view verdict_name(Verdict v);  // "ok", "inconclusive", "regression", ..
 
+// Upper-case verdict words for pair headings ("REGRESSION", "NaN LOSS", ..).
+std::string verdict_heading(Verdict v);
+
 // True for verdicts that make perf-compare exit 1.
 bool is_failing(Verdict v, const Thresholds& thresholds);
 

@@ -144,16 +144,21 @@ struct Resolver {
         "env.CUDA_DEVICE_MAX_CONNECTIONS", value);
   }
 
+  // A profiler flag turns its profiler on over the profiled window and ranks, without shapes.
+  void profiler_window(const std::string& flag, const std::string& use_profiler_key) {
+    const auto& a = args;
+    set_flag(flag, use_profiler_key, true);
+    set_flag(flag, "profiling.profile_step_start", a.profiling_start_step);
+    set_flag(flag, "profiling.profile_step_end", a.profiling_stop_step);
+    set_flag(flag, "profiling.profile_ranks", a.profiling_ranks.value_or(std::vector<int64_t>{0}));
+    set_flag(flag, "profiling.record_shapes", false);
+  }
+
   // perf_plugins.NsysPlugin's overrides, and the explicit profiling flags.
   void profiling_flags() {
     const auto& a = args;
     if (a.enable_nsys) {
-      set_flag("--enable_nsys", "profiling.use_nsys_profiler", true);
-      set_flag("--enable_nsys", "profiling.profile_step_start", a.profiling_start_step);
-      set_flag("--enable_nsys", "profiling.profile_step_end", a.profiling_stop_step);
-      set_flag("--enable_nsys", "profiling.profile_ranks",
-               a.profiling_ranks.value_or(std::vector<int64_t>{0}));
-      set_flag("--enable_nsys", "profiling.record_shapes", false);
+      profiler_window("--enable_nsys", "profiling.use_nsys_profiler");
       out.notices.push_back(
           "-en/--enable_nsys: steps " + std::to_string(a.profiling_start_step) + "-" +
           std::to_string(a.profiling_stop_step) +
@@ -161,13 +166,8 @@ struct Resolver {
           "--capture-range=cudaProfilerApi` to capture them");
     }
     if (a.pytorch_profiler) {
-      // As -en does for nsys: the profiled window and ranks, no shapes; -mh sets the history.
-      set_flag("--pytorch_profiler", "profiling.use_pytorch_profiler", true);
-      set_flag("--pytorch_profiler", "profiling.profile_step_start", a.profiling_start_step);
-      set_flag("--pytorch_profiler", "profiling.profile_step_end", a.profiling_stop_step);
-      set_flag("--pytorch_profiler", "profiling.profile_ranks",
-               a.profiling_ranks.value_or(std::vector<int64_t>{0}));
-      set_flag("--pytorch_profiler", "profiling.record_shapes", false);
+      // As -en does for nsys; -mh sets the history.
+      profiler_window("--pytorch_profiler", "profiling.use_pytorch_profiler");
       set_flag(a.given.count("--record_memory_history") ? "--record_memory_history"
                                                         : "--pytorch_profiler",
                "profiling.record_memory_history", a.record_memory_history);

@@ -85,14 +85,8 @@ void probe_output_file(const std::string& field, const fs::path& file, int64_t n
 int64_t checkpoint_bytes_lower_bound(const ConfigContainer& c) {
   const auto& m = c.model;
   if (m.num_attention_heads <= 0 || m.hidden_size <= 0) return 0;
-  DecoderDims dims;
-  dims.num_layers = m.num_layers;
-  dims.hidden_size = m.hidden_size;
-  dims.ffn_hidden_size = m.ffn_hidden_size.value_or(4 * m.hidden_size);
-  dims.num_attention_heads = m.num_attention_heads;
-  dims.num_query_groups = m.num_query_groups.value_or(m.num_attention_heads);
-  dims.kv_channels = m.kv_channels.value_or(m.hidden_size / m.num_attention_heads);
-  dims.vocab_size = m.vocab_size.value_or(0);
+  DecoderDims dims = decoder_dims_of(m);
+  dims.vocab_size = m.vocab_size.value_or(0);  // a lower bound: the vocabulary before padding
   return decoder_param_counts(dims).total() * 12;
 }
 

@@ -43,15 +43,24 @@ std::string padded(long long value, std::size_t width) {
   return s;
 }
 
+// Calls `entry(text, offset)` for each comma-separated entry of `list`, empty ones included (an
+// empty list is one empty entry); `offset` is where the entry starts in `list`.
+template <class Entry>
+void for_each_entry(std::string_view list, Entry&& entry) {
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t end = list.find(',', start);
+    if (end == std::string_view::npos) end = list.size();
+    entry(list.substr(start, end - start), start);
+    start = end + 1;
+  }
+}
+
 // Expands the inside of one bracket group ("01-03,07") starting at `offset` in `hostlist`.
 std::vector<std::string> expand_ranges(std::string_view hostlist, std::size_t offset,
                                        std::string_view ranges) {
   std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= ranges.size()) {
-    std::size_t end = ranges.find(',', start);
-    if (end == std::string_view::npos) end = ranges.size();
-    std::string_view range = ranges.substr(start, end - start);
+  for_each_entry(ranges, [&](std::string_view range, std::size_t start) {
     std::size_t dash = range.find('-');
     std::string_view lo = range.substr(0, dash);
     std::string_view hi = dash == std::string_view::npos ? lo : range.substr(dash + 1);
@@ -67,8 +76,7 @@ std::vector<std::string> expand_ranges(std::string_view hostlist, std::size_t of
       reject_hostlist(hostlist, offset + start, "more than 1000000 hosts");
     }
     for (long long v = lo_value; v <= hi_value; ++v) out.push_back(padded(v, lo.size()));
-    start = end + 1;
-  }
+  });
   return out;
 }
 
@@ -140,11 +148,7 @@ std::vector<int> expand_slurm_tasks_per_node(std::string_view tasks_per_node) {
                                 "as N(xR), e.g. \"2(x3),1\"");
   };
   std::vector<int> counts;
-  std::size_t start = 0;
-  while (start <= tasks_per_node.size()) {
-    std::size_t end = tasks_per_node.find(',', start);
-    if (end == std::string_view::npos) end = tasks_per_node.size();
-    std::string_view entry = tasks_per_node.substr(start, end - start);
+  for_each_entry(tasks_per_node, [&](std::string_view entry, std::size_t) {
     std::size_t paren = entry.find('(');
     std::string_view count = entry.substr(0, paren);
     long long repeat = 1;
@@ -162,8 +166,7 @@ std::vector<int> expand_slurm_tasks_per_node(std::string_view tasks_per_node) {
       reject(entry);
     }
     counts.insert(counts.end(), static_cast<std::size_t>(repeat), static_cast<int>(value));
-    start = end + 1;
-  }
+  });
   return counts;
 }
 

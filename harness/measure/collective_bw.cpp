@@ -6,18 +6,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "harness/measure/enum_names.hpp"
+
 namespace shardbench {
 
 const char* to_string(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::kAllReduce:
-      return "all_reduce";
-    case CollectiveOp::kAllGather:
-      return "all_gather";
-    case CollectiveOp::kReduceScatter:
-      return "reduce_scatter";
-  }
-  return "?";
+  static constexpr EnumName<CollectiveOp> kNames[] = {
+      {CollectiveOp::kAllReduce, "all_reduce"},
+      {CollectiveOp::kAllGather, "all_gather"},
+      {CollectiveOp::kReduceScatter, "reduce_scatter"}};
+  return enum_name(kNames, op);
 }
 
 double bus_bandwidth_factor(CollectiveOp op, int world) {

@@ -6,6 +6,8 @@
 
 namespace shardbench {
 
+struct ModelConfig;  // harness/config/config.hpp
+
 // The dimensions the FLOPs formula and the parameter count need; names follow Megatron's
 // TransformerConfig (num_query_groups = KV heads, kv_channels = head dim).
 struct DecoderDims {
@@ -45,7 +47,6 @@ struct DecoderParamCounts {
 
 DecoderParamCounts decoder_param_counts(const DecoderDims& dims);
 
-struct ModelConfig;  // harness/config/config.hpp
 // The dims of a model config (model.*), null fields taking Megatron's defaults (ffn 4h, one KV
 // head per query head, head dim h / heads) and the vocabulary padded for `tp` tensor-parallel
 // ranks (padded_vocab_size). No validation: resolution has checked the fields.

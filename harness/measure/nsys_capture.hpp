@@ -6,28 +6,22 @@
 
 #include <cstdint>
 
+#include "harness/measure/profiler_window.hpp"
+
 namespace shardbench {
 
-class NsysCaptureWindow {
+class NsysCaptureWindow : public ProfilerWindow {
  public:
   // `active`: this rank is in profiling.profile_ranks and runs on a CUDA device; otherwise every
   // call is a no-op. Steps count from 1 as in "iteration i/N" and training_step_{i}; the window
   // [first_step, last_step] is inclusive.
   NsysCaptureWindow(bool active, int64_t first_step, int64_t last_step)
-      : active_(active), first_step_(first_step), last_step_(last_step) {}
+      : ProfilerWindow(active, first_step, last_step) {}
   // Stops a capture that the run ended inside (train_iters < profile_step_end).
   ~NsysCaptureWindow();
-  NsysCaptureWindow(const NsysCaptureWindow&) = delete;
-  NsysCaptureWindow& operator=(const NsysCaptureWindow&) = delete;
 
   void before_step(int64_t step);
   void after_step(int64_t step);
-  bool capturing() const { return capturing_; }
-
- private:
-  bool active_;
-  int64_t first_step_, last_step_;
-  bool capturing_ = false;
 };
 
 }  // namespace shardbench

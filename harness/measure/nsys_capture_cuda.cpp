@@ -23,7 +23,7 @@ NsysCaptureWindow::~NsysCaptureWindow() {
 }
 
 void NsysCaptureWindow::before_step(int64_t step) {
-  if (!active_ || capturing_ || step != first_step_) return;
+  if (!opens_at(step)) return;
   check(cudaProfilerStart(), "cudaProfilerStart");
   capturing_ = true;
 }

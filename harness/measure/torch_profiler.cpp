@@ -32,9 +32,7 @@ TorchProfilerFiles torch_profiler_files(const std::filesystem::path& dir, const 
 TorchProfilerWindow::TorchProfilerWindow(bool active, int64_t first_step, int64_t last_step,
                                          bool cuda, bool record_shapes, bool record_memory_history,
                                          TorchProfilerFiles files, std::function<void()> quiesce)
-    : active_(active),
-      first_step_(first_step),
-      last_step_(last_step),
+    : ProfilerWindow(active, first_step, last_step),
       cuda_(cuda),
       record_shapes_(record_shapes),
       record_memory_(record_memory_history && cuda),
@@ -70,7 +68,7 @@ struct KernelStat {
 }  // namespace
 
 void TorchProfilerWindow::before_step(int64_t step) {
-  if (!active_ || capturing_ || step != first_step_) return;
+  if (!opens_at(step)) return;
   std::filesystem::create_directories(
       files_.trace.parent_path().empty() ? std::filesystem::path(".") : files_.trace.parent_path());
 #ifdef SHARDBENCH_WITH_NCCL

@@ -12,6 +12,8 @@
 #include <functional>
 #include <string>
 
+#include "harness/measure/profiler_window.hpp"
+
 namespace shardbench {
 
 struct TorchProfilerFiles {
@@ -24,7 +26,7 @@ struct TorchProfilerFiles {
 TorchProfilerFiles torch_profiler_files(const std::filesystem::path& dir, const std::string& stem,
                                         int rank);
 
-class TorchProfilerWindow {
+class TorchProfilerWindow : public ProfilerWindow {
  public:
   // Inactive windows do nothing. Steps count from 1; [first_step, last_step] is inclusive.
   // `quiesce`, when set, runs before the profiler is disabled: it must wait for every
@@ -37,24 +39,18 @@ class TorchProfilerWindow {
                       std::function<void()> quiesce = {});
   // Closes a window the run ended inside (train_iters < profile_step_end) and writes its files.
   ~TorchProfilerWindow();
-  TorchProfilerWindow(const TorchProfilerWindow&) = delete;
-  TorchProfilerWindow& operator=(const TorchProfilerWindow&) = delete;
 
   void before_step(int64_t step);
   void after_step(int64_t step);
-  bool capturing() const { return capturing_; }
   // One line per written file, and the top kernels, once the window has closed.
   const std::string& summary() const { return summary_; }
 
  private:
   void stop();
 
-  bool active_;
-  int64_t first_step_, last_step_;
   bool cuda_, record_shapes_, record_memory_;
   TorchProfilerFiles files_;
   std::function<void()> quiesce_;
-  bool capturing_ = false;
   int64_t steps_captured_ = 0;
   std::string summary_;
 };

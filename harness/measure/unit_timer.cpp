@@ -4,25 +4,17 @@
 #include <stdexcept>
 #include <string>
 
+#include "harness/measure/enum_names.hpp"
+
 namespace shardbench {
 
 namespace {
 
-const char* mark_name(UnitMark k) {
-  switch (k) {
-    case UnitMark::kForwardBegin:
-      return "forward_begin";
-    case UnitMark::kForwardEnd:
-      return "forward_end";
-    case UnitMark::kBackwardEnter:
-      return "backward_enter";
-    case UnitMark::kBackwardBegin:
-      return "backward_begin";
-    case UnitMark::kBackwardDone:
-      return "backward_done";
-  }
-  return "?";
-}
+constexpr EnumName<UnitMark> kMarkNames[] = {{UnitMark::kForwardBegin, "forward_begin"},
+                                             {UnitMark::kForwardEnd, "forward_end"},
+                                             {UnitMark::kBackwardEnter, "backward_enter"},
+                                             {UnitMark::kBackwardBegin, "backward_begin"},
+                                             {UnitMark::kBackwardDone, "backward_done"}};
 
 }  // namespace
 
@@ -36,9 +28,9 @@ ModuleTimes module_times(const std::vector<TimedMark>& marks, int modules) {
   for (size_t i = 0; i < marks.size(); ++i) {
     const TimedMark& m = marks[i];
     auto fail = [&](const std::string& why) {
-      throw std::invalid_argument("unit timing: mark " + std::to_string(i) + " (" +
-                                  mark_name(m.kind) + ", module " + std::to_string(m.module) +
-                                  ", " + std::to_string(m.ms) + " ms) " + why);
+      throw std::invalid_argument(
+          "unit timing: mark " + std::to_string(i) + " (" + enum_name(kMarkNames, m.kind) +
+          ", module " + std::to_string(m.module) + ", " + std::to_string(m.ms) + " ms) " + why);
     };
     if (m.ms < last_ms) fail("is earlier than the mark before it");
     last_ms = m.ms;

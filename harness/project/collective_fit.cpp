@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+
+#include "harness/project/whole_number.hpp"
 
 namespace shardbench {
 
@@ -96,17 +99,11 @@ int world_size(const Reader& r, const json& context) {
   const json& v = r.member(context, "context.world_size", "world_size");
   // collectives_bench writes custom context values as strings.
   std::string text = v.is_string() ? v.get<std::string>() : v.is_number_integer() ? v.dump() : "";
-  size_t used = 0;
-  int world = 0;
-  try {
-    world = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || world < 1) {
+  const std::optional<long> world = parse_whole_number(text);
+  if (!world || *world < 1 || *world > std::numeric_limits<int>::max()) {
     r.refuse("context.world_size", shown(v), "an integer >= 1");
   }
-  return world;
+  return static_cast<int>(*world);
 }
 
 CollectiveOp variant_op(const Reader& r, const std::string& variant, const std::string& field,

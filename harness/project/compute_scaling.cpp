@@ -19,23 +19,42 @@ bool has_any(const std::string& s, std::initializer_list<const char*> parts) {
                      [&](const char* p) { return s.find(p) != std::string::npos; });
 }
 
+// Each kernel class: its name in reports, its time in KernelClassTimes, its ratio in ClassRatios
+// (none for the collectives: the collective model prices them) and whether a module's compute
+// holds it (KernelClassTimes::module_us). In the order --calibrate names the classes that keep
+// the datasheet's ratio.
+struct ClassFields {
+  KernelClass kind;
+  const char* name;
+  double KernelClassTimes::*us;
+  double ClassRatios::*ratio;
+  bool in_modules;
+};
+
+constexpr ClassFields kClasses[] = {
+    {KernelClass::kGemm, "gemm", &KernelClassTimes::gemm_us, &ClassRatios::gemm, true},
+    {KernelClass::kAttention, "attention", &KernelClassTimes::attention_us, &ClassRatios::attention,
+     true},
+    {KernelClass::kMemoryBound, "memory_bound", &KernelClassTimes::memory_us, &ClassRatios::memory,
+     true},
+    {KernelClass::kOptimizer, "optimizer", &KernelClassTimes::optimizer_us, &ClassRatios::optimizer,
+     false},
+    {KernelClass::kCommunication, "communication", &KernelClassTimes::communication_us, nullptr,
+     false},
+};
+
+const ClassFields* fields_of(KernelClass c) {
+  for (const ClassFields& k : kClasses) {
+    if (k.kind == c) return &k;
+  }
+  return nullptr;
+}
 
 }  // namespace
 
 const char* to_string(KernelClass c) {
-  switch (c) {
-    case KernelClass::kGemm:
-      return "gemm";
-    case KernelClass::kAttention:
-      return "attention";
-    case KernelClass::kOptimizer:
-      return "optimizer";
-    case KernelClass::kCommunication:
-      return "communication";
-    case KernelClass::kMemoryBound:
-      return "memory_bound";
-  }
-  return "?";
+  const ClassFields* k = fields_of(c);
+  return k ? k->name : "?";
 }
 
 KernelClass classify_kernel(const std::string& name) {
@@ -81,23 +100,7 @@ KernelClassTimes kernel_class_times(const json& kernels, const std::string& wher
                                   "; expected a number >= 0");
     }
     const double v = us.get<double>();
-    switch (classify_kernel(r["name"].get<std::string>())) {
-      case KernelClass::kGemm:
-        t.gemm_us += v;
-        break;
-      case KernelClass::kAttention:
-        t.attention_us += v;
-        break;
-      case KernelClass::kOptimizer:
-        t.optimizer_us += v;
-        break;
-      case KernelClass::kCommunication:
-        t.communication_us += v;
-        break;
-      case KernelClass::kMemoryBound:
-        t.memory_us += v;
-        break;
-    }
+    t.*fields_of(classify_kernel(r["name"].get<std::string>()))->us += v;
   }
   if (!(t.module_us() > 0)) {
     throw std::invalid_argument(where +
@@ -128,10 +131,9 @@ CalibratedRatios calibrated_ratios(const KernelClassTimes& on_from, const Kernel
       out.datasheet_classes.emplace_back(name);
     }
   };
-  take("gemm", on_from.gemm_us, on_to.gemm_us, out.ratios.gemm);
-  take("attention", on_from.attention_us, on_to.attention_us, out.ratios.attention);
-  take("memory_bound", on_from.memory_us, on_to.memory_us, out.ratios.memory);
-  take("optimizer", on_from.optimizer_us, on_to.optimizer_us, out.ratios.optimizer);
+  for (const ClassFields& k : kClasses) {
+    if (k.ratio) take(k.name, on_from.*k.us, on_to.*k.us, out.ratios.*k.ratio);
+  }
   return out;
 }
 
@@ -157,29 +159,23 @@ ComputeScale compute_scale(const KernelClassTimes& c, const DevicePeaks& from,
 
 json compute_scale_json(const ComputeScale& s) {
   const double module = s.classes.module_us();
-  const auto share = [&](double us) { return module > 0 ? us / module : 0.0; };
+  json class_ratios = json::object(), module_shares = json::object(), us_per_step = json::object();
+  for (const ClassFields& k : kClasses) {
+    const double us = s.classes.*k.us;
+    if (k.ratio) class_ratios[k.name] = s.ratios.*k.ratio;
+    if (k.in_modules) module_shares[k.name] = module > 0 ? us / module : 0.0;
+    us_per_step[k.name] = us;
+  }
   return {{"from_device", s.from},
           {"to_device", s.to},
           {"module_factor", s.module_factor},
           {"optimizer_factor", s.optimizer_factor},
           {"fp8_gemms", s.fp8_gemms},
           {"ratio_source", s.ratio_source},
-          {"class_ratios",
-           {{"gemm", s.ratios.gemm},
-            {"attention", s.ratios.attention},
-            {"memory_bound", s.ratios.memory},
-            {"optimizer", s.ratios.optimizer}}},
+          {"class_ratios", class_ratios},
           {"datasheet_classes", s.datasheet_classes},
-          {"module_shares",
-           {{"gemm", share(s.classes.gemm_us)},
-            {"attention", share(s.classes.attention_us)},
-            {"memory_bound", share(s.classes.memory_us)}}},
-          {"us_per_step",
-           {{"gemm", s.classes.gemm_us},
-            {"attention", s.classes.attention_us},
-            {"memory_bound", s.classes.memory_us},
-            {"optimizer", s.classes.optimizer_us},
-            {"communication", s.classes.communication_us}}}};
+          {"module_shares", module_shares},
+          {"us_per_step", us_per_step}};
 }
 
 }  // namespace shardbench

@@ -4,11 +4,13 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "harness/cli/cli11_program.hpp"
 #include "harness/config/field_registry.hpp"
 #include "harness/config/text.hpp"
 #include "harness/measure/flops.hpp"
@@ -508,6 +510,30 @@ int run(const Options& o, std::ostream& out) {
   return 0;
 }
 
+// perf-launch's spellings: -ng, -gn and -gb (CLI11 short options are one letter), and the
+// launcher's override names of the HSDP options, as a flag or with its value attached.
+std::vector<std::string> with_long_names(const std::vector<std::string>& args) {
+  static constexpr std::pair<std::string_view, std::string_view> kShort[] = {
+      {"-ng", "--num_gpus"}, {"-gn", "--gpus_per_node"}, {"-gb", "--global_batch_size"}};
+  static constexpr std::pair<std::string_view, std::string_view> kOverride[] = {
+      {"--ddp.num_distributed_optimizer_instances", "--dp_instances"},
+      {"--ddp.outer_dp_sharding_strategy", "--outer_dp_sharding_strategy"}};
+  std::vector<std::string> out;
+  for (const std::string& a : args) {
+    std::string name = a;
+    for (const auto& [from, to] : kShort) {
+      if (a == from) name = to;
+    }
+    for (const auto& [from, to] : kOverride) {
+      if (a.starts_with(from) && (a.size() == from.size() || a[from.size()] == '=')) {
+        name = std::string(to) + a.substr(from.size());
+      }
+    }
+    out.push_back(name);
+  }
+  return out;
+}
+
 }  // namespace
 
 int perf_project_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -557,41 +583,15 @@ int perf_project_main(const std::vector<std::string>& args, std::ostream& out, s
   app.add_option("-o,--output", o.output,
                  "Write the projection (with --sweep: the sweep table) here (default: stdout; "
                  "with --sweep: not written)");
-  // perf-launch's spellings -ng and -gn (CLI11 short options are one letter).
-  std::vector<std::string> reversed;
-  for (auto it = args.rbegin(); it != args.rend(); ++it) {  // CLI11 takes argv reversed
-    // The launcher's override names of the HSDP options are accepted as options too.
-    const std::string a = *it;
-    const std::string alias = "--ddp.num_distributed_optimizer_instances";
-    const std::string outer_alias = "--ddp.outer_dp_sharding_strategy";
-    if (a.rfind(alias, 0) == 0 && (a.size() == alias.size() || a[alias.size()] == '=')) {
-      reversed.push_back("--dp_instances" + a.substr(alias.size()));
-      continue;
-    }
-    if (a.rfind(outer_alias, 0) == 0 &&
-        (a.size() == outer_alias.size() || a[outer_alias.size()] == '=')) {
-      reversed.push_back("--outer_dp_sharding_strategy" + a.substr(outer_alias.size()));
-      continue;
-    }
-    reversed.push_back(a == "-ng"   ? "--num_gpus"
-                       : a == "-gn" ? "--gpus_per_node"
-                       : a == "-gb" ? "--global_batch_size"
-                                    : a);
-  }
   try {
-    app.parse(reversed);
-    o.sweep_given = app.count("--sweep") > 0;
-    if (app.count("--num_layers") > 0 && o.num_layers < 1) {
-      throw InputError("--num_layers " + std::to_string(o.num_layers) +
-                       ": accepted: the model's layer count, >= the measured run's");
-    }
-    return run(o, out);
-  } catch (const CLI::CallForHelp&) {
-    out << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    err << "perf-project: error: " << e.what() << "\n  (perf-project --help lists the options)\n";
-    return 2;
+    return parse_and_run(app, "perf-project", with_long_names(args), out, err, [&] {
+      o.sweep_given = app.count("--sweep") > 0;
+      if (app.count("--num_layers") > 0 && o.num_layers < 1) {
+        throw InputError("--num_layers " + std::to_string(o.num_layers) +
+                         ": accepted: the model's layer count, >= the measured run's");
+      }
+      return run(o, out);
+    });
   } catch (const std::exception& e) {
     err << "perf-project: error: " << e.what() << "\n";
     return 2;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "harness/compare/svg_chart.hpp"
+#include "harness/project/whole_number.hpp"
 
 namespace shardbench {
 namespace {
@@ -77,17 +78,12 @@ std::vector<int> parse_sweep_worlds(const std::string& list, int gpus_per_node) 
     const size_t b = item.find_first_not_of(' ');
     const size_t e = item.find_last_not_of(' ');
     const std::string v = b == std::string::npos ? std::string() : item.substr(b, e - b + 1);
-    size_t used = 0;
-    long n = 0;
-    try {
-      n = std::stol(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (v.empty() || used != v.size() || n < 1 || n > (1L << 30)) {
+    const std::optional<long> world = parse_whole_number(v);
+    if (!world || *world < 1 || *world > (1L << 30)) {
       throw std::invalid_argument("--sweep '" + list + "': '" + v + "' is not a world size" +
                                   accepted);
     }
+    const long n = *world;
     if (gpus_per_node > 0 && n % gpus_per_node != 0) {
       throw std::invalid_argument("--sweep '" + list + "': " + v + " is not a multiple of -gn " +
                                   std::to_string(gpus_per_node) + accepted);

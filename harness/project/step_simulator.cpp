@@ -199,19 +199,17 @@ class Simulator {
   double launch_over(const Placement& where, const std::string& op_label, CollectiveOp op,
                      int group, int64_t bytes) {
     const double cost = collective_time(p_.collectives, op, bytes, where).seconds;
-    Collective c;
-    c.name = op_label;
-    c.op = op;
-    c.group = group;
-    c.bytes = bytes;
-    c.microbatch = microbatch_;
-    c.launch_s = t_compute_ - step_begin_;
     const double start = std::max(t_compute_, t_comm_);
     t_comm_ = start + cost;
     comm_busy_ += cost;
-    c.start_s = start - step_begin_;
-    c.end_s = t_comm_ - step_begin_;
-    log_.push_back(c);
+    log_.push_back({.name = op_label,
+                    .op = op,
+                    .group = group,
+                    .bytes = bytes,
+                    .microbatch = microbatch_,
+                    .launch_s = t_compute_ - step_begin_,
+                    .start_s = start - step_begin_,
+                    .end_s = t_comm_ - step_begin_});
     return t_comm_;
   }
   // Transient buffers alive, as the engine's track_temp.

@@ -114,9 +114,11 @@ std::string format_memory_line(const AllocatorSnapshot& s, int64_t iterations) {
          " | mem-alloc-retries: " + std::to_string(s.num_alloc_retries) + " |";
 }
 
-std::string format_comparison_summary(const json& report) {
-  // One comparison per FSDP run, all against the same DDP run: side by side, one column pair
-  // (value, change) per FSDP run. Reports written before "comparisons" existed have one.
+namespace {
+
+// One comparison per FSDP run, all against the same DDP run. Reports written before
+// "comparisons" existed have one.
+std::vector<json> comparisons_of(const json& report) {
   std::vector<json> cmps;
   if (report.contains("comparisons") && report["comparisons"].is_array()) {
     for (const json& c : report["comparisons"]) cmps.push_back(c);
@@ -124,50 +126,36 @@ std::string format_comparison_summary(const json& report) {
   if (cmps.empty() && report.contains("comparison") && !report["comparison"].is_null()) {
     cmps.push_back(report["comparison"]);
   }
-  if (cmps.empty()) return "";
-  const json& runs = report.at("runs");
-  const json& base = runs.at(cmps.front().at("baseline_index").get<std::size_t>());
+  return cmps;
+}
+
+const json& run_at(const json& runs, const json& cmp, const char* index) {
+  return runs.at(cmp.at(index).get<std::size_t>());
+}
+
+// The title line ("FSDP .. vs DDP .., world size N (change = ..)") and the column heads: the
+// baseline, then one value and change column pair per FSDP run.
+std::string summary_heading(const json& runs, const std::vector<json>& cmps) {
+  const json& base = run_at(runs, cmps.front(), "baseline_index");
   const std::string base_name = short_name(base);
   std::vector<std::string> head_names, head_titles;
   for (const json& cmp : cmps) {
-    const json& head = runs.at(cmp.at("head_index").get<std::size_t>());
+    const json& head = run_at(runs, cmp, "head_index");
     head_names.push_back(short_name(head));
     head_titles.push_back(head_names.back() + " " + head.at("identity").value("strategy", ""));
   }
-
-  struct Row {
-    const char* label;
-    const char* metric;
-    const char* format;  // printf format of one value; memory rows choose GiB or MiB themselves
-    bool memory;
-  };
-  const std::vector<Row> rows = {
-      {"step time, median (ms)", "median_step_time_ms", "%.1f", false},
-      {"TFLOP/s/GPU, eval-window mean", "mean_tflops_per_gpu", "%.1f", false},
-      {"tokens/s/GPU, eval-window mean", "mean_tokens_per_sec_per_gpu", "%.0f", false},
-      {"model weights per rank", "engine_model_weight_bytes", "%.3f", true},
-      {"main weights per rank", "engine_main_weight_bytes", "%.3f", true},
-      {"main grads per rank", "engine_main_grad_bytes", "%.3f", true},
-      {"optimizer state per rank", "engine_optimizer_state_bytes", "%.3f", true},
-      {"static total per rank", "engine_static_total_bytes", "%.3f", true},
-      {"transient peak per rank", "engine_temporary_peak_bytes", "%.3f", true},
-      {"max allocated per rank", "allocator_max_allocated_bytes", "%.3f", true},
-      {"max reserved per rank", "allocator_max_reserved_bytes", "%.3f", true},
-  };
   const int world_size = base.at("identity").value("world_size", 0);
   // Each side's parallel layout, where any side splits beyond data parallelism.
   bool layouts = splits_beyond_data_parallel(base);
   for (const json& cmp : cmps) {
-    layouts = layouts ||
-              splits_beyond_data_parallel(runs.at(cmp.at("head_index").get<std::size_t>()));
+    layouts = layouts || splits_beyond_data_parallel(run_at(runs, cmp, "head_index"));
   }
   const auto with_layout = [&](const std::string& title, const json& run) {
     const std::string layout = parallel_layout_text(run);
     return layouts && !layout.empty() ? title + " (" + layout + ")" : title;
   };
   for (std::size_t i = 0; i < cmps.size(); ++i) {
-    head_titles[i] =
-        with_layout(head_titles[i], runs.at(cmps[i].at("head_index").get<std::size_t>()));
+    head_titles[i] = with_layout(head_titles[i], run_at(runs, cmps[i], "head_index"));
   }
   const std::string base_title = with_layout(base_name, base);
   std::string out;
@@ -184,50 +172,89 @@ std::string format_comparison_summary(const json& report) {
   for (const std::string& name : head_names) {
     out += printf_string(" %14s %9s", name.c_str(), "change");
   }
-  out += "\n";
+  return out + "\n";
+}
+
+struct SummaryRow {
+  const char* label;
+  const char* metric;
+  const char* format;  // printf format of one value; memory rows choose GiB or MiB themselves
+  bool memory;
+};
+
+constexpr SummaryRow kSummaryRows[] = {
+    {"step time, median (ms)", "median_step_time_ms", "%.1f", false},
+    {"TFLOP/s/GPU, eval-window mean", "mean_tflops_per_gpu", "%.1f", false},
+    {"tokens/s/GPU, eval-window mean", "mean_tokens_per_sec_per_gpu", "%.0f", false},
+    {"model weights per rank", "engine_model_weight_bytes", "%.3f", true},
+    {"main weights per rank", "engine_main_weight_bytes", "%.3f", true},
+    {"main grads per rank", "engine_main_grad_bytes", "%.3f", true},
+    {"optimizer state per rank", "engine_optimizer_state_bytes", "%.3f", true},
+    {"static total per rank", "engine_static_total_bytes", "%.3f", true},
+    {"transient peak per rank", "engine_temporary_peak_bytes", "%.3f", true},
+    {"max allocated per rank", "allocator_max_allocated_bytes", "%.3f", true},
+    {"max reserved per rank", "allocator_max_reserved_bytes", "%.3f", true},
+};
+
+// The unit a memory row prints in, by its largest value: tiny CPU models hold kilobytes to
+// megabytes, which GiB would print as 0.000. Scale 1: bytes.
+std::pair<double, const char*> memory_unit(double largest) {
+  constexpr std::array<std::pair<double, const char*>, 3> kUnits = {
+      {{kBytesPerGiB, " (GiB)"}, {kBytesPerGiB / 1024, " (MiB)"}, {1024, " (KiB)"}}};
+  for (const auto& unit : kUnits) {
+    if (largest >= unit.first) return unit;
+  }
+  return {1, " (bytes)"};
+}
+
+// One metric's line: the baseline's value, then each FSDP run's value and change; empty when no
+// run has the metric (or, for memory, when every run has 0 of it).
+std::string summary_row(const SummaryRow& row, const std::vector<json>& cmps) {
+  const std::string m = std::string("/metrics/") + row.metric;
+  const std::optional<double> b = number_at(cmps.front(), m + "/baseline");
+  std::vector<std::optional<double>> heads;
+  double larger = b.value_or(0);
+  bool any = b.has_value();
+  for (const json& cmp : cmps) {
+    heads.push_back(number_at(cmp, m + "/head"));
+    larger = std::max(larger, heads.back().value_or(0));
+    any = any || heads.back().has_value();
+  }
+  if (!any) return "";
+  std::string label = row.label;
+  double scale = 1;
+  if (row.memory) {
+    if (larger == 0) return "";  // a buffer class no run has
+    const auto [bytes, unit] = memory_unit(larger);
+    scale = bytes;
+    label += unit;
+  }
+  const char* format = row.memory && scale == 1 ? "%.0f" : row.format;
+  auto cell = [&](std::optional<double> v) {
+    return v ? printf_string(format, *v / scale) : std::string("n/a");
+  };
+  std::string out = printf_string("  %-34s %14s", label.c_str(), cell(b).c_str());
+  for (std::size_t i = 0; i < cmps.size(); ++i) {
+    const std::optional<double> change = number_at(cmps[i], m + "/relative_change");
+    const std::string change_text = change ? printf_string("%+.1f%%", *change * 100) : "n/a";
+    out += printf_string(" %14s %9s", cell(heads[i]).c_str(), change_text.c_str());
+  }
+  return out + "\n";
+}
+
+}  // namespace
+
+// Side by side: one column pair (value, change) per FSDP run against the one DDP run.
+std::string format_comparison_summary(const json& report) {
+  const std::vector<json> cmps = comparisons_of(report);
+  if (cmps.empty()) return "";
+  const json& runs = report.at("runs");
+  std::string out = summary_heading(runs, cmps);
   // Functional runs (ranks shared GPUs): memory only, no timings and no timing verdict.
-  const bool functional = base.at("identity").value("functional_only", false);
-  for (const Row& row : rows) {
-    if (functional && !row.memory) continue;
-    const std::string m = std::string("/metrics/") + row.metric;
-    const std::optional<double> b = number_at(cmps.front(), m + "/baseline");
-    std::vector<std::optional<double>> heads;
-    double larger = b.value_or(0);
-    bool any = b.has_value();
-    for (const json& cmp : cmps) {
-      heads.push_back(number_at(cmp, m + "/head"));
-      larger = std::max(larger, heads.back().value_or(0));
-      any = any || heads.back().has_value();
-    }
-    if (!any) continue;
-    std::string label = row.label;
-    double scale = 1;
-    if (row.memory) {
-      if (larger == 0) continue;  // a buffer class no run has
-      // Tiny CPU models hold kilobytes to megabytes; GiB would print them as 0.000.
-      constexpr std::array<std::pair<double, const char*>, 3> kUnits = {
-          {{kBytesPerGiB, " (GiB)"}, {kBytesPerGiB / 1024, " (MiB)"}, {1024, " (KiB)"}}};
-      const char* unit = " (bytes)";
-      for (const auto& [bytes, name] : kUnits) {
-        if (larger >= bytes) {
-          scale = bytes;
-          unit = name;
-          break;
-        }
-      }
-      label += unit;
-    }
-    const char* format = row.memory && scale == 1 ? "%.0f" : row.format;
-    auto cell = [&](std::optional<double> v) {
-      return v ? printf_string(format, *v / scale) : std::string("n/a");
-    };
-    out += printf_string("  %-34s %14s", label.c_str(), cell(b).c_str());
-    for (std::size_t i = 0; i < cmps.size(); ++i) {
-      const std::optional<double> change = number_at(cmps[i], m + "/relative_change");
-      const std::string change_text = change ? printf_string("%+.1f%%", *change * 100) : "n/a";
-      out += printf_string(" %14s %9s", cell(heads[i]).c_str(), change_text.c_str());
-    }
-    out += "\n";
+  const bool functional =
+      run_at(runs, cmps.front(), "baseline_index").at("identity").value("functional_only", false);
+  for (const SummaryRow& row : kSummaryRows) {
+    if (!functional || row.memory) out += summary_row(row, cmps);
   }
   if (functional) {
     out += "(functional run: ranks shared GPUs, so step times and throughput are not compared)\n";

@@ -299,28 +299,30 @@ json snapshot_json(const AllocatorSnapshot& a) {
           {"num_ooms", a.num_ooms}};
 }
 
+json saved_tensor_group_json(const SavedTensorGroup& g) {
+  return {{"region", g.region},        {"op", g.op},       {"dtype", g.dtype},
+          {"shape", g.shape},          {"count", g.count}, {"new_bytes", g.new_bytes},
+          {"view_bytes", g.view_bytes}};
+}
+
+json module_saved_activations_json(const ModuleSavedActivations& m) {
+  json groups = json::array();
+  for (const SavedTensorGroup& g : m.groups) groups.push_back(saved_tensor_group_json(g));
+  return {{"module", m.module},
+          {"name", m.name},
+          {"bytes", m.bytes},
+          {"offloaded_bytes", m.offloaded_bytes},
+          {"saved_tensors", m.saved_tensors},
+          {"saved_again", m.saved_again},
+          {"shared_storage", m.shared_storage},
+          {"weights", m.weights},
+          {"groups", groups}};
+}
+
 json saved_activations_json(const SavedActivations& s) {
   json modules = json::array();
   for (const ModuleSavedActivations& m : s.modules) {
-    json groups = json::array();
-    for (const SavedTensorGroup& g : m.groups) {
-      groups.push_back({{"region", g.region},
-                        {"op", g.op},
-                        {"dtype", g.dtype},
-                        {"shape", g.shape},
-                        {"count", g.count},
-                        {"new_bytes", g.new_bytes},
-                        {"view_bytes", g.view_bytes}});
-    }
-    modules.push_back({{"module", m.module},
-                       {"name", m.name},
-                       {"bytes", m.bytes},
-                       {"offloaded_bytes", m.offloaded_bytes},
-                       {"saved_tensors", m.saved_tensors},
-                       {"saved_again", m.saved_again},
-                       {"shared_storage", m.shared_storage},
-                       {"weights", m.weights},
-                       {"groups", groups}});
+    modules.push_back(module_saved_activations_json(m));
   }
   return {{"measured", s.measured},
           {"total_bytes", s.total_bytes},
@@ -427,6 +429,70 @@ json checkpoint_json(const CheckpointRecord& c) {
           {"saves", saves}};
 }
 
+json activation_offload_json(const ActivationOffloadRecord& o) {
+  return {{"layers", o.layers},
+          {"offloaded_bytes_per_step", o.offloaded_bytes_per_step},
+          {"offloaded_tensors_per_step", o.offloaded_tensors_per_step},
+          {"reloaded_bytes_per_step", o.reloaded_bytes_per_step},
+          {"prefetch_layers", o.prefetch_layers}};
+}
+
+json unit_timing_group_json(const UnitTimingGroup& g) {
+  return {{"kind", g.kind},
+          {"modules", g.modules},
+          {"param_elems", g.param_elems},
+          {"padded_elems", g.padded_elems},
+          {"weight_bytes", g.weight_bytes},
+          {"grad_bytes", g.grad_bytes},
+          {"main_weight_bytes", g.main_weight_bytes}};
+}
+
+json unit_timing_json(const UnitTimingRecord& u) {
+  json groups = json::array();
+  for (const UnitTimingGroup& g : u.groups) groups.push_back(unit_timing_group_json(g));
+  json fwd = json::array(), bwd = json::array();
+  for (double ms : u.forward_ms) fwd.push_back(number_or_null(ms));
+  for (double ms : u.backward_ms) bwd.push_back(number_or_null(ms));
+  return {{"clock", u.clock},
+          {"steps", u.steps},
+          {"microbatches", u.microbatches},
+          {"forward_ms", fwd},
+          {"backward_ms", bwd},
+          {"optimizer_ms", number_or_null(u.optimizer_ms)},
+          {"optimizer_main_weight_bytes", u.optimizer_main_weight_bytes},
+          {"optimizer_ns_per_byte", number_or_null(u.optimizer_ns_per_byte)},
+          {"groups", groups}};
+}
+
+json parallel_layout_json(const ParallelLayout& l) {
+  json j = {{"tp", l.tp},      {"cp", l.cp}, {"ep", l.ep},
+            {"dp", l.dp},      {"pp", l.pp}, {"dp_instances", l.dp_instances},
+            {"order", l.order}};
+  // How the instances share the optimizer (HSDP only): no_shard, or optim (HFSDP).
+  if (l.dp_instances > 1) j["outer_dp_sharding_strategy"] = l.outer_dp_sharding_strategy;
+  return j;
+}
+
+json nccl_user_buffers_json(const NcclUserBuffersRecord& u) {
+  return {{"registration", u.symmetric ? "symmetric" : "local"},
+          {"manual_registration", u.manual_registration},
+          {"registered_after_steps",
+           u.registered_after_steps < 0 ? json(nullptr) : json(u.registered_after_steps)},
+          {"registered_groups", u.registered_groups},
+          {"pool_segments", u.pool_segments},
+          {"pool_bytes", u.pool_bytes},
+          {"buffers_checked", u.buffers_checked},
+          {"buffers_outside_pool", u.buffers_outside}};
+}
+
+// All-gathers of a run (FSDP units or the distributed optimizer's parameters): how many, and
+// the bytes and FP8 bytes of one on average. `gathers` > 0.
+json gathers_json(int64_t gathers, int64_t bytes, int64_t fp8_bytes) {
+  return {{"gathers", gathers},
+          {"bytes_per_gather", bytes / gathers},
+          {"fp8_bytes_per_gather", fp8_bytes / gathers}};
+}
+
 }  // namespace
 
 json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
@@ -456,68 +522,20 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
             {"summary", summary_json(run, warmup, nan_iterations)},
             {"memory", memory_json(run)},
             {"checkpoint", checkpoint_json(run.checkpoint)}};
-  if (const auto& o = run.activation_offload) {
-    j["activation_offload"] = {{"layers", o->layers},
-                               {"offloaded_bytes_per_step", o->offloaded_bytes_per_step},
-                               {"offloaded_tensors_per_step", o->offloaded_tensors_per_step},
-                               {"reloaded_bytes_per_step", o->reloaded_bytes_per_step},
-                               {"prefetch_layers", o->prefetch_layers}};
-  }
-  if (const auto& u = run.unit_timing) {
-    json groups = json::array();
-    for (const UnitTimingGroup& g : u->groups) {
-      groups.push_back({{"kind", g.kind},
-                        {"modules", g.modules},
-                        {"param_elems", g.param_elems},
-                        {"padded_elems", g.padded_elems},
-                        {"weight_bytes", g.weight_bytes},
-                        {"grad_bytes", g.grad_bytes},
-                        {"main_weight_bytes", g.main_weight_bytes}});
-    }
-    json fwd = json::array(), bwd = json::array();
-    for (double ms : u->forward_ms) fwd.push_back(number_or_null(ms));
-    for (double ms : u->backward_ms) bwd.push_back(number_or_null(ms));
-    j["unit_timing"] = {{"clock", u->clock},
-                        {"steps", u->steps},
-                        {"microbatches", u->microbatches},
-                        {"forward_ms", fwd},
-                        {"backward_ms", bwd},
-                        {"optimizer_ms", number_or_null(u->optimizer_ms)},
-                        {"optimizer_main_weight_bytes", u->optimizer_main_weight_bytes},
-                        {"optimizer_ns_per_byte", number_or_null(u->optimizer_ns_per_byte)},
-                        {"groups", groups}};
-  }
+  if (run.activation_offload)
+    j["activation_offload"] = activation_offload_json(*run.activation_offload);
+  if (run.unit_timing) j["unit_timing"] = unit_timing_json(*run.unit_timing);
   if (run.unit_gathers > 0) {
-    j["unit_all_gather"] = {{"gathers", run.unit_gathers},
-                            {"bytes_per_gather", run.unit_gather_bytes / run.unit_gathers},
-                            {"fp8_bytes_per_gather", run.unit_gather_fp8_bytes / run.unit_gathers}};
+    j["unit_all_gather"] =
+        gathers_json(run.unit_gathers, run.unit_gather_bytes, run.unit_gather_fp8_bytes);
   }
-  if (const auto& l = run.parallel_layout) {
-    j["parallel_layout"] = {{"tp", l->tp},           {"cp", l->cp}, {"ep", l->ep},
-                            {"dp", l->dp},           {"pp", l->pp},
-                            {"dp_instances", l->dp_instances}, {"order", l->order}};
-    // How the instances share the optimizer (HSDP only): no_shard, or optim (HFSDP).
-    if (l->dp_instances > 1) {
-      j["parallel_layout"]["outer_dp_sharding_strategy"] = l->outer_dp_sharding_strategy;
-    }
-  }
+  if (run.parallel_layout) j["parallel_layout"] = parallel_layout_json(*run.parallel_layout);
   if (run.param_syncs > 0) {
-    j["param_sync_all_gather"] = {{"gathers", run.param_syncs},
-                                  {"bytes_per_gather", run.param_sync_bytes / run.param_syncs},
-                                  {"fp8_bytes_per_gather", run.param_sync_fp8_bytes / run.param_syncs}};
+    j["param_sync_all_gather"] =
+        gathers_json(run.param_syncs, run.param_sync_bytes, run.param_sync_fp8_bytes);
   }
-  if (const auto& u = run.nccl_user_buffers) {
-    j["nccl_user_buffers"] = {{"registration", u->symmetric ? "symmetric" : "local"},
-                              {"manual_registration", u->manual_registration},
-                              {"registered_after_steps", u->registered_after_steps < 0
-                                                             ? json(nullptr)
-                                                             : json(u->registered_after_steps)},
-                              {"registered_groups", u->registered_groups},
-                              {"pool_segments", u->pool_segments},
-                              {"pool_bytes", u->pool_bytes},
-                              {"buffers_checked", u->buffers_checked},
-                              {"buffers_outside_pool", u->buffers_outside}};
-  }
+  if (run.nccl_user_buffers)
+    j["nccl_user_buffers"] = nccl_user_buffers_json(*run.nccl_user_buffers);
   return j;
 }
 

@@ -4,28 +4,24 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "harness/measure/enum_names.hpp"
+
 namespace shardbench {
 namespace {
 
-const char* rule_name(RunOrderRule rule) {
-  switch (rule) {
-    case RunOrderRule::kRandom:
-      return "random";
-    case RunOrderRule::kPlanned:
-      return "planned";
-    case RunOrderRule::kReversed:
-      return "reversed";
-  }
-  return "?";
-}
+// SHARDBENCH_RUN_ORDER's values; the report names the rule the same way.
+constexpr EnumName<RunOrderRule> kRuleNames[] = {{RunOrderRule::kRandom, "random"},
+                                                 {RunOrderRule::kPlanned, "planned"},
+                                                 {RunOrderRule::kReversed, "reversed"}};
 
 }  // namespace
 
 RunOrderRule run_order_rule(const char* value) {
   const std::string v = value ? value : "";
-  if (v.empty() || v == "random") return RunOrderRule::kRandom;
-  if (v == "planned") return RunOrderRule::kPlanned;
-  if (v == "reversed") return RunOrderRule::kReversed;
+  if (v.empty()) return RunOrderRule::kRandom;
+  for (const auto& [rule, name] : kRuleNames) {
+    if (v == name) return rule;
+  }
   throw std::invalid_argument(std::string(kRunOrderVariable) + "=" + v +
                               ": accepted: random (default; the planned order or its reverse, "
                               "by a coin), planned (the requested run first), reversed");
@@ -56,7 +52,7 @@ std::string run_order_text(RunOrderRule rule, const std::vector<std::size_t>& or
 }
 
 nlohmann::json run_order_json(RunOrderRule rule, const std::vector<std::size_t>& order) {
-  return {{"rule", rule_name(rule)}, {"executed", order}};
+  return {{"rule", enum_name(kRuleNames, rule)}, {"executed", order}};
 }
 
 }  // namespace shardbench
