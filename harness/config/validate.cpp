@@ -395,20 +395,11 @@ void shardbench_rules(const ConfigContainer& c) {
 // checked here so that --dryrun refuses what the engine would refuse.
 void precision_aware_optimizer_rules(const ConfigContainer& c) {
   const auto& opt = c.optimizer;
-  const std::pair<const char*, const std::string*> dtypes[] = {
-      {"main_grads_dtype", &opt.main_grads_dtype},
-      {"main_params_dtype", &opt.main_params_dtype},
-      {"exp_avg_dtype", &opt.exp_avg_dtype},
-      {"exp_avg_sq_dtype", &opt.exp_avg_sq_dtype}};
-  if (!opt.use_precision_aware_optimizer) {
-    for (const auto& [name, value] : dtypes) {
-      if (*value != "fp32") {
-        fail(std::string("optimizer.") + name + "=" + *value +
-             ": accepted: fp32 without optimizer.use_precision_aware_optimizer=true");
-      }
-    }
-    return;
+  if (const auto bad = non_fp32_without_precision_aware_optimizer(opt)) {
+    fail(bad->first + "=" + bad->second +
+         ": accepted: fp32 without optimizer.use_precision_aware_optimizer=true");
   }
+  if (!opt.use_precision_aware_optimizer) return;
   // The optimizer reads the reduced grads in their buffer's dtype: bf16 only when the compute
   // dtype is bf16 and the reduction is not in fp32.
   if (opt.main_grads_dtype == "bf16" &&
@@ -554,6 +545,20 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   deterministic_rules(config, context);
   comparison_runs_rules(config, context);
   return r.notices;
+}
+
+std::optional<std::pair<std::string, std::string>> non_fp32_without_precision_aware_optimizer(
+    const OptimizerConfig& opt) {
+  if (opt.use_precision_aware_optimizer) return std::nullopt;
+  const std::pair<const char*, const std::string*> dtypes[] = {
+      {"main_grads_dtype", &opt.main_grads_dtype},
+      {"main_params_dtype", &opt.main_params_dtype},
+      {"exp_avg_dtype", &opt.exp_avg_dtype},
+      {"exp_avg_sq_dtype", &opt.exp_avg_sq_dtype}};
+  for (const auto& [name, value] : dtypes) {
+    if (*value != "fp32") return std::make_pair(std::string("optimizer.") + name, *value);
+  }
+  return std::nullopt;
 }
 
 }  // namespace shardbench

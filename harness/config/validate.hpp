@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/config/provenance.hpp"
@@ -29,6 +30,13 @@ struct ValidationContext {
   // it so that the check behaves the same on machines with and without GPUs).
   std::function<int()> cuda_device_count;
 };
+
+// Without optimizer.use_precision_aware_optimizer, Megatron's OptimizerConfig accepts only fp32
+// for main_grads_dtype, main_params_dtype, exp_avg_dtype and exp_avg_sq_dtype: the first that is
+// not, as ("optimizer.<field>", value); nullopt when they all are, or when the optimizer is on.
+// Validation and the engine's options read this one list.
+std::optional<std::pair<std::string, std::string>> non_fp32_without_precision_aware_optimizer(
+    const OptimizerConfig& opt);
 
 // Validates and completes `config` in place. Returns notices (forced values, warnings).
 std::vector<std::string> validate_config(ConfigContainer& config, Provenance& provenance,

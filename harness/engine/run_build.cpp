@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "harness/config/field_registry.hpp"
+#include "harness/config/validate.hpp"
 #include "harness/config/wrappers.hpp"
 #include "harness/engine/checkpoint_run.hpp"
 #include "harness/engine/determinism.hpp"
@@ -120,19 +121,12 @@ Fp8Choice fp8_from(const ConfigContainer& c, const EngineOptions& o, const Llama
 // Megatron's precision-aware optimizer fields (docs/precision_aware_optimizer.md).
 void precision_aware_optimizer_from(const ConfigContainer& c, EngineOptions& o) {
   const auto& opt = c.optimizer;
-  const std::pair<const char*, const std::string*> dtypes[] = {
-      {"main_grads_dtype", &opt.main_grads_dtype},
-      {"main_params_dtype", &opt.main_params_dtype},
-      {"exp_avg_dtype", &opt.exp_avg_dtype},
-      {"exp_avg_sq_dtype", &opt.exp_avg_sq_dtype}};
-  if (!opt.use_precision_aware_optimizer) {
-    // MCore's OptimizerConfig: "<field> can only be fp32 when not using precision-aware optimizer".
-    for (const auto& [name, value] : dtypes) {
-      invalid_unless(*value == "fp32", std::string("optimizer.") + name, *value,
-                     "fp32 without optimizer.use_precision_aware_optimizer=true");
-    }
-    return;
+  // MCore's OptimizerConfig: "<field> can only be fp32 when not using precision-aware optimizer".
+  if (const auto bad = non_fp32_without_precision_aware_optimizer(opt)) {
+    invalid_unless(false, bad->first, bad->second,
+                   "fp32 without optimizer.use_precision_aware_optimizer=true");
   }
+  if (!opt.use_precision_aware_optimizer) return;
   reject(opt.main_params_dtype != "fp32", "optimizer.main_params_dtype", opt.main_params_dtype,
          "fp32 (fp16 main weights with Transformer Engine's remainders are not implemented)");
   const auto moment = [](const char* field, const std::string& value) {

@@ -365,6 +365,9 @@ class DataParallelEngine final : public ModuleHooks {
   void refresh_model_weights(EngineGroup& g, bool written);
   const ShardingSpec& group_spec(const EngineGroup& g) const;
   void track_temp(int64_t delta_bytes);
+  // The input of g's parameter all-gather over `group` from this rank's part `mine`: `mine`
+  // itself under NCCL, a copy under gloo.
+  void set_param_sync_input(EngineGroup& g, const at::Tensor& mine, const ProcessGroup& group);
   // Registers the NCCL user-buffer pool with every communicator of the engine (once).
   void register_comm_pool();
   // wait_work, marked as exposed communication on the comm timer.

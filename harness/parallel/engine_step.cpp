@@ -450,19 +450,26 @@ void DataParallelEngine::launch_outer_grad_reduce(EngineGroup& g) {
   g.outer_reduce_work = pgs_.outer->reduce_scatter(g.owned_grad, g.grad, op);
 }
 
+void DataParallelEngine::set_param_sync_input(EngineGroup& g, const at::Tensor& mine,
+                                              const ProcessGroup& group) {
+  // gloo's all-gather copies through its own buffers; give it a separate input to stay safe
+  // from aliasing (counted as temporary memory). NCCL gathers in place.
+  if (group.backend_kind() == CommBackend::kNccl) {
+    g.param_sync_input = mine;
+  } else {
+    g.param_sync_input = mine.clone();
+    g.param_sync_temp_bytes = tensor_bytes(g.param_sync_input);
+    track_temp(g.param_sync_temp_bytes);
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> DataParallelEngine::launch_outer_param_gather(
     EngineGroup& g, const at::Tensor& shard) {
   at::Tensor out = shard;
   const at::Tensor piece =
       shard.narrow(0, outer_rank_ * g.layout.piece_elems, g.layout.piece_elems);
   // As the distributed optimizer's gather: NCCL in place, gloo from a separate input.
-  if (pgs_.outer->backend_kind() == CommBackend::kNccl) {
-    g.param_sync_input = piece;
-  } else {
-    g.param_sync_input = piece.clone();
-    g.param_sync_temp_bytes = tensor_bytes(g.param_sync_input);
-    track_temp(g.param_sync_temp_bytes);
-  }
+  set_param_sync_input(g, piece, *pgs_.outer);
   nvtx::Range range(kOuterGatherLabels.launch(g), tensor_bytes(out));
   return pgs_.outer->all_gather(out, g.param_sync_input);
 }
@@ -614,15 +621,7 @@ void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
     g.fp8_sync_due = true;
     return;
   }
-  // gloo's all-gather copies through its own buffers; give it a separate input to stay safe
-  // from aliasing. NCCL gathers in place.
-  if (pgs_.all_gather->backend_kind() == CommBackend::kNccl) {
-    g.param_sync_input = mine;
-  } else {
-    g.param_sync_input = mine.clone();
-    g.param_sync_temp_bytes = tensor_bytes(g.param_sync_input);
-    track_temp(g.param_sync_temp_bytes);
-  }
+  set_param_sync_input(g, mine, *pgs_.all_gather);
   nvtx::Range range(kParamSyncLabels.launch(g), tensor_bytes(g.model_full));
   param_sync_stats_.gathers += 1;
   param_sync_stats_.bytes += tensor_bytes(g.model_full);
