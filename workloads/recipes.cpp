@@ -3,13 +3,14 @@
 // here.
 #include "harness/config/recipes.hpp"
 #include "workloads/llama/llama_recipes.hpp"
+#include "workloads/moe/moe_recipes.hpp"
 
 namespace shardbench {
 
 const std::vector<RecipeSpec>& recipes() {
   static const std::vector<RecipeSpec> all = [] {
     std::vector<RecipeSpec> out;
-    for (std::vector<RecipeSpec> family : {llama_recipes()}) {
+    for (std::vector<RecipeSpec> family : {llama_recipes(), moe_recipes()}) {
       out.insert(out.end(), family.begin(), family.end());
     }
     return out;

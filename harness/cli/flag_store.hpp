@@ -21,6 +21,7 @@ using Store = decltype(FlagSpec::store);
 inline constexpr Support H = Support::kHonoured;
 inline constexpr Support INFO = Support::kInformational;
 inline constexpr Support NI = Support::kNotImplemented;
+inline constexpr Support DRY = Support::kDryrunOnly;
 
 [[noreturn]] inline void bad_value(const std::string& flag, const std::string& value,
                                    const std::string& accepted) {

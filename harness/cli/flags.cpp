@@ -11,7 +11,6 @@ namespace {
 const std::string kTokenizerData =
     "runs use mock data and no tokenizer (--data mock); the vocabulary comes from the recipe "
     "(override it with model.vocab_size=N)";
-const std::string kMoe = "the Llama recipes are dense; MoE is not implemented";
 
 }  // namespace
 
@@ -25,7 +24,9 @@ std::vector<FlagSpec> general_training_parallel_slurm_flags() {
       {"-m", "--model_family_name", "General", K::kValue, "TEXT", "", "Model family, e.g. llama",
        true, text(&LaunchArgs::model_family_name, true), H},
       {"-mr", "--model_recipe_name", "General", K::kValue, "TEXT", "",
-       "Recipe: llama3_8b, llama3_70b, llama31_405b, llama3_bench_1p5b, llama3_tiny_cpu", true,
+       "Recipe: llama3_8b, llama3_70b, llama31_405b, llama3_bench_1p5b, llama3_tiny_cpu; "
+       "deepseek_v3, qwen3_30b_a3b, qwen3_235b_a22b, moe_bench_3b (MoE: --dryrun only)",
+       true,
        text(&LaunchArgs::model_recipe_name, true), H},
       {"", "--use_recipes", "General", K::kSwitch, "", "false",
        "Use canonical recipes instead of flat perf recipes", false, on(&LaunchArgs::use_recipes),
@@ -45,10 +46,12 @@ std::vector<FlagSpec> general_training_parallel_slurm_flags() {
        false, integer(&LaunchArgs::hidden_size), H},
       {"", "--num_layers", "General", K::kValue, "INT", "None", "Override model.num_layers", false,
        integer(&LaunchArgs::num_layers), H},
-      {"", "--num_moe_experts", "General", K::kValue, "INT", "None", "MoE experts", false,
-       not_supported(kMoe), NI},
-      {"", "--first_k_dense_replace", "General", K::kValue, "INT", "None", "MoE dense layers",
-       false, not_supported(kMoe), NI},
+      {"", "--num_moe_experts", "General", K::kValue, "INT", "None",
+       "model.num_moe_experts (MoE: --dryrun only)", false,
+       integer(&LaunchArgs::num_moe_experts, 1), DRY},
+      {"", "--first_k_dense_replace", "General", K::kValue, "INT", "None",
+       "Dense first layers: model.moe_layer_freq = [0]*k + [1]*(layers-k) (MoE: --dryrun only)",
+       false, integer(&LaunchArgs::first_k_dense_replace, 0), DRY},
       {"", "--pipeline_model_parallel_layout", "General", K::kValue, "TEXT", "None",
        "Custom pipeline layout", false,
        not_supported("pipeline parallelism is not implemented (data parallelism only)"), NI},
@@ -146,7 +149,8 @@ std::vector<FlagSpec> general_training_parallel_slurm_flags() {
        },
        NI, "None"},
       {"-ep", "--expert_model_parallel_size", "Parallelism", K::kValue, "INT", "None",
-       "Expert parallel size", false, integer(&LaunchArgs::expert_model_parallel_size), NI, "1"},
+       "model.expert_model_parallel_size (MoE: --dryrun only)", false,
+       integer(&LaunchArgs::expert_model_parallel_size, 1), DRY},
       {"-et", "--expert_tensor_parallel_size", "Parallelism", K::kOptionalValue, "[INT]", "None",
        "Expert tensor parallel size; a bare -et means None", false,
        [](LaunchArgs& a, const std::string& flag, const std::string& v) {

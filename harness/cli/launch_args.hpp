@@ -23,6 +23,8 @@ struct LaunchArgs {
   int64_t num_gpus = 0;  // -ng
   std::optional<int64_t> hidden_size;
   std::optional<int64_t> num_layers;
+  std::optional<int64_t> num_moe_experts;        // model.num_moe_experts
+  std::optional<int64_t> first_k_dense_replace;  // model.moe_layer_freq = [0]*k + [1]*(L-k)
   bool dryrun = false;
   bool list = false;  // --list: print the recipes and override sets, run nothing
 

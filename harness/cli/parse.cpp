@@ -135,6 +135,8 @@ struct Cli11App {
             (spec.accepted.empty() ? "[not supported yet] "
                                    : "[not supported yet; accepted: " + spec.accepted + "] ") +
             description;
+      } else if (spec.support == Support::kDryrunOnly) {
+        description = "[--dryrun only] " + description;
       } else if (spec.support == Support::kInformational) {
         description = "[recorded only] " + description;
       }

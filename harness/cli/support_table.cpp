@@ -53,6 +53,10 @@ std::string support_table_markdown() {
   out << "\n**Built-in only** (not implemented yet; the value a built-in override set or recipe "
          "gives is recorded, a value the user sets otherwise is refused):\n\n";
   field_rows(out, Support::kBuiltinOnly);
+  out << "\n**Dry run only** (settings the engine does not run yet, which recipes mirror: "
+         "`--dryrun` resolves and describes any value in range; a real run refuses a value "
+         "other than the default before any worker starts, exit 2):\n\n";
+  field_rows(out, Support::kDryrunOnly);
   out << "\n**Flags**:\n\n| flag | status | accepted |\n|---|---|---|\n";
   for (const FlagSpec& f : flag_specs()) {
     std::string accepted = f.type_name.empty() ? "(switch)" : "`" + escape(f.type_name) + "`";

@@ -66,8 +66,6 @@ void check_supported(const LaunchArgs& a) {
   require_one(a, a.pipeline_model_parallel_size, "--pipeline_model_parallel_size",
               "pipeline parallelism");
   require_one(a, a.context_parallel_size, "--context_parallel_size", "context parallelism");
-  require_one(a, a.expert_model_parallel_size, "--expert_model_parallel_size",
-              "expert parallelism");
   if (a.et_given) {
     require_one(a, a.expert_tensor_parallel_size, "--expert_tensor_parallel_size",
                 "expert tensor parallelism");

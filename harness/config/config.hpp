@@ -80,7 +80,48 @@ using StringMap = std::map<std::string, std::string>;
   E(std::string, cuda_graph_impl, "none", "none|local|transformer_engine", "CUDA graph capture") \
   X(StringList, cuda_graph_scope, {}, "CUDA graph scopes (full_iteration, attn, mlp, ...)")      \
   X(bool, use_te_rng_tracker, false, "TE RNG tracker (needed under CUDA graphs)")                \
-  X(bool, deterministic_mode, false, "Deterministic kernels only")
+  X(bool, deterministic_mode, false, "Deterministic kernels only")                               \
+  SHARDBENCH_MOE_FIELDS(X, E)
+
+// Mixture of experts, multi-latent attention and multi-token prediction: MCore's
+// TransformerConfig / MLATransformerConfig names and defaults (MLM:megatron/core/transformer/
+// transformer_config.py). Part of the model section. --dryrun describes them; a real run refuses
+// any value other than the default (support status dryrun_only, docs/moe-recipes.md).
+#define SHARDBENCH_MOE_FIELDS(X, E)                                                              \
+  X(OptInt, moe_ffn_hidden_size, std::nullopt, "Routed expert width; null: ffn_hidden_size")     \
+  X(int64_t, moe_router_topk, 2, "Experts each token is routed to")                              \
+  X(OptInt, moe_shared_expert_intermediate_size, std::nullopt,                                   \
+    "Shared experts' total width; null: no shared experts")                                      \
+  X(bool, moe_shared_expert_overlap, false, "Overlap shared experts with the dispatch")          \
+  X(IntList, moe_layer_freq, (IntList{1}), "[1]: every layer MoE; else 0/1 per layer (1: MoE)")  \
+  E(std::string, moe_router_score_function, "softmax", "softmax|sigmoid", "Router score")        \
+  X(bool, moe_router_pre_softmax, false, "Softmax before the top-k (else over the k logits)")    \
+  X(OptInt, moe_router_num_groups, std::nullopt, "Group-limited routing: expert groups")         \
+  X(OptInt, moe_router_group_topk, std::nullopt, "Group-limited routing: groups kept")           \
+  X(OptDouble, moe_router_topk_scaling_factor, std::nullopt, "Scale of the top-k weights")       \
+  E(std::string, moe_router_load_balancing_type, "aux_loss",                                     \
+    "aux_loss|seq_aux_loss|global_aux_loss|sinkhorn|none", "Load balancing")                     \
+  X(double, moe_aux_loss_coeff, 0.0, "Auxiliary load-balancing loss coefficient")                \
+  X(bool, moe_router_enable_expert_bias, false, "Aux-loss-free balancing by a per-expert bias")  \
+  X(double, moe_router_bias_update_rate, 1e-3, "Expert-bias update rate per step")               \
+  E(OptString, moe_router_dtype, std::nullopt, "fp32|fp64", "Router dtype; null: params dtype")  \
+  X(bool, moe_router_fusion, false, "Fused router top-k and scores")                             \
+  X(bool, moe_router_force_load_balancing, false, "Benchmarks: route tokens evenly")             \
+  E(std::string, moe_token_dispatcher_type, "allgather", "allgather|alltoall|flex",              \
+    "Token dispatcher")                                                                          \
+  E(std::string, moe_flex_dispatcher_backend, "deepep", "deepep|hybridep",                      \
+    "Backend of the flex dispatcher")                                                            \
+  X(bool, moe_grouped_gemm, false, "Routed experts as grouped GEMMs")                            \
+  X(bool, moe_permute_fusion, false, "Fused token permute and unpermute")                        \
+  X(bool, multi_latent_attention, false, "Multi-latent attention (DeepSeek)")                    \
+  X(OptInt, q_lora_rank, 512, "MLA query latent rank; null: no query down-projection")           \
+  X(int64_t, kv_lora_rank, 512, "MLA key-value latent rank")                                     \
+  X(int64_t, qk_head_dim, 128, "MLA query/key head dim without RoPE")                            \
+  X(int64_t, qk_pos_emb_head_dim, 64, "MLA query/key head dim with RoPE")                        \
+  X(int64_t, v_head_dim, 128, "MLA value head dim")                                              \
+  X(bool, qk_layernorm, false, "RMSNorm on query and key heads (MLA: on the latents)")           \
+  X(OptInt, mtp_num_layers, std::nullopt, "Multi-token prediction layers; null: none")           \
+  X(double, mtp_loss_scaling_factor, 0.1, "Weight of the MTP loss")
 
 // Megatron-Bridge TrainingConfig.
 #define SHARDBENCH_TRAIN_FIELDS(X, E)                                                    \

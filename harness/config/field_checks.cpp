@@ -334,6 +334,31 @@ std::string accepted_text(const FieldInfo& field) {
   return text;
 }
 
+std::optional<std::string> dryrun_only_refusal(const ConfigContainer& config,
+                                               const Provenance& provenance) {
+  const FieldInfo* first = nullptr;
+  json first_value;
+  for (const FieldInfo& field : field_registry()) {
+    if (field.domain.support != Support::kDryrunOnly) continue;
+    const json value = field.get(config);
+    if (value == field.default_value) continue;
+    if (first == nullptr || field.name == "model.num_moe_experts") {
+      first = &field;
+      first_value = value;
+    }
+    if (field.name == "model.num_moe_experts") break;
+  }
+  if (first == nullptr) return std::nullopt;
+  return first->name + "=" + message_value(first_value) + source_part(provenance, first->name) +
+         ": " + first->domain.note + " (--dryrun describes this run); accepted for a real run: " +
+         values_text({first->default_value}) +
+         (first->name == "model.num_moe_experts" ? " (a dense model)" : "");
+}
+
+void check_dryrun_only_fields(const ConfigContainer& config, const Provenance& provenance) {
+  if (auto refusal = dryrun_only_refusal(config, provenance)) throw UsageError(*refusal);
+}
+
 bool is_builtin_source(const std::string& source) {
   if (source.rfind("recipe ", 0) == 0 || source.rfind("validation: ", 0) == 0 ||
       source.rfind("weak scaling", 0) == 0) {

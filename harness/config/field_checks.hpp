@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +34,16 @@ void check_field_domains(const ConfigContainer& config, const Provenance& proven
 // of a builtin_only field that no built-in source gave. Runs after validation (whose forced
 // values count as built-in).
 void check_field_support(const ConfigContainer& config, const Provenance& provenance);
+
+// The refusal of a real run that sets a dryrun_only field (a mixture of experts, pipeline
+// parallelism) to other than its default, as one line: the field, its value and source, why the
+// engine cannot run it, and what a run accepts. model.num_moe_experts is named first when set,
+// then the first such field in config.hpp order. nullopt when a real run may start.
+std::optional<std::string> dryrun_only_refusal(const ConfigContainer& config,
+                                               const Provenance& provenance);
+// Throws UsageError (exit 2) with dryrun_only_refusal's line. resolve() calls it for every run
+// but a --dryrun, before validation, so nothing starts and nothing is written.
+void check_dryrun_only_fields(const ConfigContainer& config, const Provenance& provenance);
 
 // True for provenance sources that are shardbench's own (recipes, built-in override sets, weak
 // scaling, validation), false for the user's (CLI flags, key=value, --override_set files).

@@ -24,9 +24,15 @@ enum class Support {
   // set's gradient_accumulation_fusion=true). The value a built-in source gives is accepted and
   // recorded; a user-set value other than the default or that value is refused.
   kBuiltinOnly,
+  // Settings of a model or parallelism the engine does not run yet (mixtures of experts, pipeline
+  // parallelism) that recipes mirror from Megatron-Bridge: any value in the field's domain is
+  // resolved and described by --dryrun; a real run refuses a value other than the default
+  // before any worker starts (check_dryrun_only_fields, field_checks.hpp).
+  kDryrunOnly,
 };
 
-// "honoured", "informational", "not_implemented", "builtin_only" (docs/support-table.md's words).
+// "honoured", "informational", "not_implemented", "builtin_only", "dryrun_only"
+// (docs/support-table.md's words).
 const char* support_name(Support support);
 
 struct FieldDomain {

@@ -20,6 +20,7 @@ FieldDomain not_impl(std::string note) { return status(Support::kNotImplemented,
 FieldDomain builtin_only(std::string note) {
   return status(Support::kBuiltinOnly, std::move(note));
 }
+FieldDomain dryrun_only(std::string note) { return status(Support::kDryrunOnly, std::move(note)); }
 
 // Bounds that keep products in 64 bits and a step's mock batch allocatable; far beyond any
 // real run (Megatron's largest published runs use tens of thousands of GPUs, 128k contexts).
@@ -35,7 +36,7 @@ const std::string kTensorParallel =
     "length divisible by it; refused with FP8, chunked linear cross-entropy, norm or MLP "
     "recompute, CPU offload and NCCL user buffers (docs/tensor-parallel.md)";
 const std::string kLlama = "the Llama workload is fixed to Llama 3's architecture";
-const std::string kNoMoe = "the Llama recipes are dense; MoE is not implemented";
+const std::string kNoMoe = "the engine does not train mixtures of experts yet";
 const std::string kNoCudaGraphs = "CUDA graph capture is not implemented";
 const std::string kPrecisionAware =
     "Megatron's precision-aware optimizer (docs/precision_aware_optimizer.md)";
@@ -76,13 +77,14 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.params_dtype", info(kComputeDtype)},
       {"model.tensor_model_parallel_size",
        honoured(kTensorParallel).at_least(1).at_most(kMaxCount)},
-      {"model.pipeline_model_parallel_size", not_impl(kNoPipeline)},
+      {"model.pipeline_model_parallel_size", dryrun_only(kNoPipeline).at_least(1).at_most(kMaxCount)},
       {"model.context_parallel_size", not_impl(kNoContextParallel)},
-      {"model.virtual_pipeline_model_parallel_size", not_impl(kNoPipeline)},
+      {"model.virtual_pipeline_model_parallel_size",
+       dryrun_only(kNoPipeline).at_least(1).at_most(kMaxCount)},
       {"model.pipeline_model_parallel_layout", not_impl(kNoPipeline)},
-      {"model.expert_model_parallel_size", not_impl(kNoMoe)},
+      {"model.expert_model_parallel_size", dryrun_only(kNoMoe).at_least(1).at_most(kMaxCount)},
       {"model.expert_tensor_parallel_size", not_impl(kNoMoe).only_values({nullptr, 1})},
-      {"model.num_moe_experts", not_impl(kNoMoe)},
+      {"model.num_moe_experts", dryrun_only(kNoMoe).at_least(1).at_most(kMaxCount)},
       {"model.sequence_parallel",
        honoured("must equal model.tensor_model_parallel_size > 1, as -tp N sets it: tensor "
                 "parallelism runs with sequence parallelism only (docs/tensor-parallel.md)")},
@@ -113,6 +115,51 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.cuda_graph_scope", not_impl(kNoCudaGraphs)},
       {"model.use_te_rng_tracker", not_impl(kNoCudaGraphs + " (no TE RNG tracker)")},
       {"model.deterministic_mode", honoured("docs/determinism.md")},
+      // ---- model: mixture of experts, MLA, MTP (docs/moe-recipes.md)
+      {"model.moe_ffn_hidden_size", dryrun_only(kNoMoe).at_least(1).at_most(kMaxWidth)},
+      {"model.moe_router_topk", dryrun_only(kNoMoe).at_least(1).at_most(kMaxCount)},
+      {"model.moe_shared_expert_intermediate_size",
+       dryrun_only(kNoMoe).at_least(1).at_most(kMaxWidth)},
+      {"model.moe_shared_expert_overlap", dryrun_only(kNoMoe)},
+      {"model.moe_layer_freq", dryrun_only(kNoMoe).at_least(0).at_most(1)},
+      {"model.moe_router_score_function", dryrun_only(kNoMoe)},
+      {"model.moe_router_pre_softmax", dryrun_only(kNoMoe)},
+      {"model.moe_router_num_groups", dryrun_only(kNoMoe).at_least(1).at_most(kMaxCount)},
+      {"model.moe_router_group_topk", dryrun_only(kNoMoe).at_least(1).at_most(kMaxCount)},
+      {"model.moe_router_topk_scaling_factor", dryrun_only(kNoMoe).above(0).at_most(1e6)},
+      {"model.moe_router_load_balancing_type", dryrun_only(kNoMoe)},
+      {"model.moe_aux_loss_coeff", dryrun_only(kNoMoe).at_least(0).at_most(1e6)},
+      {"model.moe_router_enable_expert_bias", dryrun_only(kNoMoe)},
+      {"model.moe_router_bias_update_rate", dryrun_only(kNoMoe).at_least(0).at_most(1e6)},
+      {"model.moe_router_dtype", dryrun_only(kNoMoe)},
+      {"model.moe_router_fusion", dryrun_only(kNoMoe)},
+      {"model.moe_router_force_load_balancing", dryrun_only(kNoMoe)},
+      {"model.moe_token_dispatcher_type", dryrun_only(kNoMoe)},
+      {"model.moe_flex_dispatcher_backend", dryrun_only(kNoMoe)},
+      {"model.moe_grouped_gemm", dryrun_only(kNoMoe)},
+      {"model.moe_permute_fusion", dryrun_only(kNoMoe)},
+      {"model.multi_latent_attention",
+       dryrun_only("multi-latent attention is not implemented (the engine trains Llama's GQA)")},
+      {"model.q_lora_rank", dryrun_only("multi-latent attention is not implemented")
+                                .at_least(1)
+                                .at_most(kMaxWidth)},
+      {"model.kv_lora_rank", dryrun_only("multi-latent attention is not implemented")
+                                 .at_least(1)
+                                 .at_most(kMaxWidth)},
+      {"model.qk_head_dim", dryrun_only("multi-latent attention is not implemented")
+                                .at_least(1)
+                                .at_most(kMaxWidth)},
+      {"model.qk_pos_emb_head_dim", dryrun_only("multi-latent attention is not implemented")
+                                        .at_least(1)
+                                        .at_most(kMaxWidth)},
+      {"model.v_head_dim", dryrun_only("multi-latent attention is not implemented")
+                               .at_least(1)
+                               .at_most(kMaxWidth)},
+      {"model.qk_layernorm", dryrun_only("QK-norm is not implemented (Llama has none)")},
+      {"model.mtp_num_layers",
+       dryrun_only("multi-token prediction is not implemented").at_least(0).at_most(kMaxCount)},
+      {"model.mtp_loss_scaling_factor",
+       dryrun_only("multi-token prediction is not implemented").at_least(0).at_most(1e6)},
       // ---- train
       {"train.micro_batch_size", positive_int().at_most(kMaxCount)},
       {"train.global_batch_size", positive_int().at_most(kMaxCount)},
@@ -328,6 +375,8 @@ const char* support_name(Support support) {
       return "not_implemented";
     case Support::kBuiltinOnly:
       return "builtin_only";
+    case Support::kDryrunOnly:
+      return "dryrun_only";
   }
   return "unset";
 }

@@ -98,6 +98,7 @@ struct Resolver {
     set_if(a.max_steps, "--max_steps", "train.train_iters");
     set_if(a.hidden_size, "--hidden_size", "model.hidden_size");
     set_if(a.num_layers, "--num_layers", "model.num_layers");
+    moe_layer_flags();
     set_if(a.distributed_timeout_minutes, "--distributed_timeout_minutes",
            "dist.distributed_timeout_minutes");
     set_if(a.lr, "--lr", "optimizer.lr");
@@ -124,6 +125,30 @@ struct Resolver {
     set_if(a.report, "--report", "shardbench.report_path");
     set_if(a.sdpa_backend, "--sdpa_backend", "shardbench.sdpa_backend");
     if (a.deterministic) apply_set("deterministic");
+  }
+
+  // set_user_overrides: --num_moe_experts sets the expert count; --first_k_dense_replace K (or
+  // --num_layers on a model with dense first layers) rewrites moe_layer_freq as K dense layers
+  // then MoE layers, K being the recipe's count of dense layers when only --num_layers is given.
+  void moe_layer_flags() {
+    const auto& a = args;
+    set_if(a.num_moe_experts, "--num_moe_experts", "model.num_moe_experts");
+    const IntList& freq = out.config.model.moe_layer_freq;
+    const bool per_layer = !(freq.size() == 1 && freq[0] == 1);
+    if (!a.first_k_dense_replace && !(a.num_layers && per_layer)) return;
+    const int64_t layers = out.config.model.num_layers;
+    const int64_t dense = a.first_k_dense_replace
+                              ? *a.first_k_dense_replace
+                              : static_cast<int64_t>(std::count(freq.begin(), freq.end(), 0));
+    if (dense > layers) {
+      throw UsageError("--first_k_dense_replace=" + std::to_string(dense) + ": more dense " +
+                       "layers than the model's " + std::to_string(layers) +
+                       "; accepted: 0.." + std::to_string(layers));
+    }
+    IntList pattern(static_cast<size_t>(dense), 0);
+    pattern.resize(static_cast<size_t>(layers), 1);
+    set_flag(a.first_k_dense_replace ? "--first_k_dense_replace" : "--num_layers",
+             "model.moe_layer_freq", pattern);
   }
 
   // run_script.py::_apply_flat_cli_environment_compatibility: overriding TP or CP changes the
@@ -272,6 +297,9 @@ ResolvedConfig resolve(const LaunchArgs& args, const ValidationContext& context)
   checks.cuda_device_count = context.cuda_device_count;
   check_field_domains(r.out.config, r.out.provenance, checks);
   check_field_support(r.out.config, r.out.provenance);
+  // Mixtures of experts and pipeline parallelism: described by --dryrun, refused for a run
+  // before validation and before anything starts or is written.
+  if (!args.dryrun) check_dryrun_only_fields(r.out.config, r.out.provenance);
   r.weak_scaling(base_gbs, entries_after_recipe);
   check_field_domains(r.out.config, r.out.provenance, checks);
 
@@ -283,6 +311,9 @@ ResolvedConfig resolve(const LaunchArgs& args, const ValidationContext& context)
   check_field_support(r.out.config, r.out.provenance);
   if (auto warning = tp_fsdp_connections_warning(r.out.config, args.gpu)) {
     r.out.notices.push_back(std::move(*warning));
+  }
+  if (auto refusal = dryrun_only_refusal(r.out.config, r.out.provenance)) {
+    r.out.notices.push_back("a real run of this config is refused: " + *refusal);
   }
   r.out.world_size = static_cast<int>(args.num_gpus);
   r.out.data_parallel_size = static_cast<int>(data_parallel_size(r.out.config, args.num_gpus));

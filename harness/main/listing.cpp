@@ -11,6 +11,7 @@
 #include "harness/config/overrides.hpp"
 #include "harness/measure/flops.hpp"
 #include "harness/config/recipes.hpp"
+#include "workloads/moe/moe_config.hpp"
 
 namespace shardbench {
 namespace {
@@ -68,13 +69,16 @@ std::string parameter_count_text(int64_t params) {
 std::string recipes_and_sets_listing() {
   std::ostringstream out;
   out << "Recipes (-mr NAME, with -m FAMILY):\n";
-  out << "  " << pad("name", 19) << pad("family", 7) << pad("gpus", 5) << pad("params", 8)
+  out << "  " << pad("name", 19) << pad("family", 9) << pad("gpus", 5) << pad("params", 8)
       << pad("layers", 7) << pad("hidden", 7) << pad("seq", 6) << "description\n";
   for (const RecipeSpec& r : recipes()) {
     const ConfigContainer c = recipe_config(r);
-    const DecoderDims d = decoder_dims_of(c.model);  // the whole model: one TP rank of one
-    out << "  " << pad(r.name, 19) << pad(r.family, 7) << pad(std::to_string(r.base_num_gpus), 5)
-        << pad(parameter_count_text(decoder_param_counts(d).total()), 8)
+    // The whole model (one TP rank of one): a mixture of experts counts every expert.
+    const DecoderDims d = decoder_dims_of(c.model);
+    const int64_t params = is_moe_config(c.model) ? moe_parameter_count(moe_dims_from(c.model)).total()
+                                                  : decoder_param_counts(d).total();
+    out << "  " << pad(r.name, 19) << pad(r.family, 9) << pad(std::to_string(r.base_num_gpus), 5)
+        << pad(parameter_count_text(params), 8)
         << pad(std::to_string(d.num_layers), 7) << pad(std::to_string(d.hidden_size), 7)
         << pad(std::to_string(c.model.seq_length), 6) << r.description << "\n";
   }

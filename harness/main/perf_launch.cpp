@@ -23,6 +23,7 @@
 #include "harness/launch/shared_gpu.hpp"
 #include "harness/main/listing.hpp"
 #include "harness/slurm/submit.hpp"
+#include "workloads/moe/moe_config.hpp"
 
 namespace {
 
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
     if (resolved.args.dryrun) {
       check_scheduling(slurm ? "slurm" : "none");
       std::cout << (slurm ? slurm_dryrun_text(resolved, words) : dryrun_text(resolved))
-                << preflight_dryrun_text(resolved, probe_host(false));
+                << moe_dryrun_text(resolved) << preflight_dryrun_text(resolved, probe_host(false));
       return 0;
     }
     LaunchEnv env;

@@ -48,7 +48,8 @@ TEST(FieldSupport, EveryFieldHasAStatus) {
   for (const FieldInfo& field : field_registry()) {
     EXPECT_NE(field.domain.support, Support::kUnset) << field.name;
     if (field.domain.support == Support::kNotImplemented ||
-        field.domain.support == Support::kInformational) {
+        field.domain.support == Support::kInformational ||
+        field.domain.support == Support::kDryrunOnly) {
       EXPECT_FALSE(field.domain.note.empty()) << field.name << " needs a reason";
     }
   }
@@ -143,6 +144,8 @@ TEST(FieldSupport, EveryFieldChangesTheConfigOrIsRefused) {
       const ResolvedConfig r = resolve_with({token});
       EXPECT_NE(field.domain.support, Support::kNotImplemented)
           << token << " was accepted although " << field.name << " is not implemented";
+      EXPECT_NE(field.domain.support, Support::kDryrunOnly)
+          << token << " was accepted for a real run although " << field.name << " is dryrun_only";
       // Observable: the config, a notice (validation re-syncing a twin field), or a later
       // built-in rule visibly taking over (finalize, validation) in the provenance.
       const bool overridden = r.provenance.last_source(field.name) != "override " + token;
@@ -157,6 +160,30 @@ TEST(FieldSupport, EveryFieldChangesTheConfigOrIsRefused) {
   }
   EXPECT_GT(refused, 50);
   EXPECT_GT(changed, 50);
+}
+
+// A dryrun_only field's other value resolves under --dryrun (unless a relation between fields
+// refuses it), and the dry run says that a real run would be refused, naming the field.
+TEST(FieldSupport, DryrunOnlyFieldsAreDescribedByADryRun) {
+  const ResolvedConfig base = resolve_with({});
+  int described = 0;
+  for (const FieldInfo& field : field_registry()) {
+    if (field.domain.support != Support::kDryrunOnly) continue;
+    const auto value = other_value(field, field.get(base.config));
+    ASSERT_TRUE(value) << field.name;
+    const std::string token = field.name + "=" + *value;
+    try {
+      const ResolvedConfig r = resolve_with({token, "--dryrun"});
+      const std::string want = "a real run of this config is refused: " + field.name + "=";
+      bool said = false;
+      for (const std::string& notice : r.notices) said |= notice.rfind(want, 0) == 0;
+      EXPECT_TRUE(said) << token;
+      ++described;
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()).find("real run"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GT(described, 25);
 }
 
 std::string sample_flag_value(const FlagSpec& f) {
@@ -197,6 +224,8 @@ TEST(FieldSupport, EveryFlagChangesSomethingOrIsRefused) {
       const ResolvedConfig r = resolve_with(extra);
       EXPECT_NE(flag.support, Support::kNotImplemented)
           << flag.long_name << " " << extra.back() << " was accepted";
+      EXPECT_NE(flag.support, Support::kDryrunOnly)
+          << flag.long_name << " " << extra.back() << " was accepted for a real run";
       const bool config_changed = config_to_json(r.config) != config_to_json(base.config);
       const bool args_changed = !(without_given(r.args) == without_given(base.args));
       EXPECT_TRUE(config_changed || args_changed) << flag.long_name << " changed nothing";

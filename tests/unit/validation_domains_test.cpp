@@ -181,8 +181,9 @@ TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
        "true): not implemented by shardbench: optimizer state stays on the device; accepted: "
        "false"},
       {{"model.num_moe_experts=8"},
-       "model.num_moe_experts=8 (from override model.num_moe_experts=8): not implemented by "
-       "shardbench: the Llama recipes are dense; MoE is not implemented; accepted: null"},
+       "model.num_moe_experts=8 (from override model.num_moe_experts=8): the engine does not "
+       "train mixtures of experts yet (--dryrun describes this run); accepted for a real run: "
+       "null (a dense model)"},
       {{"model.pipeline_model_parallel_layout=Et|tL"},
        "model.pipeline_model_parallel_layout=Et|tL (from override "
        "model.pipeline_model_parallel_layout=Et|tL): not implemented by shardbench: the engine has "
