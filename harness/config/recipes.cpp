@@ -5,6 +5,19 @@
 
 namespace shardbench {
 
+void apply_pretrain_common(ConfigContainer& c) {
+  c.ddp.use_distributed_optimizer = true;
+  c.ddp.overlap_grad_reduce = true;
+  c.ddp.overlap_param_gather = true;
+  c.ddp.grad_reduce_in_fp32 = true;
+  c.ddp.average_in_collective = true;
+  c.optimizer.use_distributed_optimizer = true;
+  c.optimizer.overlap_param_gather = true;
+  c.optimizer.lr_decay_style = "cosine";
+  c.optimizer.lr_warmup_iters = 2000;
+  c.checkpoint.ckpt_format = "torch_dist";
+}
+
 const RecipeSpec& find_recipe(const std::string& name) {
   std::vector<std::string> names;
   for (const RecipeSpec& recipe : recipes()) {

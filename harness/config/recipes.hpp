@@ -27,6 +27,12 @@ struct RecipeSpec {
   void (*perf_row)(ConfigContainer&) = nullptr;
 };
 
+// The training settings every canonical pretrain recipe shares (MB:recipes/common.py::
+// _pretrain_common): DDP with the distributed optimizer, overlapped reduce-scatter and
+// all-gather, fp32 gradient reduction averaged in the collective, cosine decay after 2000
+// warm-up iterations, torch_dist checkpoints. Each family's canonical recipe calls it.
+void apply_pretrain_common(ConfigContainer& c);
+
 // Every model family's recipes, in listing order (defined by workloads/recipes.cpp).
 const std::vector<RecipeSpec>& recipes();
 // Throws UsageError naming the recipe, the nearest known name and the list of recipes.

@@ -36,4 +36,15 @@ struct ParamSpec {
   int64_t row_elems() const;      // elements per dim-0 row
 };
 
+// One parameter as TP rank parts of `tp` hold it: `full_shape` split on `tp_dim` (-1: whole on
+// every TP rank; the dimension must divide, which the model family checks first, naming its
+// field).
+ParamSpec make_param_spec(std::string name, std::vector<int64_t> full_shape, int module, int layer,
+                          bool no_weight_decay, double init_std, int tp_dim, int tp,
+                          ReduceGroup reduce_group = ReduceGroup::kDataParallel);
+
+// Megatron's scaled_init_method_normal: projections that write into the residual stream
+// (attention out, MLP fc2) start with init_std / sqrt(2 * num_layers).
+double scaled_init_std(double init_std, int64_t num_layers);
+
 }  // namespace shardbench

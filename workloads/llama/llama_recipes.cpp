@@ -26,17 +26,8 @@ void llama3_canonical(ConfigContainer& c) {
   // Megatron-Bridge's GPTModelProvider default (MCore's TransformerConfig says false).
   c.model.cross_entropy_loss_fusion = true;
 
-  c.ddp.use_distributed_optimizer = true;
-  c.ddp.overlap_grad_reduce = true;
-  c.ddp.overlap_param_gather = true;
-  c.ddp.grad_reduce_in_fp32 = true;
-  c.ddp.average_in_collective = true;
+  apply_pretrain_common(c);
   c.ddp.data_parallel_sharding_strategy = "no_shard";
-  c.optimizer.use_distributed_optimizer = true;
-  c.optimizer.overlap_param_gather = true;
-  c.optimizer.lr_decay_style = "cosine";
-  c.optimizer.lr_warmup_iters = 2000;
-  c.checkpoint.ckpt_format = "torch_dist";
 }
 
 void llama3_8b_canonical(ConfigContainer& c) {

@@ -1,6 +1,5 @@
 #include "workloads/llama/llama_specs.hpp"
 
-#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -23,23 +22,12 @@ std::vector<ParamSpec> llama_param_specs(const LlamaDims& d, int tp) {
                                   " ranks needs a multiple of " + std::to_string(tp));
     }
   }
-  // Megatron's scaled_init_method_normal: projections that write into the residual stream are
-  // initialised with std / sqrt(2 * num_layers).
-  const double scaled_std = d.init_std / std::sqrt(2.0 * static_cast<double>(d.num_layers));
+  const double scaled_std = scaled_init_std(d.init_std, d.num_layers);
   std::vector<ParamSpec> specs;
   auto add = [&](std::string name, std::vector<int64_t> full, int module, int layer, bool norm,
                  double std_dev, int tp_dim) {
-    ParamSpec s;
-    s.name = std::move(name);
-    s.shape = full;
-    s.module = module;
-    s.layer = layer;
-    s.no_weight_decay = norm;
-    s.init_std = std_dev;
-    s.tp_dim = tp_dim;
-    s.full_shape = full;
-    if (tp_dim >= 0) s.shape[static_cast<size_t>(tp_dim)] /= tp;
-    specs.push_back(std::move(s));
+    specs.push_back(make_param_spec(std::move(name), std::move(full), module, layer, norm, std_dev,
+                                    tp_dim, tp));
   };
   add("embedding.word_embeddings.weight", {d.vocab, d.hidden}, 0, -1, false, d.init_std, 0);
   for (int64_t l = 0; l < d.num_layers; ++l) {

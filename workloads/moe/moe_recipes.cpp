@@ -79,16 +79,7 @@ void apply_moe_model(ConfigContainer& c, const std::string& name) {
     m.mtp_loss_scaling_factor = 0.1;
   }
 
-  c.ddp.use_distributed_optimizer = true;
-  c.ddp.overlap_grad_reduce = true;
-  c.ddp.overlap_param_gather = true;
-  c.ddp.grad_reduce_in_fp32 = true;
-  c.ddp.average_in_collective = true;
-  c.optimizer.use_distributed_optimizer = true;
-  c.optimizer.overlap_param_gather = true;
-  c.optimizer.lr_decay_style = "cosine";
-  c.optimizer.lr_warmup_iters = 2000;
-  c.checkpoint.ckpt_format = "torch_dist";
+  apply_pretrain_common(c);
 }
 
 // HybridEP through the flex dispatcher (MB:training/flex_dispatcher_backend.py,

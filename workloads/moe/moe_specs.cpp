@@ -142,24 +142,13 @@ std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, in
       }
     }
   }
-  // Megatron's scaled_init_method_normal: projections that write into the residual stream
-  // (attention out, MLP/expert fc2) start with std / sqrt(2 * num_layers).
-  const double scaled_std = d.init_std / std::sqrt(2.0 * static_cast<double>(d.num_layers));
+  // Expert fc2 writes into the residual stream too (scaled_init_std).
+  const double scaled_std = scaled_init_std(d.init_std, d.num_layers);
   std::vector<ParamSpec> specs;
   auto add = [&](std::string name, std::vector<int64_t> full, int module, int layer, bool norm,
                  double std_dev, int tp_dim, ReduceGroup group = ReduceGroup::kDataParallel) {
-    ParamSpec s;
-    s.name = std::move(name);
-    s.shape = full;
-    s.module = module;
-    s.layer = layer;
-    s.reduce_group = group;
-    s.no_weight_decay = norm;
-    s.init_std = std_dev;
-    s.tp_dim = tp_dim;
-    s.full_shape = full;
-    if (tp_dim >= 0) s.shape[static_cast<size_t>(tp_dim)] /= tp;
-    specs.push_back(std::move(s));
+    specs.push_back(make_param_spec(std::move(name), std::move(full), module, layer, norm, std_dev,
+                                    tp_dim, tp, group));
   };
   const int64_t h = d.hidden;
   add("embedding.word_embeddings.weight", {d.vocab, h}, 0, -1, false, d.init_std, 0);
