@@ -139,6 +139,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::broadcast(at::Tensor& tensor, int r
   return backend_->broadcast(tensors, opts);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroup::all_to_all(at::Tensor& out, at::Tensor& in,
+                                                        std::vector<int64_t> out_splits,
+                                                        std::vector<int64_t> in_splits) {
+  if (static_cast<int>(out_splits.size()) != world_ ||
+      static_cast<int>(in_splits.size()) != world_) {
+    throw std::invalid_argument("all_to_all: " + std::to_string(out_splits.size()) + " and " +
+                                std::to_string(in_splits.size()) + " split sizes for " +
+                                std::to_string(world_) + " ranks");
+  }
+  return backend_->alltoall_base(out, in, out_splits, in_splits);
+}
+
 void ProcessGroup::barrier() {
   c10d::BarrierOptions opts;
   if (options_.backend == CommBackend::kNccl) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -59,6 +60,12 @@ class ProcessGroup {
   // out.numel() == world * in.numel(), filled in rank order.
   c10::intrusive_ptr<c10d::Work> all_gather(at::Tensor& out, at::Tensor& in);
   c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& tensor, int root);
+  // All-to-all with per-rank row counts (Megatron's all-to-all-v token dispatch): this rank sends
+  // rows [sum(in_splits[0..r)), +in_splits[r]) of `in` (cut along dim 0) to rank r, and receives
+  // out_splits[r] rows from rank r, in rank order. `out` is preallocated with sum(out_splits) rows.
+  c10::intrusive_ptr<c10d::Work> all_to_all(at::Tensor& out, at::Tensor& in,
+                                            std::vector<int64_t> out_splits,
+                                            std::vector<int64_t> in_splits);
   // Blocks the host until every rank arrived (used around timed regions and at shutdown).
   void barrier();
   // destroy_process_group(): waits for queued collectives and releases the communicator (NCCL
