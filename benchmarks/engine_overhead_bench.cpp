@@ -36,11 +36,11 @@ ProcessGroups single_rank_groups() {
   }();
   static int counter = 0;
   const std::string p = "bench" + std::to_string(counter++) + "_";
-  return {ProcessGroup::create(store, p + "world", 0, 1, {}),
-          ProcessGroup::create(store, p + "ag", 0, 1, {}),
-          ProcessGroup::create(store, p + "rs", 0, 1, {}),
-          /*tp=*/nullptr,
-          /*outer=*/nullptr};
+  ProcessGroups pgs;
+  pgs.world = ProcessGroup::create(store, p + "world", 0, 1, {});
+  pgs.all_gather = ProcessGroup::create(store, p + "ag", 0, 1, {});
+  pgs.reduce_scatter = ProcessGroup::create(store, p + "rs", 0, 1, {});
+  return pgs;
 }
 
 // `layers` layers like a Llama3 stack (6 tensors each), each tensor tiny.

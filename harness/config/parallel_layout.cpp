@@ -101,6 +101,11 @@ ParallelLayout ParallelLayout::make(int world, int tp, int cp, int ep, int pp, i
     bad("ddp.num_distributed_optimizer_instances", std::to_string(dp_instances),
         "a divisor of data-parallel x context-parallel size " + std::to_string(l.dp * cp));
   }
+  if (ep > 1 && l.expert_dp() % dp_instances != 0) {
+    bad("ddp.num_distributed_optimizer_instances", std::to_string(dp_instances),
+        "a divisor of the expert-data-parallel size " + std::to_string(l.expert_dp()) +
+        " (world / (tensor x expert x pipeline parallel))");
+  }
   // Megatron's RankGenerator: each dimension once; ep next to dp; missing dimensions of size 1
   // are appended.
   const std::vector<std::string> tokens = split_dash(order);
@@ -168,28 +173,69 @@ std::vector<int> ParallelLayout::containing(const std::vector<std::vector<int>>&
   bad("rank", std::to_string(rank), "0.." + std::to_string(world - 1));
 }
 
-std::vector<std::vector<int>> ParallelLayout::instance_groups() const {
-  const int size = dp * cp / dp_instances;
+namespace {
+
+// Each group cut into `instances` consecutive slices.
+std::vector<std::vector<int>> instance_slices(const std::vector<std::vector<int>>& groups,
+                                              int instances) {
   std::vector<std::vector<int>> out;
-  for (const auto& g : groups("dp-cp")) {
-    for (int i = 0; i < dp_instances; ++i) {
+  for (const auto& g : groups) {
+    const int size = static_cast<int>(g.size()) / instances;
+    for (int i = 0; i < instances; ++i) {
       out.emplace_back(g.begin() + i * size, g.begin() + (i + 1) * size);
     }
   }
   return out;
 }
 
-std::vector<std::vector<int>> ParallelLayout::cross_instance_groups() const {
-  const int size = dp * cp / dp_instances;
+// The ranks at the same position of every slice of each group.
+std::vector<std::vector<int>> across_slices(const std::vector<std::vector<int>>& groups,
+                                            int instances) {
   std::vector<std::vector<int>> out;
-  for (const auto& g : groups("dp-cp")) {
+  for (const auto& g : groups) {
+    const int size = static_cast<int>(g.size()) / instances;
     for (int j = 0; j < size; ++j) {
       std::vector<int> ranks;
-      for (int i = 0; i < dp_instances; ++i) ranks.push_back(g[static_cast<size_t>(i * size + j)]);
+      for (int i = 0; i < instances; ++i) ranks.push_back(g[static_cast<size_t>(i * size + j)]);
       out.push_back(std::move(ranks));
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> ParallelLayout::instance_groups() const {
+  return instance_slices(groups("dp-cp"), dp_instances);
+}
+
+std::vector<std::vector<int>> ParallelLayout::cross_instance_groups() const {
+  return across_slices(groups("dp-cp"), dp_instances);
+}
+
+std::vector<std::vector<int>> ParallelLayout::expert_groups(const std::string& kind) const {
+  if (kind != "ep" && kind != "edp") bad("expert group kind", "\"" + kind + "\"", "ep or edp");
+  // The expert generator's dimensions: the order without cp, dp standing for edp.
+  std::vector<int> sizes;
+  std::vector<bool> mask;
+  for (const std::string& t : split_dash(order)) {
+    if (t == "cp") continue;
+    sizes.push_back(t == "tp" ? tp : t == "ep" ? ep : t == "dp" ? expert_dp() : pp);
+    mask.push_back(t == (kind == "ep" ? "ep" : "dp"));
+  }
+  return masked_orthogonal_rank_groups(world, sizes, mask);
+}
+
+std::vector<int> ParallelLayout::expert_group_of(const std::string& kind, int rank) const {
+  return containing(expert_groups(kind), rank);
+}
+
+std::vector<int> ParallelLayout::expert_instance_group_of(int rank) const {
+  return containing(instance_slices(expert_groups("edp"), dp_instances), rank);
+}
+
+std::vector<int> ParallelLayout::expert_cross_instance_group_of(int rank) const {
+  return containing(across_slices(expert_groups("edp"), dp_instances), rank);
 }
 
 std::string ParallelLayout::describe() const {

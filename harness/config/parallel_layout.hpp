@@ -56,6 +56,18 @@ struct ParallelLayout {
   std::vector<int> instance_group_of(int rank) const;
   std::vector<int> cross_instance_group_of(int rank) const;
 
+  // Expert parallelism, as Megatron's expert RankGenerator lays it out (docs/moe.md): the same
+  // order without cp, expert tensor parallelism equal to tp, and the expert-data-parallel size
+  // world / (tp x ep x pp). `kind` is "ep" (ranks holding different experts) or "edp" (ranks
+  // holding the same experts, over which their parameters are reduced and sharded). With ep 1
+  // the edp groups are the dp-cp groups.
+  int expert_dp() const { return world / (tp * ep * pp); }
+  std::vector<std::vector<int>> expert_groups(const std::string& kind) const;
+  std::vector<int> expert_group_of(const std::string& kind, int rank) const;
+  // HSDP with experts: each edp group cut into dp_instances consecutive instances, and the
+  // ranks at the same position of every instance (Megatron splits expert DP like dense DP).
+  std::vector<int> expert_instance_group_of(int rank) const;
+  std::vector<int> expert_cross_instance_group_of(int rank) const;
   // "tp2 cp1 ep1 dp4 pp1 instances2 (tp-cp-ep-dp-pp)": what a report or an error prints.
   std::string describe() const;
 

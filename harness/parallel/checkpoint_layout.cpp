@@ -110,6 +110,8 @@ json checkpoint_layout_of(DataParallelEngine& engine,
   // Tensor parallelism and HSDP instances, only where they are used: a checkpoint of a
   // data-parallel run keeps the layout it always had.
   if (engine.tp() > 1) layout["tp_size"] = engine.tp();
+  // Expert parallelism: each rank's expert groups hold its own experts.
+  if (engine.ep() > 1) layout["ep_size"] = engine.ep();
   if (engine.data_parallel_size() != engine.dp()) {
     layout["hsdp_instances"] = engine.data_parallel_size() / engine.dp();
   }

@@ -120,6 +120,7 @@ DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions opt
   }
   specs_ = model_->param_specs(tp_);
   check_param_specs();
+  setup_comms();
   for (const auto& s : specs_) num_parameters_ += s.numel();
   leaves_.resize(specs_.size());
   build_groups();
@@ -159,12 +160,24 @@ DataParallelEngine::~DataParallelEngine() {
   }
 }
 
+std::vector<ProcessGroup*> DataParallelEngine::communicators() const {
+  std::vector<ProcessGroup*> distinct;
+  for (const GroupComms* c : {&dense_comm_, &expert_comm_}) {
+    for (ProcessGroup* pg : {c->world, c->all_gather, c->reduce_scatter,
+                             c->hfsdp ? c->outer : nullptr}) {
+      if (pg != nullptr && std::find(distinct.begin(), distinct.end(), pg) == distinct.end()) {
+        distinct.push_back(pg);
+      }
+    }
+  }
+  return distinct;
+}
+
 void DataParallelEngine::register_comm_pool() {
   if (!comm_pool_ || comm_pool_registered_after_ >= 0) return;
   // HFSDP's collectives across the instances use the pool's buffers too; Megatron-FSDP registers
   // its outer group last.
-  comm_pool_->register_with({pgs_.world.get(), pgs_.all_gather.get(), pgs_.reduce_scatter.get(),
-                             hfsdp_ ? pgs_.outer.get() : nullptr});
+  comm_pool_->register_with(communicators());
   comm_pool_registered_after_ = optimizer_steps();
 }
 
@@ -181,14 +194,7 @@ NcclUserBufferState DataParallelEngine::nccl_user_buffers() const {
   st.symmetric = comm_pool_->symmetric();
   st.manual_registration = options_.nccl_ub_manual_registration;
   st.registered_after_steps = comm_pool_registered_after_;
-  std::vector<const ProcessGroup*> distinct;
-  for (const ProcessGroup* pg : {pgs_.world.get(), pgs_.all_gather.get(), pgs_.reduce_scatter.get(),
-                                 hfsdp_ ? pgs_.outer.get() : nullptr}) {
-    if (pg != nullptr && std::find(distinct.begin(), distinct.end(), pg) == distinct.end()) {
-      distinct.push_back(pg);
-    }
-  }
-  st.registered_groups = comm_pool_->registered() ? static_cast<int>(distinct.size()) : 0;
+  st.registered_groups = comm_pool_->registered() ? static_cast<int>(communicators().size()) : 0;
   const CommBufferPool::Segments seg = comm_pool_->segments();
   st.pool_segments = seg.count;
   st.pool_bytes = seg.bytes;
@@ -244,13 +250,57 @@ void DataParallelEngine::check_param_specs() const {
                              std::to_string(modules) + " modules and " + std::to_string(units) +
                              " units");
     }
-    if (spec.reduce_group != ReduceGroup::kDataParallel) {
+    if (spec.reduce_group == ReduceGroup::kExpertDataParallel && !pgs_.expert_world) {
       throw std::invalid_argument(
           model_->family() + " parameter " + spec.name +
-          " is reduced over the expert-data-parallel group; this engine reduces and shards "
-          "over the data-parallel group only; accepted: dense models");
+          " is reduced over the expert-data-parallel group, and the engine was given no "
+          "expert-data-parallel group; accepted: dense models, or ProcessGroups::expert_world "
+          "set");
     }
   }
+}
+
+void DataParallelEngine::setup_comms() {
+  const int total_dp = dp_ * outer_;
+  dense_comm_ = {pgs_.world.get(), pgs_.all_gather.get(), pgs_.reduce_scatter.get(),
+                 outer_ > 1 ? pgs_.outer.get() : nullptr,
+                 dp_, rank_, outer_, outer_rank_, hfsdp_,
+                 options_.average_in_collective ? 1.0 : 1.0 / total_dp, false};
+  has_experts_ = std::any_of(specs_.begin(), specs_.end(), [](const ParamSpec& s) {
+    return s.reduce_group == ReduceGroup::kExpertDataParallel;
+  });
+  if (!has_experts_) return;
+  if (options_.fp8_param_gather) {
+    throw std::invalid_argument(
+        "ddp.fp8_param_gather=true with " + model_->family() +
+        "'s expert parameters: the FP8 parameter all-gather is not implemented for expert "
+        "groups; accepted: false");
+  }
+  GroupComms& e = expert_comm_;
+  e.world = pgs_.expert_world.get();
+  e.all_gather = pgs_.expert_all_gather ? pgs_.expert_all_gather.get() : e.world;
+  e.reduce_scatter = pgs_.expert_reduce_scatter ? pgs_.expert_reduce_scatter.get() : e.world;
+  e.dp = e.world->world();
+  e.rank = e.world->rank();
+  ep_ = pgs_.ep ? pgs_.ep->world() : 1;
+  const int expert_outer = pgs_.expert_outer ? pgs_.expert_outer->world() : 1;
+  // Megatron cuts EP out of the data-parallel ranks and splits the expert-data-parallel group
+  // into the same number of instances as the dense one (parallel_state.py).
+  if (expert_outer != outer_ || ep_ * e.dp != dp_) {
+    throw std::logic_error(
+        "engine: expert parallelism " + std::to_string(ep_) + " x expert data parallelism " +
+        std::to_string(e.dp) + " x " + std::to_string(expert_outer) +
+        " instances does not cover the data-parallel group of " + std::to_string(dp_) + " x " +
+        std::to_string(outer_) + " instances");
+  }
+  e.outer = expert_outer > 1 ? pgs_.expert_outer.get() : nullptr;
+  e.outer_size = expert_outer;
+  e.outer_rank = pgs_.expert_outer ? pgs_.expert_outer->rank() : 0;
+  e.hfsdp = hfsdp_;
+  e.grad_prescale = options_.average_in_collective
+                        ? static_cast<double>(e.dp * expert_outer) / total_dp
+                        : 1.0 / total_dp;
+  e.expert = true;
 }
 
 void DataParallelEngine::build_groups() {
@@ -258,64 +308,97 @@ void DataParallelEngine::build_groups() {
   module_groups_.assign(static_cast<size_t>(modules), {});
   std::vector<std::vector<int64_t>> members;
   std::vector<bool> is_unit;
+  std::vector<const GroupComms*> comms;
   const bool fsdp = wrapper_spec(options_.wrapper).fsdp_units;  // same units and root for both
   const bool per_param = spec_->cut == ShardCut::kPerParamDim0;
+  // Dense and expert parameters never share a group: each group is sharded and reduced over
+  // its own communicators, as Megatron keys its buffers by is_expert_parallel.
+  auto comm_of = [&](int64_t i) {
+    return specs_[static_cast<size_t>(i)].reduce_group == ReduceGroup::kExpertDataParallel
+               ? &expert_comm_
+               : &dense_comm_;
+  };
   if (fsdp) {
-    // One unit per transformer layer; everything outside units forms the root group.
+    // One unit per transformer layer (two with experts: its dense and its expert parameters);
+    // everything outside units forms the root group.
     std::vector<int64_t> root;
-    members.assign(static_cast<size_t>(model_->unit_count()), {});
+    const auto units = static_cast<size_t>(model_->unit_count());
+    std::vector<std::vector<int64_t>> dense(units), expert(units);
     for (size_t i = 0; i < specs_.size(); ++i) {
-      if (specs_[i].layer >= 0) {
-        members[static_cast<size_t>(specs_[i].layer)].push_back(static_cast<int64_t>(i));
+      const auto id = static_cast<int64_t>(i);
+      if (specs_[i].layer < 0) {
+        root.push_back(id);
       } else {
-        root.push_back(static_cast<int64_t>(i));
+        (comm_of(id)->expert ? expert : dense)[static_cast<size_t>(specs_[i].layer)].push_back(id);
       }
     }
-    is_unit.assign(members.size(), true);
+    for (size_t u = 0; u < units; ++u) {
+      for (auto* part : {&dense[u], &expert[u]}) {
+        if (part->empty()) continue;
+        comms.push_back(comm_of(part->front()));
+        members.push_back(std::move(*part));
+        is_unit.push_back(true);
+      }
+    }
     members.push_back(root);
     is_unit.push_back(false);
+    comms.push_back(&dense_comm_);
   } else {
     // Megatron DDP buckets: parameters in reverse execution order, a bucket closes once it
-    // holds at least bucket_size elements (schedule.hpp).
-    std::vector<int64_t> param_elems;
-    for (const auto& spec : specs_) param_elems.push_back(spec.numel());
-    members = schedule::ddp_buckets(
-        param_elems,
-        schedule::ddp_bucket_limit(options_.bucket_size_elems, dp_, options_.overlap_grad_reduce));
-    is_unit.assign(members.size(), false);
+    // holds at least bucket_size elements (schedule.hpp); dense and expert parameters each in
+    // their own buckets.
+    for (const GroupComms* comm : {&dense_comm_, &expert_comm_}) {
+      std::vector<int64_t> ids, param_elems;
+      for (size_t i = 0; i < specs_.size(); ++i) {
+        if (comm_of(static_cast<int64_t>(i)) != comm) continue;
+        ids.push_back(static_cast<int64_t>(i));
+        param_elems.push_back(specs_[i].numel());
+      }
+      if (ids.empty()) continue;
+      const int64_t limit = schedule::ddp_bucket_limit(options_.bucket_size_elems, comm->dp,
+                                                       options_.overlap_grad_reduce);
+      for (auto& bucket : schedule::ddp_buckets(param_elems, limit)) {
+        for (auto& m : bucket) m = ids[static_cast<size_t>(m)];
+        members.push_back(std::move(bucket));
+        is_unit.push_back(false);
+        comms.push_back(comm);
+      }
+    }
   }
   for (size_t gi = 0; gi < members.size(); ++gi) {
     auto g = std::make_unique<EngineGroup>();
     g->index = static_cast<int>(gi);
     g->is_unit = is_unit[gi];
     g->is_root = fsdp && !is_unit[gi];
+    g->comm = comms[gi];
+    const GroupComms& c = *g->comm;
     g->spec = *spec_;
     // Megatron FSDP: modules outside units stay persistently unsharded in compute weights;
     // their main weights, grads and optimizer state follow the strategy. FSDP2 shards the root
     // like any block (fully_shard on the root module).
     if (g->is_root && !per_param) g->spec.model_weights_sharded = false;
     FlatLayoutOptions lo;
-    lo.dp = dp_;
+    lo.dp = c.dp;
     lo.align_elems = options_.align_elems;
     lo.row_aligned_shards = fsdp;
     // HFSDP: each shard holds one piece per instance (padded as for dp x instances ranks).
-    lo.shard_pieces = hfsdp_ ? outer_ : 1;
+    lo.shard_pieces = c.hfsdp ? c.outer_size : 1;
     g->layout = per_param ? make_per_param_layout(specs_, members[gi], lo)
                           : make_flat_layout(specs_, members[gi], lo);
     // The region this rank's optimizer owns (engine_group.hpp).
     if (!g->spec.main_weights_sharded) {
       g->owned_offset = 0;
       g->owned_elems = g->layout.padded_elems;
-    } else if (hfsdp_) {
-      g->owned_offset = g->shard_offset(rank_) + outer_rank_ * g->layout.piece_elems;
+    } else if (c.hfsdp) {
+      g->owned_offset = g->my_shard_offset() + c.outer_rank * g->layout.piece_elems;
       g->owned_elems = g->layout.piece_elems;
     } else {
-      g->owned_offset = g->shard_offset(rank_);
+      g->owned_offset = g->my_shard_offset();
       g->owned_elems = g->layout.shard_elems;
     }
     // With one rank the shard is the whole group (engine_group.hpp). FSDP2's parameters can
     // then be its fp32 shard itself when they have its dtype and its element offsets.
-    const bool one_rank = dp_ == 1;
+    const bool one_rank = c.dp == 1;
     const bool fp32_shard_is_params =
         options_.compute_dtype == at::kFloat && g->layout.unsharded_elems == g->layout.shard_elems;
     g->transient_weights =
@@ -364,7 +447,7 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
   const auto grad_dtype = options_.grad_reduce_in_fp32 ? at::kFloat : options_.compute_dtype;
   const int64_t padded = g.layout.padded_elems;
   const int64_t shard = g.layout.shard_elems;
-  const int64_t lo = g.shard_offset(rank_);
+  const int64_t lo = g.my_shard_offset();
   // What this rank's optimizer owns: [own_lo, own_lo + owned) of the padded buffer; where it
   // lies in the shard (HFSDP: this rank's piece of its shard, else 0).
   const int64_t own_lo = g.owned_offset;
@@ -433,7 +516,7 @@ void DataParallelEngine::allocate_and_init(EngineGroup& g) {
 }
 
 void DataParallelEngine::build_views(EngineGroup& g) {
-  const int64_t lo = g.shard_offset(rank_);
+  const int64_t lo = g.my_shard_offset();
   const int64_t own_in_shard = g.owned_offset - lo;  // HFSDP: this rank's piece, else 0
   g.slot_grads.clear();
   if (!(g.layout.per_param_dim0 && g.transient_grads)) {
@@ -450,7 +533,7 @@ void DataParallelEngine::build_views(EngineGroup& g) {
   // the instances leaves this rank.
   g.owned_grad = g.spec.main_weights_sharded && !g.spec.grads_sharded
                      ? g.grad.narrow(0, lo, g.layout.shard_elems)
-                 : hfsdp_ ? g.grad.narrow(0, own_in_shard, g.owned_elems)
+                 : g.comm->hfsdp ? g.grad.narrow(0, own_in_shard, g.owned_elems)
                           : g.grad;
   // Where the TP-split parameters lie in owned_grad (tensor parallelism's gradient norm).
   g.tp_split_ranges.clear();

@@ -125,6 +125,39 @@ struct ProcessGroups {
   // the shard among them (reduce-scatter of the grads, all-gather of the updated weights). Null:
   // one instance.
   std::shared_ptr<ProcessGroup> outer;
+  // Expert parallelism (docs/moe.md, "Expert parallelism in the engine"): the groups over which
+  // the expert parameters (ParamSpec::reduce_group == kExpertDataParallel) are reduced and
+  // sharded, as world / all_gather / reduce_scatter / outer are for the dense ones. Megatron
+  // takes the EP ranks from the data-parallel dimension: a rank's expert-data-parallel group holds
+  // the ranks with its experts, |DP| / |EP| of them (split again into HSDP instances by
+  // expert_outer). `ep` is the expert-parallel group: its ranks hold different experts, so the
+  // gradient norm sums the expert part over it. Null expert_world: a model with expert
+  // parameters is refused.
+  std::shared_ptr<ProcessGroup> expert_world;
+  std::shared_ptr<ProcessGroup> expert_all_gather;
+  std::shared_ptr<ProcessGroup> expert_reduce_scatter;
+  std::shared_ptr<ProcessGroup> expert_outer;
+  std::shared_ptr<ProcessGroup> ep;
+};
+
+// The communicators and sizes behind one engine group's buffers (engine_group.hpp): the
+// data-parallel groups for dense parameters, the expert-data-parallel groups for expert ones.
+struct GroupComms {
+  ProcessGroup* world = nullptr;
+  ProcessGroup* all_gather = nullptr;
+  ProcessGroup* reduce_scatter = nullptr;
+  ProcessGroup* outer = nullptr;  // HSDP: the cross-instance group; null with one instance
+  int dp = 1;                     // ranks that shard (and reduce) inside one instance
+  int rank = 0;
+  int outer_size = 1;
+  int outer_rank = 0;
+  bool hfsdp = false;  // outer optim: the optimizer is sharded across the instances too
+  // What the grads are multiplied by before their first reduction, so that every gradient ends
+  // up with the factor 1 / (data-parallel ranks x instances) (docs/moe.md): 1 / that count when
+  // the collectives sum; when they average (average_in_collective) 1 for dense groups and
+  // |expert DP x instances| / |DP x instances| for expert groups.
+  double grad_prescale = 1.0;
+  bool expert = false;
 };
 
 struct EngineGroup;
@@ -172,6 +205,10 @@ class DataParallelEngine final : public ModuleHooks {
   // ranks times the instances (HSDP), the instance being its data-parallel group otherwise.
   int data_parallel_size() const { return dp_ * outer_; }
   int data_parallel_rank() const { return outer_rank_ * dp_ + rank_; }
+  // Expert parallelism: the expert-parallel ranks (1 without expert parameters) and the size of
+  // a rank's expert-data-parallel group inside its instance.
+  int ep() const { return ep_; }
+  int expert_dp() const { return expert_comm_.dp; }
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
   // HSDP instances (1 without HSDP), and whether the optimizer is sharded across them too
@@ -295,6 +332,13 @@ class DataParallelEngine final : public ModuleHooks {
   // Every parameter's module and unit lie inside the model's; every group is one this engine
   // reduces over.
   void check_param_specs() const;
+  // The dense and expert GroupComms from the process groups (after specs_).
+  void setup_comms();
+  // The global gradient norm before clipping (a device scalar; collective).
+  at::Tensor global_grad_norm();
+  // Every distinct communicator the groups' buffers are used with (NCCL user-buffer
+  // registration).
+  std::vector<ProcessGroup*> communicators() const;
   void build_groups();
   void allocate_and_init(EngineGroup& g);
   void bind_leaves(EngineGroup& g);
@@ -383,6 +427,12 @@ class DataParallelEngine final : public ModuleHooks {
   int outer_ = 1;  // HSDP instances
   int outer_rank_ = 0;
   bool hfsdp_ = false;  // outer optim: the optimizer is sharded across the instances
+  // The dense parameters' communicators and the expert parameters' (expert parallelism; unused
+  // without expert parameters). Each group points at one of them.
+  GroupComms dense_comm_;
+  GroupComms expert_comm_;
+  bool has_experts_ = false;
+  int ep_ = 1;
   const ShardingSpec* spec_ = nullptr;
   std::vector<ParamSpec> specs_;
   // Declared before groups_: destroyed after the buffers allocated from it.

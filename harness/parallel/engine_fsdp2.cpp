@@ -53,7 +53,7 @@ void DataParallelEngine::allocate_and_init_per_param(EngineGroup& g) {
     const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
     auto full = at::empty(spec.shape, dev.dtype(at::kFloat));
     model_->init_param_part(spec, slot.spec_index, options_.seed, tp_, tp_rank_, full);
-    const int64_t first = rank_ * slot.shard_numel;  // whole rows: shard_numel is chunk rows x row
+    const int64_t first = g.comm->rank * slot.shard_numel;  // whole rows: shard_numel is chunk rows x row
     const int64_t mine = std::clamp<int64_t>(slot.numel - first, 0, slot.shard_numel);
     if (mine > 0) {
       g.main.narrow(0, slot.shard_offset, mine).copy_(full.view({-1}).narrow(0, first, mine));
@@ -99,7 +99,7 @@ void DataParallelEngine::allocate_and_init_per_param(EngineGroup& g) {
 
 void DataParallelEngine::launch_per_param_gather(EngineGroup& g) {
   at::NoGradGuard no_grad;
-  if (dp_ == 1) {
+  if (g.comm->dp == 1) {
     // One rank: the copy-in cast goes straight into the parameters (each chunk is the whole
     // parameter); no all-gather input, output or copy-out.
     materialize_storage(g.model_full, static_cast<size_t>(tensor_bytes(g.model_full)));
@@ -120,7 +120,7 @@ void DataParallelEngine::launch_per_param_gather(EngineGroup& g) {
   g.gather_output = at::empty({g.layout.padded_elems}, g.gather_input.options());
   if (!g.main_aliases_model) track_temp(tensor_bytes(g.gather_input));
   track_temp(tensor_bytes(g.gather_output));
-  g.gather_work = pgs_.all_gather->all_gather(g.gather_output, g.gather_input);
+  g.gather_work = g.comm->all_gather->all_gather(g.gather_output, g.gather_input);
 }
 
 void DataParallelEngine::copy_out_gathered(EngineGroup& g) {
@@ -168,7 +168,7 @@ void DataParallelEngine::gather_per_param_main_weights(EngineGroup& g,
   const FlatLayout& layout = g.layout;
   at::Tensor full = at::empty({layout.padded_elems}, g.main.options());
   at::Tensor in = g.main.clone();
-  wait_work(pgs_.world->all_gather(full, in), "all-gather of main weights");
+  wait_work(g.comm->world->all_gather(full, in), "all-gather of main weights");
   const at::Tensor by_rank = full.view({layout.dp, layout.shard_elems});
   for (const auto& slot : layout.slots) {
     const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];

@@ -21,6 +21,9 @@ struct EngineGroup {
   bool is_unit = false;  // FSDP unit (transformer layer)
   bool is_root = false;  // FSDP root group: compute weights never resharded
   ShardingSpec spec{};   // the strategy row, adjusted for the root group
+  // The groups its buffers are sharded and reduced over: the engine's dense or expert ones. A
+  // group holds parameters of one ReduceGroup only (Megatron keeps separate buffers).
+  const GroupComms* comm = nullptr;
   FlatLayout layout;
   std::vector<AdamSegment> segments;  // weight-decay classes over the whole flat buffer
 
@@ -122,6 +125,8 @@ struct EngineGroup {
   c10::intrusive_ptr<c10d::Work> norm_gather_work;
 
   int64_t shard_offset(int rank) const { return layout.shard_elems * rank; }
+  // This rank's shard in the group's own communicator.
+  int64_t my_shard_offset() const { return shard_offset(comm->rank); }
 };
 
 // Routes this thread's allocations to the NCCL user-buffer pool while it lives, when there is

@@ -90,7 +90,7 @@ void DataParallelEngine::launch_gather(EngineGroup& g) {
   wait_param_sync(g);
   if (g.layout.per_param_dim0) {
     std::optional<nvtx::Range> range;
-    if (dp_ > 1) {
+    if (g.comm->dp > 1) {
       range.emplace(kGatherLabels.launch(g), g.layout.padded_elems * elem_bytes(g.model_full));
     }
     launch_per_param_gather(g);
@@ -109,7 +109,7 @@ void DataParallelEngine::launch_gather(EngineGroup& g) {
   unit_gather_stats_.gathers += 1;
   unit_gather_stats_.bytes += tensor_bytes(g.model_full);
   nvtx::Range range(kGatherLabels.launch(g), tensor_bytes(g.model_full));
-  g.gather_work = pgs_.all_gather->all_gather(g.model_full, g.model_shard);
+  g.gather_work = g.comm->all_gather->all_gather(g.model_full, g.model_shard);
 }
 
 void DataParallelEngine::ensure_gathered(EngineGroup& g) {
@@ -128,7 +128,7 @@ void DataParallelEngine::wait_gather(EngineGroup& g) {
   if (g.gathered || g.gather_arrived) return;
   // A gather no prefetch launched: launch it here when it is a collective. With one rank FSDP2's
   // launch is only the cast into the parameters, which finish_gather leaves to the module.
-  if (!g.gather_work && dp_ > 1) launch_gather(g);
+  if (!g.gather_work && g.comm->dp > 1) launch_gather(g);
   if (!g.gather_work) return;
   {
     nvtx::Range range(kGatherLabels.wait(g));
@@ -171,7 +171,7 @@ void DataParallelEngine::wait_param_sync(EngineGroup& g) {
   if (!g.param_sync_work) return;
   // HFSDP units: the all-gather across the instances into the shard; else the distributed
   // optimizer's gather into the whole buffer.
-  const bool outer = hfsdp_ && g.spec.model_weights_sharded;
+  const bool outer = g.comm->hfsdp && g.spec.model_weights_sharded;
   nvtx::Range range((outer ? kOuterGatherLabels : kParamSyncLabels).wait(g));
   wait_comm(g.param_sync_work, outer ? "cross-instance all-gather of updated parameters"
                                      : "all-gather of updated parameters");
@@ -366,41 +366,40 @@ void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
   grad_checker_.check(src, g.index, optimizer_steps() + 1, rank_);
   // Megatron: average_in_collective uses ReduceOp.AVG, otherwise grads are pre-scaled by 1/DP
   // and summed. DP counts every instance under HSDP (the cross-instance all-reduce in
-  // finish_backward sums or averages the rest).
-  const int total_dp = dp_ * outer_;
+  // finish_backward sums or averages the rest); expert groups are pre-scaled so that their
+  // smaller group ends at the same factor (GroupComms::grad_prescale).
+  const GroupComms& c = *g.comm;
   // One rank per instance (HSDP): grads the strategy reduces every micro-batch accumulate in
   // place in the grad buffer (no transient buffer, no reduction inside the instance), so the
   // buffer holds the sum of the micro-batches so far: scale it once, after the last one.
   const bool accumulates_in_place = !g.transient_grads && g.spec.reduce_every_microbatch;
   const bool last = microbatch_ == microbatch_count_ - 1;
-  if (total_dp > 1 && !options_.average_in_collective && (!accumulates_in_place || last)) {
-    src.mul_(1.0 / total_dp);
-  }
+  if (c.grad_prescale != 1.0 && (!accumulates_in_place || last)) src.mul_(c.grad_prescale);
   // One rank: a reduce-scatter would copy the grads onto themselves (its shard is the whole
   // buffer). An all-reduce runs in place and is still launched, as DDP does.
-  if (dp_ == 1 && g.spec.grad_collective == GradCollective::kReduceScatter) return;
+  if (c.dp == 1 && g.spec.grad_collective == GradCollective::kReduceScatter) return;
   {
     nvtx::Range range(grad_reduce_labels(g).launch(g), tensor_bytes(src));
     const Reduction op =
-        dp_ > 1 && options_.average_in_collective ? Reduction::kAvg : Reduction::kSum;
+        c.dp > 1 && options_.average_in_collective ? Reduction::kAvg : Reduction::kSum;
     PendingReduce pending{g.index, {}, {}, src.numel(), last};
     if (g.spec.grad_collective == GradCollective::kAllReduce) {
-      pending.work = pgs_.reduce_scatter->all_reduce(src, op);
+      pending.work = c.reduce_scatter->all_reduce(src, op);
     } else if (!g.spec.grads_sharded) {
       // optim / distributed optimizer: in-place reduce-scatter, this rank's shard of the full
       // grad buffer receives the reduced values.
-      at::Tensor out = g.grad.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
-      pending.work = pgs_.reduce_scatter->reduce_scatter(out, src, op);
+      at::Tensor out = g.grad.narrow(0, g.my_shard_offset(), g.layout.shard_elems);
+      pending.work = c.reduce_scatter->reduce_scatter(out, src, op);
     } else if (microbatch_ == 0) {
       // The grad shard is zero at the first micro-batch: reduce straight into it.
-      pending.work = pgs_.reduce_scatter->reduce_scatter(g.grad, src, op);
+      pending.work = c.reduce_scatter->reduce_scatter(g.grad, src, op);
     } else {
       {
         const CommAllocScope comm(comm_pool_.get());
         pending.accumulate_from = at::empty_like(g.grad);
       }
       track_temp(g.grad.numel() * elem_bytes(g.grad));
-      pending.work = pgs_.reduce_scatter->reduce_scatter(pending.accumulate_from, src, op);
+      pending.work = c.reduce_scatter->reduce_scatter(pending.accumulate_from, src, op);
     }
     pending_.push_back(std::move(pending));
   }
@@ -434,7 +433,7 @@ void DataParallelEngine::drain_reductions(int64_t keep_in_flight_elems) {
     // HFSDP: the instance holds this group's reduced grad shard for the step; its reduction
     // across the instances starts now, overlapping the rest of backward, as Megatron-FSDP
     // follows each bucket's last reduce-scatter with the outer one.
-    if (hfsdp_ && p.last_microbatch) launch_outer_grad_reduce(g);
+    if (g.comm->hfsdp && p.last_microbatch) launch_outer_grad_reduce(g);
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(done));
 }
@@ -447,7 +446,7 @@ void DataParallelEngine::launch_outer_grad_reduce(EngineGroup& g) {
   // reduction, unless the reductions average.
   const Reduction op = options_.average_in_collective ? Reduction::kAvg : Reduction::kSum;
   nvtx::Range range(kOuterReduceScatterLabels.launch(g), tensor_bytes(g.grad));
-  g.outer_reduce_work = pgs_.outer->reduce_scatter(g.owned_grad, g.grad, op);
+  g.outer_reduce_work = g.comm->outer->reduce_scatter(g.owned_grad, g.grad, op);
 }
 
 void DataParallelEngine::set_param_sync_input(EngineGroup& g, const at::Tensor& mine,
@@ -467,11 +466,11 @@ c10::intrusive_ptr<c10d::Work> DataParallelEngine::launch_outer_param_gather(
     EngineGroup& g, const at::Tensor& shard) {
   at::Tensor out = shard;
   const at::Tensor piece =
-      shard.narrow(0, outer_rank_ * g.layout.piece_elems, g.layout.piece_elems);
+      shard.narrow(0, g.comm->outer_rank * g.layout.piece_elems, g.layout.piece_elems);
   // As the distributed optimizer's gather: NCCL in place, gloo from a separate input.
-  set_param_sync_input(g, piece, *pgs_.outer);
+  set_param_sync_input(g, piece, *g.comm->outer);
   nvtx::Range range(kOuterGatherLabels.launch(g), tensor_bytes(out));
-  return pgs_.outer->all_gather(out, g.param_sync_input);
+  return g.comm->outer->all_gather(out, g.param_sync_input);
 }
 
 void DataParallelEngine::finish_backward() {
@@ -508,24 +507,27 @@ void DataParallelEngine::finish_backward() {
     at::NoGradGuard no_grad;
     const Reduction op = options_.average_in_collective ? Reduction::kAvg : Reduction::kSum;
     for (auto& g : groups_) {
-      wait_comm(pgs_.outer->all_reduce(g->owned_grad, op), "cross-instance gradient all-reduce");
+      wait_comm(g->comm->outer->all_reduce(g->owned_grad, op),
+                "cross-instance gradient all-reduce");
     }
   }
 }
 
 // ---- optimizer -----------------------------------------------------------------------------
 
-at::Tensor DataParallelEngine::optimizer_step(double lr) {
-  at::NoGradGuard no_grad;
-  // Global grad norm over the gradient each rank owns after the reductions (g.owned_grad):
-  // replicated groups count once (every rank holds the same values); sharded groups sum their
-  // squares across ranks.
-  auto sq_local = at::zeros({2}, at::TensorOptions().device(options_.device).dtype(at::kFloat));
-  at::Tensor sq_part[2] = {sq_local.select(0, 0), sq_local.select(0, 1)};
-  bool any_sharded = false;
+at::Tensor DataParallelEngine::global_grad_norm() {
+  // Over the gradient each rank owns after the reductions (g.owned_grad), in four parts: dense
+  // and expert, each replicated (every rank of its group holds the same values: counted once) or
+  // sharded (squares summed over the group's ranks, and over its instances under HFSDP). The
+  // expert-parallel ranks hold different experts: the expert parts sum over them too, as
+  // Megatron's chained optimizer adds the dense and the expert optimizers' squared norms.
+  auto sq_local = at::zeros({4}, at::TensorOptions().device(options_.device).dtype(at::kFloat));
+  bool any_sharded[2] = {false, false};
   for (const auto& g : groups_) {
-    auto& part = sq_part[g->spec.main_weights_sharded ? 1 : 0];
-    any_sharded = any_sharded || g->spec.main_weights_sharded;
+    const int kind = g->comm->expert ? 1 : 0;
+    const bool sharded = g->spec.main_weights_sharded;
+    any_sharded[kind] = any_sharded[kind] || sharded;
+    at::Tensor part = sq_local.select(0, 2 * kind + (sharded ? 1 : 0));
     if (tp_rank_ > 0) {
       // Tensor parallelism: the norms' weights are whole on every TP rank and count once, on
       // TP rank 0; the other TP ranks add their parts of the split parameters only.
@@ -537,23 +539,33 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
       continue;
     }
     // One fp32-accumulating read of the grads (no upcast copy).
-    auto sq = at::linalg_vector_norm(g->owned_grad, 2, std::nullopt, false, at::kFloat).square();
-    part.add_(sq);
+    part.add_(at::linalg_vector_norm(g->owned_grad, 2, std::nullopt, false, at::kFloat).square());
   }
   if (tp_ > 1) wait_comm(pgs_.tp->all_reduce(sq_local, Reduction::kSum), "grad-norm TP all-reduce");
-  // HFSDP: the pieces of one instance's shards are split across the instances, so the sharded
-  // part sums over both; under outer no_shard the instances hold the same shards (count once).
-  if (any_sharded && (dp_ > 1 || hfsdp_)) {
-    auto sharded_part = sq_local.narrow(0, 1, 1);
+  for (const GroupComms* c : {&dense_comm_, &expert_comm_}) {
+    const int kind = c->expert ? 1 : 0;
+    if (!any_sharded[kind] || !(c->dp > 1 || c->hfsdp)) continue;
+    // HFSDP: the pieces of one instance's shards are split across the instances, so the sharded
+    // part sums over both; under outer no_shard the instances hold the same shards (count once).
+    auto sharded_part = sq_local.narrow(0, 2 * kind + 1, 1);
     at::Tensor buf = sharded_part.clone();
-    if (dp_ > 1) wait_comm(pgs_.world->all_reduce(buf, Reduction::kSum), "grad-norm all-reduce");
-    if (hfsdp_) {
-      wait_comm(pgs_.outer->all_reduce(buf, Reduction::kSum),
-                "grad-norm cross-instance all-reduce");
+    if (c->dp > 1) wait_comm(c->world->all_reduce(buf, Reduction::kSum), "grad-norm all-reduce");
+    if (c->hfsdp) {
+      wait_comm(c->outer->all_reduce(buf, Reduction::kSum), "grad-norm cross-instance all-reduce");
     }
     sharded_part.copy_(buf);
   }
-  at::Tensor norm = sq_local.sum().sqrt();
+  if (has_experts_ && ep_ > 1) {
+    at::Tensor buf = sq_local.narrow(0, 2, 2).clone();
+    wait_comm(pgs_.ep->all_reduce(buf, Reduction::kSum), "grad-norm expert-parallel all-reduce");
+    sq_local.narrow(0, 2, 2).copy_(buf);
+  }
+  return sq_local.sum().sqrt();
+}
+
+at::Tensor DataParallelEngine::optimizer_step(double lr) {
+  at::NoGradGuard no_grad;
+  at::Tensor norm = global_grad_norm();
   std::optional<at::Tensor> grad_scale;
   if (options_.clip_grad > 0) {
     // Megatron's clip_grad_norm_fp32 multiplies the grads by clip / (norm + 1e-6) when that is
@@ -588,7 +600,7 @@ void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
     // (waited in pre_forward or launch_gather, or below in optimizer_step without
     // overlap_param_gather). Megatron-FSDP issues it with the unit's first gather of the next
     // step; here it starts as soon as the piece is written.
-    if (hfsdp_) {
+    if (g.comm->hfsdp) {
       wait_param_sync(g);  // (none in flight: each step's forward waited for the last one)
       g.param_sync_work = launch_outer_param_gather(g, g.model_shard);
     }
@@ -600,9 +612,9 @@ void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
   }
   // Sharded main weights, full compute weights: write this rank's shard, then all-gather the
   // buffer (waited on before the module's next forward).
-  at::Tensor mine = g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
+  at::Tensor mine = g.model_full.narrow(0, g.my_shard_offset(), g.layout.shard_elems);
   if (!g.main_aliases_model && !written) g.owned_model.copy_(g.main);  // `mine` or its piece
-  if (hfsdp_) {
+  if (g.comm->hfsdp) {
     // The root group under HFSDP: the pieces across the instances make this rank's shard, then
     // the shards across the instance make the buffer.
     g.param_sync_work = launch_outer_param_gather(g, mine);
@@ -615,17 +627,17 @@ void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
     track_temp(-g.param_sync_temp_bytes);
     g.param_sync_temp_bytes = 0;
   }
-  if (dp_ == 1) return;  // `mine` is the whole buffer: nothing to gather
+  if (g.comm->dp == 1) return;  // `mine` is the whole buffer: nothing to gather
   // ddp.fp8_param_gather: gathered in FP8 once the new shards are cast (launch_fp8_param_syncs).
   if (g.fp8_gather) {
     g.fp8_sync_due = true;
     return;
   }
-  set_param_sync_input(g, mine, *pgs_.all_gather);
+  set_param_sync_input(g, mine, *g.comm->all_gather);
   nvtx::Range range(kParamSyncLabels.launch(g), tensor_bytes(g.model_full));
   param_sync_stats_.gathers += 1;
   param_sync_stats_.bytes += tensor_bytes(g.model_full);
-  g.param_sync_work = pgs_.all_gather->all_gather(g.model_full, g.param_sync_input);
+  g.param_sync_work = g.comm->all_gather->all_gather(g.model_full, g.param_sync_input);
 }
 
 // ---- introspection -------------------------------------------------------------------------
@@ -642,14 +654,15 @@ std::vector<at::Tensor> DataParallelEngine::gather_main_weights() {
     at::Tensor full = g.main;
     if (g.spec.main_weights_sharded) {
       at::Tensor in = g.main.clone();
-      if (hfsdp_) {
+      if (g.comm->hfsdp) {
         // This rank's piece: the instances' pieces make its shard first.
         at::Tensor shard = at::empty({g.layout.shard_elems}, g.main.options());
-        wait_work(pgs_.outer->all_gather(shard, in), "cross-instance all-gather of main weights");
+        wait_work(g.comm->outer->all_gather(shard, in),
+                  "cross-instance all-gather of main weights");
         in = shard;
       }
       full = at::empty({g.layout.padded_elems}, g.main.options());
-      wait_work(pgs_.world->all_gather(full, in), "all-gather of main weights");
+      wait_work(g.comm->world->all_gather(full, in), "all-gather of main weights");
     }
     for (const auto& slot : g.layout.slots) {
       const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];

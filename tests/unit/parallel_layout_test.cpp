@@ -103,5 +103,28 @@ TEST(ParallelLayout, RefusesLayoutsThatDoNotDivide) {
   EXPECT_EQ(alt.groups("dp"), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
 }
 
+// Megatron's expert generator (the order without cp, expert TP = TP): the worked layouts of the
+// MoE reference (world 8, EP 4) and TP 2 x EP 2, and HSDP splitting the expert-DP groups.
+TEST(ParallelLayout, ExpertGroupsFollowMegatronsExpertGenerator) {
+  const ParallelLayout ep4 = ParallelLayout::make(8, 1, 1, 4, 1);
+  EXPECT_EQ(ep4.expert_dp(), 2);
+  EXPECT_EQ(ep4.expert_groups("ep"), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(ep4.expert_groups("edp"), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(ep4.expert_group_of("edp", 6), (std::vector<int>{2, 6}));
+  const ParallelLayout tp2 = ParallelLayout::make(8, 2, 1, 2, 1);
+  EXPECT_EQ(tp2.expert_groups("ep"), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(tp2.expert_groups("edp"), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  // EP 1: the expert-DP groups are the dense data-parallel groups.
+  const ParallelLayout dense = ParallelLayout::make(8, 2, 1, 1, 1);
+  EXPECT_EQ(dense.expert_groups("edp"), dense.groups("dp"));
+  const ParallelLayout hsdp = ParallelLayout::make(8, 1, 1, 2, 1, 2);
+  EXPECT_EQ(hsdp.expert_groups("edp"), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(hsdp.expert_instance_group_of(4), (std::vector<int>{4, 6}));
+  EXPECT_EQ(hsdp.expert_cross_instance_group_of(6), (std::vector<int>{2, 6}));
+  EXPECT_EQ(error_of(8, 1, 1, 4, 1, 4),
+            "ddp.num_distributed_optimizer_instances=4: accepted: a divisor of the "
+            "expert-data-parallel size 2 (world / (tensor x expert x pipeline parallel))");
+}
+
 }  // namespace
 }  // namespace shardbench
