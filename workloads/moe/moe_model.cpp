@@ -358,7 +358,9 @@ void MoeModel::set_token_dropping(std::optional<double> capacity_factor, MoeDrop
 MoeExpertsPath MoeModel::experts_path(at::ScalarType dtype) const {
   if (forced_path_) return *forced_path_;
 #ifdef SHARDBENCH_WITH_NCCL
-  if (device_.is_cuda() && dtype == at::kBFloat16 &&
+  // ATen's stride rule: the weights' and activations' rows in 16-byte multiples (8 bf16).
+  if (device_.is_cuda() && dtype == at::kBFloat16 && dims_.hidden % 8 == 0 &&
+      dims_.moe_ffn_hidden % 8 == 0 &&
       at::cuda::getDeviceProperties(device_.index() < 0 ? 0 : device_.index())->major >= 9) {
     return MoeExpertsPath::kGroupedMm;
   }

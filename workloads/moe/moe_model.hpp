@@ -143,8 +143,8 @@ class MoeModel final : public TrainableModel {
   std::optional<double> capacity_factor() const { return capacity_factor_; }
 
   // The path the experts take for `dtype` tensors on this model's device: grouped GEMM on CUDA
-  // with bf16 and compute capability 9 or above, the loop otherwise (or what force_experts_path
-  // set).
+  // with bf16, compute capability 9 or above and hidden and moe_ffn_hidden multiples of 8
+  // (at::_grouped_mm's 16-byte stride rule), the loop otherwise (or what force_experts_path set).
   MoeExpertsPath experts_path(at::ScalarType dtype) const;
   void force_experts_path(std::optional<MoeExpertsPath> path) { forced_path_ = path; }
 
