@@ -117,7 +117,8 @@ RouterCase router_case(std::vector<std::vector<float>> logits) {
   const int64_t t = static_cast<int64_t>(logits.size()), e = c.dims.num_experts;
   c.h = at::zeros({t, c.dims.hidden}, kF32);
   for (int64_t i = 0; i < t; ++i) {
-    for (int64_t j = 0; j < e; ++j) c.h[i][j] = logits[static_cast<size_t>(i)][static_cast<size_t>(j)];
+    for (int64_t j = 0; j < e; ++j)
+      c.h[i][j] = logits[static_cast<size_t>(i)][static_cast<size_t>(j)];
   }
   c.w = at::zeros({e, c.dims.hidden}, kF32);
   c.w.narrow(1, 0, e).copy_(at::eye(e, kF32));
@@ -129,7 +130,8 @@ void expect_probs(const MoeRouting& r, int64_t token, const std::map<int64_t, do
   for (int64_t e = 0; e < r.probs.size(1); ++e) {
     const auto it = want.find(e);
     const double p = r.probs[token][e].item<double>();
-    EXPECT_NEAR(p, it == want.end() ? 0.0 : it->second, 1e-6) << "token " << token << " expert " << e;
+    EXPECT_NEAR(p, it == want.end() ? 0.0 : it->second, 1e-6)
+        << "token " << token << " expert " << e;
     EXPECT_EQ(r.routing_map[token][e].item<bool>(), it != want.end())
         << "token " << token << " expert " << e;
   }
@@ -228,7 +230,8 @@ TEST(MoeAuxLoss, ValueAndGradientAsTheFormula) {
   const auto stats = aux_model.take_stats();
   ASSERT_EQ(stats.size(), 2u);
   const at::Tensor logits = at::linear(b.h, b.w.router);
-  EXPECT_NEAR(stats[0].aux_loss.item<double>(), aux_reference(logits, 2, coeff).item<double>(), 1e-7);
+  EXPECT_NEAR(stats[0].aux_loss.item<double>(), aux_reference(logits, 2, coeff).item<double>(),
+              1e-7);
 
   // Without the aux loss the router gets a different gradient...
   zero_grads(leaves);
@@ -273,8 +276,11 @@ TEST(MoeAuxLoss, LossReturnedExcludesTheAuxLoss) {
   with.aux_loss_coeff = 1.0;
   MoeRouterSettings without;
   without.load_balancing = MoeLoadBalancing::kNone;
-  const double a = MoeModel(d, with, at::kCPU).forward_loss(params, tokens, labels, nullptr, 1.0).item<double>();
-  const double b = MoeModel(d, without, at::kCPU).forward_loss(params, tokens, labels, nullptr, 1.0).item<double>();
+  const double a =
+      MoeModel(d, with, at::kCPU).forward_loss(params, tokens, labels, nullptr, 1.0).item<double>();
+  const double b = MoeModel(d, without, at::kCPU)
+                       .forward_loss(params, tokens, labels, nullptr, 1.0)
+                       .item<double>();
   EXPECT_EQ(a, b);
 }
 
@@ -406,7 +412,8 @@ TEST(MoeTokenDropping, DropsTheHandCountedTokensAndTheyContributeNothing) {
     }
     int64_t want_dropped = 0;
     for (int64_t x = 0; x < d.num_experts; ++x) {
-      want_dropped += std::max<int64_t>(0, full.routing_map.select(1, x).sum().item<int64_t>() - capacity);
+      want_dropped +=
+          std::max<int64_t>(0, full.routing_map.select(1, x).sum().item<int64_t>() - capacity);
     }
     ASSERT_GT(want_dropped, 0);
     const auto keep = kept_pairs(full, capacity, policy == MoeDropPolicy::kProbs);
@@ -459,8 +466,9 @@ void check_expert_parallel(const EpCase& c) {
   for (int r = 0; r < c.world; ++r) {
     MoeModel model = make_model(c);
     auto params = make_params(one);
-    at::Tensor loss = model.forward_loss(params, random_tokens(100 + r, d.vocab, d.seq_length),
-                                         random_tokens(200 + r, d.vocab, d.seq_length), nullptr, 1.0);
+    at::Tensor loss =
+        model.forward_loss(params, random_tokens(100 + r, d.vocab, d.seq_length),
+                           random_tokens(200 + r, d.vocab, d.seq_length), nullptr, 1.0);
     loss.backward();
     ref_loss.push_back(loss.item<double>());
     std::map<std::string, at::Tensor> g;
@@ -473,9 +481,9 @@ void check_expert_parallel(const EpCase& c) {
     MoeModel model = make_model(c);
     model.set_expert_parallel(pgs.world, c.world, rank);
     auto params = make_params(spec);
-    at::Tensor loss = model.forward_loss(params, random_tokens(100 + rank, d.vocab, d.seq_length),
-                                         random_tokens(200 + rank, d.vocab, d.seq_length), nullptr,
-                                         1.0);
+    at::Tensor loss =
+        model.forward_loss(params, random_tokens(100 + rank, d.vocab, d.seq_length),
+                           random_tokens(200 + rank, d.vocab, d.seq_length), nullptr, 1.0);
     loss.backward();
     EXPECT_NEAR(loss.item<double>(), ref_loss[static_cast<size_t>(rank)], 1e-5) << "rank " << rank;
     const auto specs = spec.param_specs(1);
@@ -560,7 +568,8 @@ TEST(MoeExpertBias, MovesByTheRateAsTheSignOfTheSummedCountsSays) {
     EXPECT_EQ(model.expert_bias_counts()[1].abs().sum().item<double>(), 0.0);  // zeroed
     std::lock_guard<std::mutex> lock(mu);
     counts[static_cast<size_t>(rank)] = at::stack(local);
-    for (const auto& b : model.expert_bias()) biases[static_cast<size_t>(rank)].push_back(b.clone());
+    for (const auto& b : model.expert_bias())
+      biases[static_cast<size_t>(rank)].push_back(b.clone());
   });
   const at::Tensor total = counts[0] + counts[1];  // [moe layers, E]
   for (size_t l = 0; l < biases[0].size(); ++l) {
@@ -588,7 +597,7 @@ TEST(MoeSpecInit, ValuesFollowTheNameNotTheIndex) {
     EXPECT_TRUE(at::equal(by_name.at(sb[i].name), b[i])) << sb[i].name;
   }
   EXPECT_FALSE(at::equal(a[0], make_params(one, 8)[0]));  // the seed matters
-  EXPECT_EQ(sa[1].init_std, 0.0);                          // a norm: ones
+  EXPECT_EQ(sa[1].init_std, 0.0);                         // a norm: ones
   EXPECT_TRUE(at::equal(a[1], at::ones_like(a[1])));
   at::Tensor p = at::empty(sa[0].shape, kF32);
   EXPECT_THROW(one.init_param_part(sa[0], 0, 7, 2, 0, p), std::invalid_argument);
@@ -613,7 +622,8 @@ TEST(MoeModelHooks, AroundEveryModuleInOrder) {
   const at::Tensor tokens = random_tokens(1, d.vocab, d.seq_length);
   model.forward_loss(make_params(MoeSpec(d)), tokens, tokens, &hooks, 1.0);
   std::vector<std::string> want;
-  for (int m = 0; m < 5; ++m) want.insert(want.end(), {"pre" + std::to_string(m), "post" + std::to_string(m)});
+  for (int m = 0; m < 5; ++m)
+    want.insert(want.end(), {"pre" + std::to_string(m), "post" + std::to_string(m)});
   EXPECT_EQ(hooks.calls, want);
 }
 
@@ -644,7 +654,8 @@ TEST(MoeModelRefusals, MlaEpMismatchAndCapacityFactor) {
     const std::string e = error_of([&] { model.set_token_dropping(cf); });
     EXPECT_NE(e.find("moe_expert_capacity_factor"), std::string::npos) << e;
   }
-  EXPECT_NE(error_of([&] { model.set_token_dropping(std::nullopt, MoeDropPolicy::kProbs, true); }), "");
+  EXPECT_NE(error_of([&] { model.set_token_dropping(std::nullopt, MoeDropPolicy::kProbs, true); }),
+            "");
 
   testing::run_on_ranks(2, [&](int rank, ProcessGroups& pgs) {
     MoeModel m2(d, MoeRouterSettings{}, at::kCPU);
@@ -653,8 +664,8 @@ TEST(MoeModelRefusals, MlaEpMismatchAndCapacityFactor) {
     // Parameters of EP 1 bound to a model set up for EP 2.
     m2.set_expert_parallel(pgs.world, 2, rank);
     const at::Tensor tokens = random_tokens(1, d.vocab, d.seq_length);
-    const std::string b = error_of(
-        [&] { m2.forward_loss(make_params(MoeSpec(d)), tokens, tokens, nullptr, 1.0); });
+    const std::string b =
+        error_of([&] { m2.forward_loss(make_params(MoeSpec(d)), tokens, tokens, nullptr, 1.0); });
     EXPECT_NE(b.find("expert parallelism 2"), std::string::npos) << b;
   });
 }

@@ -56,8 +56,8 @@ const nvtx::Label kDispatchLabel{"moe/dispatch", nvtx::Color::kComm};
 const nvtx::Label kExpertsLabel{"moe/experts", nvtx::Color::kForward};
 const nvtx::Label kCombineLabel{"moe/combine", nvtx::Color::kComm};
 
-at::Tensor exchange(ProcessGroup& group, const at::Tensor& x, const std::vector<int64_t>& out_splits,
-                    const std::vector<int64_t>& in_splits) {
+at::Tensor exchange(ProcessGroup& group, const at::Tensor& x,
+                    const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits) {
   at::Tensor in = x.contiguous();
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes[0] = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
@@ -177,8 +177,8 @@ void init_moe_param(const ParamSpec& spec, uint64_t seed, at::Tensor param) {
   param.copy_(tmp.view(param.sizes()));
 }
 
-void MoeSpec::init_param_part(const ParamSpec& spec, int64_t /*spec_index*/, uint64_t seed,
-                              int tp, int /*tp_rank*/, at::Tensor& param) const {
+void MoeSpec::init_param_part(const ParamSpec& spec, int64_t /*spec_index*/, uint64_t seed, int tp,
+                              int /*tp_rank*/, at::Tensor& param) const {
   if (tp != 1) {
     refuse("tensor-parallel size=" + std::to_string(tp) +
            ": the MoE model has no tensor parallelism yet; accepted 1");
@@ -273,20 +273,24 @@ MoeModel::MoeModel(MoeDims dims, MoeRouterSettings router, at::Device device)
   validate_moe_dims(dims_);
   const MoeRouterSettings& r = router_;
   if (dims_.attention != MoeAttention::kGqa) {
-    refuse("model.attention=mla: the MoE model builds grouped-query attention only (multi-latent "
-           "attention is not built); accepted gqa");
+    refuse(
+        "model.attention=mla: the MoE model builds grouped-query attention only (multi-latent "
+        "attention is not built); accepted gqa");
   }
   if (dims_.router_expert_bias && r.score_function != MoeRouterScore::kSigmoid) {
-    refuse("model.moe_router_enable_expert_bias: Megatron accepts the expert bias with the sigmoid "
-           "score only (moe_router_score_function=sigmoid)");
+    refuse(
+        "model.moe_router_enable_expert_bias: Megatron accepts the expert bias with the sigmoid "
+        "score only (moe_router_score_function=sigmoid)");
   }
   if (r.load_balancing == MoeLoadBalancing::kGlobalAuxLoss) {
-    refuse("model.moe_router_load_balancing_type=global_aux_loss is not built; accepted aux_loss, "
-           "seq_aux_loss, none");
+    refuse(
+        "model.moe_router_load_balancing_type=global_aux_loss is not built; accepted aux_loss, "
+        "seq_aux_loss, none");
   }
   if (r.score_function == MoeRouterScore::kSoftmax && !r.pre_softmax && dims_.router_topk == 1) {
-    refuse("model.moe_router_topk=1 with the softmax score needs moe_router_pre_softmax (a softmax "
-           "over one logit is constant), as Megatron requires");
+    refuse(
+        "model.moe_router_topk=1 with the softmax score needs moe_router_pre_softmax (a softmax "
+        "over one logit is constant), as Megatron requires");
   }
   if (r.num_groups > 0) {
     const int64_t e = dims_.num_experts, k = dims_.router_topk;
@@ -311,8 +315,8 @@ MoeModel::MoeModel(MoeDims dims, MoeRouterSettings router, at::Device device)
   }
   // RoPE tables as Llama's (non-interleaved halves).
   const int64_t half = dims_.head_dim / 2;
-  auto inv_freq = at::pow(dims_.rope_base,
-                          -at::arange(0, half, at::kDouble) * 2.0 / double(dims_.head_dim));
+  auto inv_freq =
+      at::pow(dims_.rope_base, -at::arange(0, half, at::kDouble) * 2.0 / double(dims_.head_dim));
   auto freqs = at::outer(at::arange(dims_.seq_length, at::kDouble), inv_freq);
   auto emb = at::cat({freqs, freqs}, -1);
   rope_cos_ = emb.cos().to(at::kFloat).to(device_);
@@ -335,8 +339,8 @@ void MoeModel::set_expert_parallel(std::shared_ptr<ProcessGroup> ep, int expect_
   if (size != expect_ep || rank != expect_ep_rank) {
     refuse("expert parallelism: the group has rank " + std::to_string(rank) + " of " +
            std::to_string(size) + ", the model's parameters are those of rank " +
-           std::to_string(expect_ep_rank) + " of model.expert_model_parallel_size=" +
-           std::to_string(expect_ep));
+           std::to_string(expect_ep_rank) +
+           " of model.expert_model_parallel_size=" + std::to_string(expect_ep));
   }
   set_expert_parallel(std::move(ep));
 }
@@ -433,9 +437,9 @@ std::pair<at::Tensor, at::Tensor> MoeModel::drop(const at::Tensor& probs,
                                                  const at::Tensor& map) const {
   // get_capacity over T*k routed tokens; an expert never gets more than T.
   const int64_t t = probs.size(0), e = dims_.num_experts;
-  const int64_t capacity = std::min<int64_t>(
-      t, static_cast<int64_t>(
-             std::ceil(double(t * dims_.router_topk) / double(e) * *capacity_factor_)));
+  const int64_t capacity =
+      std::min<int64_t>(t, static_cast<int64_t>(std::ceil(double(t * dims_.router_topk) /
+                                                          double(e) * *capacity_factor_)));
   at::Tensor key;
   if (drop_policy_ == MoeDropPolicy::kProbs) {
     key = probs;
@@ -488,9 +492,9 @@ at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x
     // cumulative row ends. Stacking keeps every expert's weight in the graph.
     std::vector<int32_t> ends(rows_per_expert.size());
     int64_t end = 0;
-    for (size_t i = 0; i < ends.size(); ++i) ends[i] = static_cast<int32_t>(end += rows_per_expert[i]);
-    const at::Tensor offs =
-        at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(x.device());
+    for (size_t i = 0; i < ends.size(); ++i)
+      ends[i] = static_cast<int32_t>(end += rows_per_expert[i]);
+    const at::Tensor offs = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(x.device());
     const at::Tensor g = at::_grouped_mm(x.contiguous(), at::stack(w.fc1).transpose(1, 2), offs);
     const at::Tensor act = weighted_swiglu(g, probs, f).contiguous();
     return at::_grouped_mm(act, at::stack(w.fc2).transpose(1, 2), offs);
@@ -512,9 +516,8 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   const int64_t local = e_all / ep_size_, first = static_cast<int64_t>(ep_rank_) * local;
   MoeLayerStats& stats = stats_[static_cast<size_t>(moe_index(layer))];
   at::Tensor counts = routing.routing_map.sum(0);  // [E] kept tokens per expert
-  stats.tokens_per_expert_kept = stats.tokens_per_expert_kept.defined()
-                                     ? stats.tokens_per_expert_kept + counts
-                                     : counts;
+  stats.tokens_per_expert_kept =
+      stats.tokens_per_expert_kept.defined() ? stats.tokens_per_expert_kept + counts : counts;
   // The one host sync: every EP rank's counts ([ep, E]), for the split sizes.
   std::vector<int64_t> all_counts;
   {
@@ -625,8 +628,7 @@ at::Tensor MoeModel::apply_rope(const at::Tensor& x) const {
 
 at::Tensor MoeModel::attention(const MoeLayerWeights& w, const at::Tensor& x) const {
   const MoeDims& d = dims_;
-  const at::Tensor qkv =
-      at::linear(at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps), w.qkv);
+  const at::Tensor qkv = at::linear(at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps), w.qkv);
   const int64_t b = qkv.size(0), s = qkv.size(1);
   at::Tensor q = qkv.narrow(-1, 0, d.q_dim()).view({b, s, d.heads, d.head_dim});
   at::Tensor k = qkv.narrow(-1, d.q_dim(), d.kv_dim()).view({b, s, d.kv_heads, d.head_dim});
@@ -649,8 +651,8 @@ at::Tensor MoeModel::layer_forward(const MoeLayerWeights& w, const at::Tensor& x
   const MoeDims& d = dims_;
   const at::Tensor x1 = x + attention(w, x);
   if (!d.is_moe_layer(layer)) {
-    return x1 + swiglu_mlp(at::rms_norm(x1, {d.hidden}, w.mlp_norm, d.norm_eps), w.fc1, w.fc2,
-                           d.ffn);
+    return x1 +
+           swiglu_mlp(at::rms_norm(x1, {d.hidden}, w.mlp_norm, d.norm_eps), w.fc1, w.fc2, d.ffn);
   }
   const at::Tensor h = at::rms_norm(x1, {d.hidden}, w.moe.pre_mlp_norm, d.norm_eps);
   const at::Tensor out =

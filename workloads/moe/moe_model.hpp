@@ -94,16 +94,16 @@ const char* to_string(MoeExpertsPath path);
 
 // One MoE block's router output on T tokens.
 struct MoeRouting {
-  at::Tensor probs;        // [T, E] fp32: gate weight of each chosen expert, 0 elsewhere
-  at::Tensor routing_map;  // [T, E] bool: chosen (and kept, with token dropping)
+  at::Tensor probs;               // [T, E] fp32: gate weight of each chosen expert, 0 elsewhere
+  at::Tensor routing_map;         // [T, E] bool: chosen (and kept, with token dropping)
   at::Tensor tokens_before_drop;  // [E] int64: tokens routed to each expert before dropping
-  at::Tensor aux_loss;     // fp32 scalar, detached; undefined when no aux loss was computed
+  at::Tensor aux_loss;            // fp32 scalar, detached; undefined when no aux loss was computed
 };
 
 // Statistics of one MoE layer, summed over the forwards since the last take_stats().
 struct MoeLayerStats {
-  int64_t layer = 0;     // decoder layer index
-  int64_t forwards = 0;  // forwards summed
+  int64_t layer = 0;                  // decoder layer index
+  int64_t forwards = 0;               // forwards summed
   at::Tensor tokens_per_expert;       // [E] int64 over this rank's tokens, before dropping
   at::Tensor tokens_per_expert_kept;  // [E] int64, after dropping
   int64_t dropped_tokens = 0;         // sum(before) - sum(kept) (pad_to_capacity: may be < 0)
