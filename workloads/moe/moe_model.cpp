@@ -1,0 +1,730 @@
+#include "workloads/moe/moe_model.hpp"
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#ifdef SHARDBENCH_WITH_NCCL
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
+
+#include "harness/measure/nvtx.hpp"
+#include "harness/parallel/process_group.hpp"
+
+namespace shardbench {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& what) { throw std::invalid_argument(what); }
+
+// FNV-1a over the name, mixed with the seed (splitmix64's finaliser).
+uint64_t name_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
+  uint64_t z = h ^ (seed + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+at::Generator make_generator(const at::Device& device, uint64_t seed) {
+  if (device.is_cuda()) {
+#ifdef SHARDBENCH_WITH_NCCL
+    auto gen = at::make_generator<at::CUDAGeneratorImpl>(device.index());
+    gen.set_current_seed(seed);
+    return gen;
+#else
+    throw std::runtime_error("CUDA device requested but shardbench was built without CUDA");
+#endif
+  }
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
+
+const nvtx::Label kRouterLabel{"moe/router", nvtx::Color::kForward};
+const nvtx::Label kDispatchLabel{"moe/dispatch", nvtx::Color::kComm};
+const nvtx::Label kExpertsLabel{"moe/experts", nvtx::Color::kForward};
+const nvtx::Label kCombineLabel{"moe/combine", nvtx::Color::kComm};
+
+at::Tensor exchange(ProcessGroup& group, const at::Tensor& x,
+                    const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits) {
+  at::Tensor in = x.contiguous();
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes[0] = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
+  at::Tensor out = at::empty(sizes, x.options());
+  wait_work(group.all_to_all(out, in, out_splits, in_splits), "MoE all-to-all");
+  return out;
+}
+
+// All-to-all over the expert-parallel group with per-rank row counts; its backward is the
+// all-to-all with the splits swapped (Megatron's _AllToAll).
+struct AllToAllFn : torch::autograd::Function<AllToAllFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group,
+                            std::vector<int64_t> out_splits, std::vector<int64_t> in_splits) {
+    auto* pg = reinterpret_cast<ProcessGroup*>(group);
+    at::Tensor out = exchange(*pg, x, out_splits, in_splits);
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["out"] = std::move(out_splits);
+    ctx->saved_data["in"] = std::move(in_splits);
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* pg = reinterpret_cast<ProcessGroup*>(ctx->saved_data["group"].toInt());
+    return {exchange(*pg, grads[0], ctx->saved_data["in"].toIntVector(),
+                     ctx->saved_data["out"].toIntVector()),
+            at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Megatron's MoEAuxLossAutoScaler: the identity on `probs` whose backward also gives the aux loss
+// the gradient `scale` (the main loss's backward scale), so the aux loss trains the router
+// without being added to the returned loss.
+struct AuxLossScaler : torch::autograd::Function<AuxLossScaler> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& probs, const at::Tensor& aux,
+                            double scale) {
+    ctx->saved_data["scale"] = scale;
+    ctx->save_for_backward({aux});
+    return probs.clone();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor aux = ctx->get_saved_variables()[0];
+    return {grads[0], at::full_like(aux, ctx->saved_data["scale"].toDouble()), at::Tensor()};
+  }
+};
+
+// moe_utils.py group_limited_topk: per group the sum of its top (k / group_topk) scores, keep
+// the group_topk best groups, top-k over the experts of those groups.
+std::tuple<at::Tensor, at::Tensor> group_limited_topk(const at::Tensor& scores, int64_t k,
+                                                      int64_t groups, int64_t group_topk) {
+  const int64_t t = scores.size(0), e = scores.size(1);
+  const at::Tensor group_scores =
+      std::get<0>(scores.view({t, groups, e / groups}).topk(k / group_topk, -1)).sum(-1);
+  const at::Tensor group_idx = std::get<1>(group_scores.topk(group_topk, -1));
+  const at::Tensor group_mask = at::zeros_like(group_scores).scatter_(1, group_idx, 1.0);
+  const at::Tensor score_mask =
+      group_mask.unsqueeze(-1).expand({t, groups, e / groups}).reshape({t, e}).to(at::kBool);
+  return scores.masked_fill(score_mask.logical_not(), -std::numeric_limits<double>::infinity())
+      .topk(k, -1);
+}
+
+at::Tensor swiglu_mlp(const at::Tensor& x, const at::Tensor& fc1, const at::Tensor& fc2,
+                      int64_t width) {
+  const at::Tensor g = at::linear(x, fc1);
+  return at::linear(at::silu(g.narrow(-1, 0, width)) * g.narrow(-1, width, width), fc2);
+}
+
+// A routed expert's activation: SwiGLU, times each row's prob in fp32, cast back (Megatron's
+// weighted SwiGLU: probs after the activation, before fc2).
+at::Tensor weighted_swiglu(const at::Tensor& g, const at::Tensor& probs, int64_t width) {
+  const at::Tensor act = at::silu(g.narrow(-1, 0, width)) * g.narrow(-1, width, width);
+  return (act.to(at::kFloat) * probs.unsqueeze(-1)).to(g.scalar_type());
+}
+
+std::vector<int64_t> host_vector(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+int64_t sum_except(const std::vector<int64_t>& v, size_t skip) {
+  int64_t s = 0;
+  for (size_t i = 0; i < v.size(); ++i) s += i == skip ? 0 : v[i];
+  return s;
+}
+
+// Rows cut in chunk order `from` (sizes[c]) and put together in the order `order` lists.
+at::Tensor reorder_chunks(const at::Tensor& x, const std::vector<int64_t>& sizes,
+                          const std::vector<int64_t>& order) {
+  const std::vector<at::Tensor> chunks = x.split_with_sizes(sizes);
+  std::vector<at::Tensor> out;
+  out.reserve(order.size());
+  for (int64_t c : order) out.push_back(chunks[static_cast<size_t>(c)]);
+  return at::cat(out);
+}
+
+}  // namespace
+
+const char* to_string(MoeExpertsPath path) {
+  return path == MoeExpertsPath::kGroupedMm ? "grouped_mm" : "loop";
+}
+
+// ---- MoeSpec ----------------------------------------------------------------------------------
+
+MoeSpec::MoeSpec(const MoeDims& dims, int ep, int ep_rank)
+    : dims_(dims), ep_(ep), ep_rank_(ep_rank) {
+  validate_moe_dims(dims_);
+  moe_first_local_expert(dims_, ep_, ep_rank_);  // checks ep and ep_rank
+}
+
+void init_moe_param(const ParamSpec& spec, uint64_t seed, at::Tensor param) {
+  at::NoGradGuard no_grad;
+  if (spec.init_std == 0.0) {
+    param.fill_(1.0);
+    return;
+  }
+  auto gen = make_generator(param.device(), name_seed(seed, spec.name));
+  at::Tensor tmp = at::empty(spec.shape, param.options().dtype(at::kFloat));
+  tmp.normal_(0.0, spec.init_std, gen);
+  param.copy_(tmp.view(param.sizes()));
+}
+
+void MoeSpec::init_param_part(const ParamSpec& spec, int64_t /*spec_index*/, uint64_t seed, int tp,
+                              int /*tp_rank*/, at::Tensor& param) const {
+  if (tp != 1) {
+    refuse("tensor-parallel size=" + std::to_string(tp) +
+           ": the MoE model has no tensor parallelism yet; accepted 1");
+  }
+  init_moe_param(spec, seed, param);
+}
+
+nlohmann::json MoeSpec::shape_json() const {
+  const MoeDims& d = dims_;
+  nlohmann::json j = {{"num_layers", d.num_layers},
+                      {"hidden", d.hidden},
+                      {"ffn", d.ffn},
+                      {"heads", d.heads},
+                      {"vocab", d.vocab},
+                      {"num_experts", d.num_experts},
+                      {"moe_ffn_hidden", d.moe_ffn_hidden},
+                      {"shared_expert_ffn", d.shared_expert_ffn},
+                      {"first_k_dense_replace", d.first_k_dense_replace},
+                      {"qk_layernorm", d.qk_layernorm},
+                      {"ep", ep_}};
+  if (d.attention == MoeAttention::kMla) {
+    j["attention"] = "mla";
+    j["q_lora_rank"] = d.q_lora_rank;
+    j["kv_lora_rank"] = d.kv_lora_rank;
+    j["qk_head_dim"] = d.qk_head_dim;
+    j["qk_pos_emb_head_dim"] = d.qk_pos_emb_head_dim;
+    j["v_head_dim"] = d.v_head_dim;
+  } else {
+    j["attention"] = "gqa";
+    j["kv_heads"] = d.kv_heads;
+    j["head_dim"] = d.head_dim;
+  }
+  return j;
+}
+
+// ---- Binding ----------------------------------------------------------------------------------
+
+MoeWeights bind_moe_weights(const MoeDims& d, int ep, int ep_rank,
+                            const std::vector<at::Tensor>& params) {
+  const std::vector<ParamSpec> specs = moe_param_specs(d, ep, ep_rank, 1);
+  if (params.size() != specs.size()) {
+    refuse("MoE model: got " + std::to_string(params.size()) + " parameters; expert parallelism " +
+           std::to_string(ep) + " rank " + std::to_string(ep_rank) + " holds " +
+           std::to_string(specs.size()));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (params[i].sizes() != at::IntArrayRef(specs[i].shape)) {
+      refuse("MoE model: parameter " + specs[i].name + " bound with shape " +
+             c10::str(params[i].sizes()) + ", expected " + c10::str(specs[i].shape));
+    }
+  }
+  const int64_t local = moe_local_experts(d, ep);
+  MoeWeights w;
+  size_t i = 0;
+  auto next = [&] { return params[i++]; };
+  w.embedding = next();
+  for (int64_t l = 0; l < d.num_layers; ++l) {
+    MoeLayerWeights lw;
+    lw.input_norm = next();
+    lw.qkv = next();
+    if (d.qk_layernorm) {
+      lw.q_norm = next();
+      lw.k_norm = next();
+    }
+    lw.proj = next();
+    if (!d.is_moe_layer(l)) {
+      lw.mlp_norm = next();
+      lw.fc1 = next();
+      lw.fc2 = next();
+    } else {
+      MoeBlockWeights& m = lw.moe;
+      m.pre_mlp_norm = next();
+      if (d.shared_expert_ffn > 0) {
+        m.shared_fc1 = next();
+        m.shared_fc2 = next();
+      }
+      m.router = next();
+      for (int64_t e = 0; e < local; ++e) m.fc1.push_back(next());
+      for (int64_t e = 0; e < local; ++e) m.fc2.push_back(next());
+    }
+    w.layers.push_back(std::move(lw));
+  }
+  w.final_norm = next();
+  w.output = next();
+  return w;
+}
+
+// ---- MoeModel: configuration ------------------------------------------------------------------
+
+MoeModel::MoeModel(MoeDims dims, MoeRouterSettings router, at::Device device)
+    : dims_(dims), router_(router), device_(device) {
+  validate_moe_dims(dims_);
+  const MoeRouterSettings& r = router_;
+  if (dims_.attention != MoeAttention::kGqa) {
+    refuse(
+        "model.attention=mla: the MoE model builds grouped-query attention only (multi-latent "
+        "attention is not built); accepted gqa");
+  }
+  if (dims_.router_expert_bias && r.score_function != MoeRouterScore::kSigmoid) {
+    refuse(
+        "model.moe_router_enable_expert_bias: Megatron accepts the expert bias with the sigmoid "
+        "score only (moe_router_score_function=sigmoid)");
+  }
+  if (r.load_balancing == MoeLoadBalancing::kGlobalAuxLoss) {
+    refuse(
+        "model.moe_router_load_balancing_type=global_aux_loss is not built; accepted aux_loss, "
+        "seq_aux_loss, none");
+  }
+  if (r.score_function == MoeRouterScore::kSoftmax && !r.pre_softmax && dims_.router_topk == 1) {
+    refuse(
+        "model.moe_router_topk=1 with the softmax score needs moe_router_pre_softmax (a softmax "
+        "over one logit is constant), as Megatron requires");
+  }
+  if (r.num_groups > 0) {
+    const int64_t e = dims_.num_experts, k = dims_.router_topk;
+    if (e % r.num_groups != 0 || r.group_topk < 1 || r.group_topk > r.num_groups ||
+        k < r.group_topk || k > r.group_topk * (e / r.num_groups)) {
+      refuse("model.moe_router_num_groups=" + std::to_string(r.num_groups) +
+             ", moe_router_group_topk=" + std::to_string(r.group_topk) +
+             ": accepted groups dividing the " + std::to_string(e) +
+             " experts and 1 <= group_topk <= min(groups, topk) with topk <= group_topk * "
+             "experts per group");
+    }
+  }
+  for (int64_t l = dims_.first_k_dense_replace; l < dims_.num_layers; ++l) {
+    if (dims_.router_expert_bias) {
+      const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
+      expert_bias_.push_back(at::zeros({dims_.num_experts}, f32));
+      bias_counts_.push_back(at::zeros({dims_.num_experts}, f32));
+    }
+    MoeLayerStats s;
+    s.layer = l;
+    stats_.push_back(s);
+  }
+  // RoPE tables as Llama's (non-interleaved halves).
+  const int64_t half = dims_.head_dim / 2;
+  auto inv_freq =
+      at::pow(dims_.rope_base, -at::arange(0, half, at::kDouble) * 2.0 / double(dims_.head_dim));
+  auto freqs = at::outer(at::arange(dims_.seq_length, at::kDouble), inv_freq);
+  auto emb = at::cat({freqs, freqs}, -1);
+  rope_cos_ = emb.cos().to(at::kFloat).to(device_);
+  rope_sin_ = emb.sin().to(at::kFloat).to(device_);
+}
+
+void MoeModel::set_expert_parallel(std::shared_ptr<ProcessGroup> ep) {
+  const int size = ep ? ep->world() : 1;
+  const int rank = ep ? ep->rank() : 0;
+  moe_first_local_expert(dims_, size, rank);  // ep must divide the experts
+  ep_ = size > 1 ? std::move(ep) : nullptr;
+  ep_size_ = size;
+  ep_rank_ = rank;
+}
+
+void MoeModel::set_expert_parallel(std::shared_ptr<ProcessGroup> ep, int expect_ep,
+                                   int expect_ep_rank) {
+  const int size = ep ? ep->world() : 1;
+  const int rank = ep ? ep->rank() : 0;
+  if (size != expect_ep || rank != expect_ep_rank) {
+    refuse("expert parallelism: the group has rank " + std::to_string(rank) + " of " +
+           std::to_string(size) + ", the model's parameters are those of rank " +
+           std::to_string(expect_ep_rank) +
+           " of model.expert_model_parallel_size=" + std::to_string(expect_ep));
+  }
+  set_expert_parallel(std::move(ep));
+}
+
+void MoeModel::set_token_dropping(std::optional<double> capacity_factor, MoeDropPolicy policy,
+                                  bool pad_to_capacity) {
+  if (capacity_factor && !(*capacity_factor > 0.0)) {
+    refuse("model.moe_expert_capacity_factor=" + std::to_string(*capacity_factor) +
+           ": accepted above 0 (unset: dropless)");
+  }
+  if (pad_to_capacity && !capacity_factor) {
+    refuse("model.moe_pad_expert_input_to_capacity needs model.moe_expert_capacity_factor");
+  }
+  capacity_factor_ = capacity_factor;
+  drop_policy_ = policy;
+  pad_to_capacity_ = pad_to_capacity;
+}
+
+MoeExpertsPath MoeModel::experts_path(at::ScalarType dtype) const {
+  if (forced_path_) return *forced_path_;
+#ifdef SHARDBENCH_WITH_NCCL
+  // ATen's stride rule: the weights' and activations' rows in 16-byte multiples (8 bf16).
+  if (device_.is_cuda() && dtype == at::kBFloat16 && dims_.hidden % 8 == 0 &&
+      dims_.moe_ffn_hidden % 8 == 0 &&
+      at::cuda::getDeviceProperties(device_.index() < 0 ? 0 : device_.index())->major >= 9) {
+    return MoeExpertsPath::kGroupedMm;
+  }
+#else
+  (void)dtype;
+#endif
+  return MoeExpertsPath::kLoop;
+}
+
+// ---- Router -----------------------------------------------------------------------------------
+
+std::pair<at::Tensor, at::Tensor> MoeModel::select(const at::Tensor& logits, int64_t layer) const {
+  const MoeRouterSettings& r = router_;
+  const int64_t k = dims_.router_topk;
+  auto topk = [&](const at::Tensor& scores) {
+    return r.num_groups > 0 ? group_limited_topk(scores, k, r.num_groups, r.group_topk)
+                            : scores.topk(k, 1);
+  };
+  at::Tensor probs, idx;
+  if (r.score_function == MoeRouterScore::kSoftmax) {
+    if (r.pre_softmax) {
+      std::tie(probs, idx) = topk(at::softmax(logits, -1));
+    } else {
+      std::tie(probs, idx) = topk(logits);
+      probs = at::softmax(probs, -1);
+    }
+  } else {
+    const at::Tensor scores = at::sigmoid(logits);
+    if (dims_.router_expert_bias) {
+      // Selection on the biased scores, gate weights from the unbiased ones.
+      idx = std::get<1>(topk(scores + expert_bias_[static_cast<size_t>(moe_index(layer))]));
+      probs = scores.gather(1, idx);
+    } else {
+      std::tie(probs, idx) = topk(scores);
+    }
+    if (k > 1) probs = probs / (probs.sum(-1, true) + 1e-20);
+  }
+  if (r.topk_scaling_factor) probs = probs * *r.topk_scaling_factor;
+  at::Tensor dense = at::zeros_like(logits).scatter(1, idx, probs);
+  at::Tensor map = at::zeros_like(logits, at::kBool).scatter_(1, idx, true);
+  return {dense, map};
+}
+
+at::Tensor MoeModel::aux_loss(const at::Tensor& logits, int64_t seq_length) const {
+  // compute_routing_scores_for_aux_loss: scores over all E (softmax, or sigmoid normalised), and
+  // a plain top-k map (no bias, no group limit).
+  at::Tensor scores;
+  if (router_.score_function == MoeRouterScore::kSoftmax) {
+    scores = at::softmax(logits, -1);
+  } else {
+    scores = at::sigmoid(logits);
+    scores = scores / (scores.sum(-1, true) + 1e-20);
+  }
+  const int64_t k = dims_.router_topk, e = dims_.num_experts, t = logits.size(0);
+  const at::Tensor idx = std::get<1>(scores.topk(k, 1));
+  const at::Tensor map = at::zeros_like(scores).scatter_(1, idx, 1.0).detach();
+  const double coeff = router_.aux_loss_coeff;
+  if (router_.load_balancing == MoeLoadBalancing::kAuxLoss) {
+    // switch_load_balancing_loss_func: coeff * E / (k T^2) * sum_i P_i c_i.
+    return (scores.sum(0) * map.sum(0)).sum() * (double(e) * coeff / (double(k) * t * t));
+  }
+  // seq_aux_loss: the same per sequence, averaged over the sequences.
+  const int64_t s = seq_length > 0 ? seq_length : t;
+  const int64_t b = t / s;
+  const at::Tensor p = scores.view({b, s, e}).sum(1), c = map.view({b, s, e}).sum(1);
+  return (p * c).sum() * (double(e) * coeff / (double(k) * s * s)) / double(b);
+}
+
+std::pair<at::Tensor, at::Tensor> MoeModel::drop(const at::Tensor& probs,
+                                                 const at::Tensor& map) const {
+  // get_capacity over T*k routed tokens; an expert never gets more than T.
+  const int64_t t = probs.size(0), e = dims_.num_experts;
+  const int64_t capacity =
+      std::min<int64_t>(t, static_cast<int64_t>(std::ceil(double(t * dims_.router_topk) /
+                                                          double(e) * *capacity_factor_)));
+  at::Tensor key;
+  if (drop_policy_ == MoeDropPolicy::kProbs) {
+    key = probs;
+  } else {
+    // Routed tokens first, earlier positions first (no ties).
+    key = map.to(at::kLong) * t +
+          (t - 1 - at::arange(t, map.options().dtype(at::kLong))).unsqueeze(1);
+  }
+  const at::Tensor keep_idx = std::get<1>(key.topk(capacity, 0, true, false));
+  const at::Tensor mask = at::zeros_like(map).scatter_(0, keep_idx, true);
+  const at::Tensor kept = pad_to_capacity_ ? mask : map.logical_and(mask);
+  return {probs * kept, kept};
+}
+
+MoeRouting MoeModel::route(const at::Tensor& h, const at::Tensor& router_weight, int64_t layer,
+                           double backward_scale, int64_t seq_length) const {
+  nvtx::Range range(kRouterLabel);
+  if (!dims_.is_moe_layer(layer) || layer >= dims_.num_layers) {
+    refuse("MoE model: layer " + std::to_string(layer) + " is not an MoE layer");
+  }
+  MoeRouting out;
+  // Router GEMM in fp32 (moe_router_dtype fp32).
+  const at::Tensor logits = at::linear(h.to(at::kFloat), router_weight.to(at::kFloat));
+  std::tie(out.probs, out.routing_map) = select(logits, layer);
+  out.tokens_before_drop = out.routing_map.sum(0);
+  if (capacity_factor_) std::tie(out.probs, out.routing_map) = drop(out.probs, out.routing_map);
+  const bool training = at::GradMode::is_enabled();
+  if (training && router_.load_balancing != MoeLoadBalancing::kNone &&
+      router_.aux_loss_coeff > 0.0) {
+    const at::Tensor aux = aux_loss(logits, seq_length);
+    out.aux_loss = aux.detach();
+    out.probs = AuxLossScaler::apply(out.probs, aux, backward_scale);
+  }
+  if (training && dims_.router_expert_bias) {
+    at::NoGradGuard no_grad;
+    bias_counts_[static_cast<size_t>(moe_index(layer))].add_(out.routing_map.sum(0));
+  }
+  return out;
+}
+
+// ---- Experts, dispatch and combine ------------------------------------------------------------
+
+at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x,
+                                   const at::Tensor& probs,
+                                   const std::vector<int64_t>& rows_per_expert) const {
+  nvtx::Range range(kExpertsLabel);
+  const int64_t f = dims_.moe_ffn_hidden;
+  if (experts_path(x.scalar_type()) == MoeExpertsPath::kGroupedMm && x.size(0) > 0) {
+    // One grouped GEMM per linear over every local expert: x [R, h] x [e, h, 2F] with int32
+    // cumulative row ends. Stacking keeps every expert's weight in the graph.
+    std::vector<int32_t> ends(rows_per_expert.size());
+    int64_t end = 0;
+    for (size_t i = 0; i < ends.size(); ++i)
+      ends[i] = static_cast<int32_t>(end += rows_per_expert[i]);
+    const at::Tensor offs = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(x.device());
+    const at::Tensor g = at::_grouped_mm(x.contiguous(), at::stack(w.fc1).transpose(1, 2), offs);
+    const at::Tensor act = weighted_swiglu(g, probs, f).contiguous();
+    return at::_grouped_mm(act, at::stack(w.fc2).transpose(1, 2), offs);
+  }
+  // A matmul per expert, an expert without rows included (its weights get a zero gradient).
+  const std::vector<at::Tensor> xs = x.split_with_sizes(rows_per_expert);
+  const std::vector<at::Tensor> ps = probs.split_with_sizes(rows_per_expert);
+  std::vector<at::Tensor> outs;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const at::Tensor g = at::matmul(xs[i], w.fc1[i].t());
+    outs.push_back(at::matmul(weighted_swiglu(g, ps[i], f), w.fc2[i].t()));
+  }
+  return at::cat(outs);
+}
+
+at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& h,
+                                    const MoeRouting& routing, int64_t layer) const {
+  const int64_t t = h.size(0), e_all = dims_.num_experts;
+  const int64_t local = e_all / ep_size_, first = static_cast<int64_t>(ep_rank_) * local;
+  MoeLayerStats& stats = stats_[static_cast<size_t>(moe_index(layer))];
+  at::Tensor counts = routing.routing_map.sum(0);  // [E] kept tokens per expert
+  stats.tokens_per_expert_kept =
+      stats.tokens_per_expert_kept.defined() ? stats.tokens_per_expert_kept + counts : counts;
+  // The one host sync: every EP rank's counts ([ep, E]), for the split sizes.
+  std::vector<int64_t> all_counts;
+  {
+    nvtx::Range range(kDispatchLabel);
+    if (ep_) {
+      at::Tensor in = counts.contiguous();
+      at::Tensor gathered = at::empty({ep_size_ * e_all}, counts.options());
+      wait_work(ep_->all_gather(gathered, in), "MoE token counts all-gather");
+      all_counts = host_vector(gathered);
+    } else {
+      all_counts = host_vector(counts);
+    }
+  }
+  auto count = [&](int64_t rank, int64_t expert) {
+    return all_counts[static_cast<size_t>(rank * e_all + expert)];
+  };
+  int64_t rows = 0;
+  for (int64_t x = 0; x < e_all; ++x) rows += count(ep_ ? ep_rank_ : 0, x);
+  // Permute: rows in expert-major order, token order inside an expert.
+  const at::Tensor nz = at::nonzero_static(routing.routing_map.t(), rows);
+  const at::Tensor expert_of_row = nz.select(1, 0), token_of_row = nz.select(1, 1);
+  at::Tensor x = h.index_select(0, token_of_row);
+  at::Tensor p = routing.probs.reshape(-1).index_select(0, token_of_row * e_all + expert_of_row);
+  at::Tensor y;
+  if (!ep_) {
+    y = local_experts(w, x, p, all_counts);
+  } else {
+    const int ep = ep_size_;
+    std::vector<int64_t> in_splits(ep, 0), out_splits(ep, 0), chunk(ep * local),
+        rows_per_expert(local, 0);
+    for (int j = 0; j < ep; ++j) {
+      for (int64_t i = 0; i < local; ++i) {
+        in_splits[j] += count(ep_rank_, j * local + i);
+        out_splits[j] += count(j, first + i);
+        chunk[j * local + i] = count(j, first + i);  // received: [source rank][local expert]
+        rows_per_expert[i] += count(j, first + i);
+      }
+    }
+    std::vector<int64_t> expert_major_sizes, expert_major_order(ep * local), inverse(ep * local);
+    for (int64_t i = 0; i < local; ++i) {
+      for (int j = 0; j < ep; ++j) {
+        expert_major_order[i * ep + j] = j * local + i;
+        expert_major_sizes.push_back(chunk[j * local + i]);
+        inverse[j * local + i] = i * ep + j;
+      }
+    }
+    const int64_t row_bytes = h.size(1) * h.element_size();
+    const auto me = static_cast<size_t>(ep_rank_);
+    stats.dispatch_bytes_sent += sum_except(in_splits, me) * (row_bytes + 4);
+    stats.dispatch_bytes_received += sum_except(out_splits, me) * (row_bytes + 4);
+    stats.combine_bytes_sent += sum_except(out_splits, me) * row_bytes;
+    stats.combine_bytes_received += sum_except(in_splits, me) * row_bytes;
+    const auto group = reinterpret_cast<int64_t>(ep_.get());
+    {
+      nvtx::Range range(kDispatchLabel);
+      x = AllToAllFn::apply(x, group, out_splits, in_splits);
+      p = AllToAllFn::apply(p, group, out_splits, in_splits);
+      if (local > 1) {
+        x = reorder_chunks(x, chunk, expert_major_order);
+        p = reorder_chunks(p, chunk, expert_major_order);
+      }
+    }
+    y = local_experts(w, x, p, rows_per_expert);
+    nvtx::Range range(kCombineLabel);
+    if (local > 1) y = reorder_chunks(y, expert_major_sizes, inverse);
+    y = AllToAllFn::apply(y, group, in_splits, out_splits);
+  }
+  // Unpermute: each token sums its k experts' rows (the probs were applied in the experts).
+  nvtx::Range range(kCombineLabel);
+  return at::zeros({t, h.size(1)}, y.options()).index_add(0, token_of_row, y);
+}
+
+at::Tensor MoeModel::moe_block(const MoeBlockWeights& w, const at::Tensor& h, int64_t layer,
+                               double backward_scale, int64_t seq_length) const {
+  if (static_cast<int64_t>(w.fc1.size()) != dims_.num_experts / ep_size_ ||
+      w.fc2.size() != w.fc1.size()) {
+    refuse("MoE model: layer " + std::to_string(layer) + " bound " + std::to_string(w.fc1.size()) +
+           " local experts; expert parallelism " + std::to_string(ep_size_) + " holds " +
+           std::to_string(dims_.num_experts / ep_size_));
+  }
+  at::Tensor shared;
+  if (dims_.shared_expert_ffn > 0) {
+    shared = swiglu_mlp(h, w.shared_fc1, w.shared_fc2, dims_.shared_expert_ffn);
+  }
+  const MoeRouting routing = route(h, w.router, layer, backward_scale, seq_length);
+  MoeLayerStats& stats = stats_[static_cast<size_t>(moe_index(layer))];
+  ++stats.forwards;
+  stats.tokens_per_expert = stats.tokens_per_expert.defined()
+                                ? stats.tokens_per_expert + routing.tokens_before_drop
+                                : routing.tokens_before_drop;
+  if (routing.aux_loss.defined()) {
+    stats.aux_loss =
+        stats.aux_loss.defined() ? stats.aux_loss + routing.aux_loss : routing.aux_loss.clone();
+  }
+  at::Tensor out = routed_experts(w, h, routing, layer);
+  return shared.defined() ? out + shared : out;
+}
+
+// ---- Layers and the loss ----------------------------------------------------------------------
+
+at::Tensor MoeModel::apply_rope(const at::Tensor& x) const {
+  const int64_t s = x.size(1), d = dims_.head_dim, half = d / 2;
+  auto cos = rope_cos_.narrow(0, 0, s).to(x.scalar_type()).view({1, s, 1, d});
+  auto sin = rope_sin_.narrow(0, 0, s).to(x.scalar_type()).view({1, s, 1, d});
+  auto rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+at::Tensor MoeModel::attention(const MoeLayerWeights& w, const at::Tensor& x) const {
+  const MoeDims& d = dims_;
+  const at::Tensor qkv = at::linear(at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps), w.qkv);
+  const int64_t b = qkv.size(0), s = qkv.size(1);
+  at::Tensor q = qkv.narrow(-1, 0, d.q_dim()).view({b, s, d.heads, d.head_dim});
+  at::Tensor k = qkv.narrow(-1, d.q_dim(), d.kv_dim()).view({b, s, d.kv_heads, d.head_dim});
+  at::Tensor v =
+      qkv.narrow(-1, d.q_dim() + d.kv_dim(), d.kv_dim()).view({b, s, d.kv_heads, d.head_dim});
+  if (d.qk_layernorm) {  // per head, before RoPE
+    q = at::rms_norm(q, {d.head_dim}, w.q_norm, d.norm_eps);
+    k = at::rms_norm(k, {d.head_dim}, w.k_norm, d.norm_eps);
+  }
+  q = apply_rope(q).transpose(1, 2);
+  k = apply_rope(k).transpose(1, 2);
+  v = v.transpose(1, 2);
+  auto attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                               /*enable_gqa=*/d.kv_heads != d.heads);
+  return at::linear(attn.transpose(1, 2).reshape({b, s, d.q_dim()}), w.proj);
+}
+
+at::Tensor MoeModel::layer_forward(const MoeLayerWeights& w, const at::Tensor& x, int64_t layer,
+                                   double backward_scale) const {
+  const MoeDims& d = dims_;
+  const at::Tensor x1 = x + attention(w, x);
+  if (!d.is_moe_layer(layer)) {
+    return x1 +
+           swiglu_mlp(at::rms_norm(x1, {d.hidden}, w.mlp_norm, d.norm_eps), w.fc1, w.fc2, d.ffn);
+  }
+  const at::Tensor h = at::rms_norm(x1, {d.hidden}, w.moe.pre_mlp_norm, d.norm_eps);
+  const at::Tensor out =
+      moe_block(w.moe, h.reshape({-1, d.hidden}), layer, backward_scale, x.size(1));
+  return x1 + out.view(x1.sizes());
+}
+
+at::Tensor MoeModel::forward_loss(const std::vector<at::Tensor>& params, const at::Tensor& tokens,
+                                  const at::Tensor& labels, ModuleHooks* hooks,
+                                  double backward_scale) const {
+  return forward_loss(bind_moe_weights(dims_, ep_size_, ep_rank_, params), tokens, labels, hooks,
+                      backward_scale);
+}
+
+at::Tensor MoeModel::forward_loss(const MoeWeights& w, const at::Tensor& tokens,
+                                  const at::Tensor& labels, ModuleHooks* hooks,
+                                  double backward_scale) const {
+  const MoeDims& d = dims_;
+  if (static_cast<int64_t>(w.layers.size()) != d.num_layers) {
+    refuse("MoE model: bound " + std::to_string(w.layers.size()) + " layers, the model has " +
+           std::to_string(d.num_layers));
+  }
+  if (hooks) hooks->pre_forward(0);
+  at::Tensor x = at::embedding(w.embedding, tokens);
+  if (hooks) x = hooks->post_forward(0, x);
+  for (int64_t l = 0; l < d.num_layers; ++l) {
+    const int m = static_cast<int>(l) + 1;
+    if (hooks) hooks->pre_forward(m);
+    x = layer_forward(w.layers[static_cast<size_t>(l)], x, l, backward_scale);
+    if (hooks) x = hooks->post_forward(m, x);
+  }
+  const int head = head_module(d);
+  if (hooks) hooks->pre_forward(head);
+  const at::Tensor logits =
+      at::linear(at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps), w.output);
+  at::Tensor loss =
+      at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat), labels.reshape({-1}));
+  if (hooks) loss = hooks->post_forward(head, loss);
+  return loss;
+}
+
+// ---- Expert bias and statistics ---------------------------------------------------------------
+
+void MoeModel::update_expert_bias(ProcessGroup* counts_group) {
+  if (!dims_.router_expert_bias || bias_counts_.empty()) return;
+  at::NoGradGuard no_grad;
+  at::Tensor counts = at::stack(bias_counts_);  // [moe layers, E]
+  if (counts_group && counts_group->world() > 1) {
+    wait_work(counts_group->all_reduce(counts, Reduction::kSum), "MoE expert-bias counts");
+  }
+  // get_updated_expert_bias: bias += rate * sign(mean(c) - c).
+  const at::Tensor offset = counts.mean(-1, true) - counts;
+  const at::Tensor delta = offset.sign() * router_.bias_update_rate;
+  for (size_t i = 0; i < expert_bias_.size(); ++i) {
+    expert_bias_[i].add_(delta[static_cast<int64_t>(i)]);
+    bias_counts_[i].zero_();
+  }
+}
+
+std::vector<MoeLayerStats> MoeModel::take_stats() const {
+  std::vector<MoeLayerStats> out = std::move(stats_);
+  stats_.clear();
+  for (MoeLayerStats& s : out) {
+    MoeLayerStats fresh;
+    fresh.layer = s.layer;
+    stats_.push_back(fresh);
+    if (s.tokens_per_expert.defined() && s.tokens_per_expert_kept.defined()) {
+      s.dropped_tokens =
+          (s.tokens_per_expert.sum() - s.tokens_per_expert_kept.sum()).item<int64_t>();
+    }
+  }
+  return out;
+}
+
+}  // namespace shardbench

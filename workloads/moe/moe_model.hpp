@@ -1,0 +1,216 @@
+// A mixture-of-experts decoder in libtorch (docs/moe.md, "The MoE model as built"): Llama's
+// embedding, RMSNorm, RoPE, causal GQA attention (optional per-head QK-norm) and untied output
+// head with cross-entropy; dense SwiGLU MLPs in the first_k_dense_replace layers and MoE blocks
+// after them: shared experts, a top-k router (softmax or sigmoid, group limit, expert bias, aux
+// loss) and SwiGLU routed experts, dispatched over the expert-parallel group by all-to-all as
+// Megatron's alltoall token dispatcher does.
+//
+// As LlamaModel, the model owns no parameters: the engine binds them (moe_param_specs order of
+// this rank's expert-parallel slice) and is called back around each module. The model owns the
+// router's expert-bias buffers and the per-forward statistics.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "harness/model/model.hpp"
+#include "workloads/moe/moe_models.hpp"
+#include "workloads/moe/moe_specs.hpp"
+
+namespace shardbench {
+
+class ProcessGroup;  // harness/parallel/process_group.hpp
+
+// The MoE decoder as the engine sees it: moe_param_specs of EP rank `ep_rank` of `ep`.
+class MoeSpec final : public ModelSpec {
+ public:
+  // Throws std::invalid_argument for invalid dims or a bad ep / ep_rank (moe_param_specs' checks).
+  MoeSpec(const MoeDims& dims, int ep = 1, int ep_rank = 0);
+  const MoeDims& dims() const { return dims_; }
+  int ep() const { return ep_; }
+  int ep_rank() const { return ep_rank_; }
+
+  std::unique_ptr<ModelSpec> clone() const override { return std::make_unique<MoeSpec>(*this); }
+  std::string family() const override { return "moe"; }
+  int module_count() const override { return static_cast<int>(shardbench::module_count(dims_)); }
+  int unit_count() const override { return static_cast<int>(dims_.num_layers); }
+  std::vector<ParamSpec> param_specs(int tp) const override {
+    return moe_param_specs(dims_, ep_, ep_rank_, tp);
+  }
+  // Values from a generator seeded by (seed, spec.name): a parameter of a given name (global
+  // expert e included) starts the same for every ep. Norms start at 1. tp > 1 is refused
+  // (std::invalid_argument): the MoE model has no tensor parallelism yet.
+  void init_param_part(const ParamSpec& spec, int64_t spec_index, uint64_t seed, int tp,
+                       int tp_rank, at::Tensor& param) const override;
+  nlohmann::json shape_json() const override;
+
+ private:
+  MoeDims dims_;
+  int ep_;
+  int ep_rank_;
+};
+
+// Fills `param` (fp32 or another float dtype, spec.shape) with the initial values of the
+// parameter named spec.name: normal(0, spec.init_std) from a generator on param's device seeded
+// by a hash of (seed, name); ones when init_std is 0.
+void init_moe_param(const ParamSpec& spec, uint64_t seed, at::Tensor param);
+
+// One MoE block's weights (an MoE layer after its attention).
+struct MoeBlockWeights {
+  at::Tensor pre_mlp_norm;
+  at::Tensor shared_fc1, shared_fc2;  // undefined without shared experts
+  at::Tensor router;                  // [E, h]
+  std::vector<at::Tensor> fc1, fc2;   // the local experts', in global expert order
+};
+struct MoeLayerWeights {
+  at::Tensor input_norm, qkv, q_norm, k_norm, proj;  // q_norm, k_norm: with qk_layernorm only
+  // Dense layer (below first_k_dense_replace): the MLP.
+  at::Tensor mlp_norm, fc1, fc2;
+  // MoE layer.
+  MoeBlockWeights moe;
+};
+struct MoeWeights {
+  at::Tensor embedding, final_norm, output;
+  std::vector<MoeLayerWeights> layers;
+};
+// `params[i]` is the tensor of moe_param_specs(dims, ep, ep_rank)[i]. Throws
+// std::invalid_argument when the count or a shape differs (e.g. parameters of another ep).
+MoeWeights bind_moe_weights(const MoeDims& dims, int ep, int ep_rank,
+                            const std::vector<at::Tensor>& params);
+
+// moe_token_drop_policy: per expert keep the `capacity` tokens of highest probability, or the
+// first `capacity` tokens in token order.
+enum class MoeDropPolicy { kProbs, kPosition };
+
+// How the local experts compute: at::_grouped_mm over all local experts at once, or a loop of
+// at::matmul per expert.
+enum class MoeExpertsPath { kGroupedMm, kLoop };
+const char* to_string(MoeExpertsPath path);
+
+// One MoE block's router output on T tokens.
+struct MoeRouting {
+  at::Tensor probs;               // [T, E] fp32: gate weight of each chosen expert, 0 elsewhere
+  at::Tensor routing_map;         // [T, E] bool: chosen (and kept, with token dropping)
+  at::Tensor tokens_before_drop;  // [E] int64: tokens routed to each expert before dropping
+  at::Tensor aux_loss;            // fp32 scalar, detached; undefined when no aux loss was computed
+};
+
+// Statistics of one MoE layer, summed over the forwards since the last take_stats().
+struct MoeLayerStats {
+  int64_t layer = 0;                  // decoder layer index
+  int64_t forwards = 0;               // forwards summed
+  at::Tensor tokens_per_expert;       // [E] int64 over this rank's tokens, before dropping
+  at::Tensor tokens_per_expert_kept;  // [E] int64, after dropping
+  int64_t dropped_tokens = 0;         // sum(before) - sum(kept) (pad_to_capacity: may be < 0)
+  at::Tensor aux_loss;                // fp32 scalar, detached (sum); undefined without aux loss
+  // Bytes of token rows (hidden states and probs) the all-to-alls move to (sent) and from
+  // (received) other EP ranks; the rows a rank keeps for itself are not counted.
+  int64_t dispatch_bytes_sent = 0, dispatch_bytes_received = 0;
+  int64_t combine_bytes_sent = 0, combine_bytes_received = 0;
+};
+
+class MoeModel final : public TrainableModel {
+ public:
+  // Throws std::invalid_argument for invalid dims, MLA attention (not built), an expert bias with
+  // the softmax score (Megatron allows it only with sigmoid), global_aux_loss (not built), or
+  // router groups that do not divide the experts or top-k.
+  MoeModel(MoeDims dims, MoeRouterSettings router, at::Device device);
+
+  const MoeDims& dims() const { return dims_; }
+  const MoeRouterSettings& router_settings() const { return router_; }
+
+  // Expert parallelism: null or size 1: every expert is local. Otherwise the bound parameters are
+  // those of moe_param_specs(dims, ep->world(), ep->rank()); `expect_ep` / `expect_ep_rank`
+  // (the MoeSpec's) must match the group. Throws std::invalid_argument on a mismatch or an ep
+  // that does not divide num_experts.
+  void set_expert_parallel(std::shared_ptr<ProcessGroup> ep);
+  void set_expert_parallel(std::shared_ptr<ProcessGroup> ep, int expect_ep, int expect_ep_rank);
+  int ep_size() const { return ep_size_; }
+  int ep_rank() const { return ep_rank_; }
+
+  // Token dropping (moe_expert_capacity_factor, moe_token_drop_policy,
+  // moe_pad_expert_input_to_capacity): capacity = ceil(T*k/E * factor) per expert over this
+  // rank's T tokens. nullopt: dropless (the default). Throws std::invalid_argument for a factor
+  // <= 0 or padding without a factor.
+  void set_token_dropping(std::optional<double> capacity_factor,
+                          MoeDropPolicy policy = MoeDropPolicy::kProbs,
+                          bool pad_to_capacity = false);
+  std::optional<double> capacity_factor() const { return capacity_factor_; }
+
+  // The path the experts take for `dtype` tensors on this model's device: grouped GEMM on CUDA
+  // with bf16, compute capability 9 or above and hidden and moe_ffn_hidden multiples of 8
+  // (at::_grouped_mm's 16-byte stride rule), the loop otherwise (or what force_experts_path set).
+  MoeExpertsPath experts_path(at::ScalarType dtype) const;
+  void force_experts_path(std::optional<MoeExpertsPath> path) { forced_path_ = path; }
+
+  at::Tensor forward_loss(const std::vector<at::Tensor>& params, const at::Tensor& tokens,
+                          const at::Tensor& labels, ModuleHooks* hooks,
+                          double backward_scale) const override;
+  at::Tensor forward_loss(const MoeWeights& w, const at::Tensor& tokens, const at::Tensor& labels,
+                          ModuleHooks* hooks, double backward_scale) const;
+
+  // The router of decoder layer `layer` on normed tokens `h` [T, h] (sequences of
+  // `seq_length` tokens one after the other; 0: one sequence of T). When grad is enabled, probs
+  // carry the aux loss (its gradient in backward: `backward_scale`) and the tokens are counted
+  // for the expert bias.
+  MoeRouting route(const at::Tensor& h, const at::Tensor& router_weight, int64_t layer,
+                   double backward_scale, int64_t seq_length = 0) const;
+  // The MLP part of MoE layer `layer` on normed tokens `h` [T, h]: shared experts plus the
+  // routed experts' combined output, [T, h] in h's dtype. Adds to the layer's statistics.
+  at::Tensor moe_block(const MoeBlockWeights& w, const at::Tensor& h, int64_t layer,
+                       double backward_scale, int64_t seq_length = 0) const;
+
+  // Aux-loss-free balancing (router_expert_bias): sums the token counts of every MoE layer since
+  // the last update over `counts_group` (null: this rank's only), moves each layer's bias by
+  // rate * sign(mean(c) - c) and zeroes the counts. Call once per step after the optimizer step.
+  // No-op without router_expert_bias.
+  void update_expert_bias(ProcessGroup* counts_group);
+  // The bias buffers, one fp32 [E] per MoE layer (moe_buffer_specs order); the tensors
+  // themselves (a checkpoint load may copy into them). Empty without router_expert_bias.
+  const std::vector<at::Tensor>& expert_bias() const { return expert_bias_; }
+  // The counts accumulated for the next update, one fp32 [E] per MoE layer.
+  const std::vector<at::Tensor>& expert_bias_counts() const { return bias_counts_; }
+
+  // Each MoE layer's statistics since the last call, and resets them.
+  std::vector<MoeLayerStats> take_stats() const;
+
+ private:
+  at::Tensor layer_forward(const MoeLayerWeights& w, const at::Tensor& x, int64_t layer,
+                           double backward_scale) const;  // x: [B, S, h]
+  at::Tensor attention(const MoeLayerWeights& w, const at::Tensor& x) const;
+  at::Tensor apply_rope(const at::Tensor& x) const;  // [B, S, H, D]
+  // Routed experts: dispatch, the local experts, combine.
+  at::Tensor routed_experts(const MoeBlockWeights& w, const at::Tensor& h,
+                            const MoeRouting& routing, int64_t layer) const;
+  // x [R, h] in local-expert-major order, probs [R] fp32, rows_per_expert: the local experts'.
+  at::Tensor local_experts(const MoeBlockWeights& w, const at::Tensor& x, const at::Tensor& probs,
+                           const std::vector<int64_t>& rows_per_expert) const;
+  // Router score and top-k selection (probs, routing map) without dropping or aux loss.
+  std::pair<at::Tensor, at::Tensor> select(const at::Tensor& logits, int64_t layer) const;
+  at::Tensor aux_loss(const at::Tensor& logits, int64_t seq_length) const;
+  std::pair<at::Tensor, at::Tensor> drop(const at::Tensor& probs, const at::Tensor& map) const;
+  int64_t moe_index(int64_t layer) const { return layer - dims_.first_k_dense_replace; }
+
+  MoeDims dims_;
+  MoeRouterSettings router_;
+  at::Device device_;
+  at::Tensor rope_cos_, rope_sin_;  // [S, D] fp32
+  std::shared_ptr<ProcessGroup> ep_;
+  int ep_size_ = 1;
+  int ep_rank_ = 0;
+  std::optional<double> capacity_factor_;
+  MoeDropPolicy drop_policy_ = MoeDropPolicy::kProbs;
+  bool pad_to_capacity_ = false;
+  std::optional<MoeExpertsPath> forced_path_;
+  std::vector<at::Tensor> expert_bias_;  // fp32 [E] per MoE layer
+  std::vector<at::Tensor> bias_counts_;  // fp32 [E] per MoE layer (mutated in forward)
+  // Per forward, not configuration; forward_loss is const.
+  mutable std::vector<MoeLayerStats> stats_;
+};
+
+}  // namespace shardbench
