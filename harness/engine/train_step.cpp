@@ -79,6 +79,7 @@ StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine, 
     nvtx::Range range(kOptimizerLabel);
     PhaseScope phase(phases, Phase::kOptimizer);
     out.grad_norm = engine.optimizer_step(in.lr);
+    model.after_optimizer_step();
   }
   if (in.empty_unused_memory_level >= 2) empty_allocator_cache(device);
   out.loss = loss_sum / static_cast<double>(num_micro);

@@ -101,6 +101,9 @@ class TrainableModel {
   // Called before each step's first micro-batch: the optimizer changed the weights (drops
   // per-step caches such as FP8 weight copies).
   virtual void new_step() const {}
+  // Called after each optimizer step, on every rank: state the model updates once per global
+  // batch outside the optimizer (the MoE router's expert bias, from the step's token counts).
+  virtual void after_optimizer_step() const {}
 };
 
 }  // namespace shardbench

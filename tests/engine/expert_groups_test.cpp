@@ -14,7 +14,6 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "harness/config/parallel_layout.hpp"
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
 #include "harness/model/model.hpp"
@@ -140,41 +139,6 @@ class GatheredExpertsModel : public TrainableModel {
   ProcessGroup* ep_group_;
 };
 
-// Groups in Megatron's layout with `ep` expert-parallel ranks and `instances` HSDP instances:
-// the dense groups span the instance, the expert ones the expert-DP instance.
-testing::GroupFactory expert_group_factory(int ep, int instances) {
-  return [ep, instances](const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
-                         int attempt) {
-    const ParallelLayout layout = ParallelLayout::make(world, 1, 1, ep, 1, instances);
-    ProcessGroupOptions po;
-    po.timeout = std::chrono::seconds(60);
-    po.connect_timeout = std::chrono::seconds(8);
-    const std::string tag = "expert_attempt" + std::to_string(attempt) + "/";
-    auto group = [&](const std::vector<int>& members, const std::string& name) {
-      int me = 0;
-      while (members[static_cast<size_t>(me)] != rank) ++me;
-      const std::string key = tag + name + std::to_string(members.front());
-      testing::store_barrier(*store, key + "/barrier", static_cast<int>(members.size()));
-      return ProcessGroup::create(store, key, me, static_cast<int>(members.size()), po);
-    };
-    ProcessGroups pgs;
-    const std::vector<int> instance = layout.instance_group_of(rank);
-    pgs.world = group(instance, "dp/world");
-    pgs.all_gather = group(instance, "dp/ag");
-    pgs.reduce_scatter = group(instance, "dp/rs");
-    if (instances > 1) pgs.outer = group(layout.cross_instance_group_of(rank), "outer/");
-    const std::vector<int> edp = layout.expert_instance_group_of(rank);
-    pgs.expert_world = group(edp, "edp/world");
-    pgs.expert_all_gather = group(edp, "edp/ag");
-    pgs.expert_reduce_scatter = group(edp, "edp/rs");
-    if (instances > 1) {
-      pgs.expert_outer = group(layout.expert_cross_instance_group_of(rank), "eouter/");
-    }
-    pgs.ep = group(layout.expert_group_of("ep", rank), "ep/");
-    return pgs;
-  };
-}
-
 struct Trained {
   std::vector<double> losses, norms;
   std::vector<at::Tensor> weights;  // rank 0's full main weights after training, by spec
@@ -209,7 +173,7 @@ Trained train(int world, int ep, int instances, EngineOptions o) {
           got = std::move(mine);
         }
       },
-      expert_group_factory(ep, instances));
+      testing::expert_layout_group_factory(ep, instances));
   return got;
 }
 
@@ -305,7 +269,7 @@ TEST(ExpertGroups, DenseAndExpertParametersGetSeparateGroups) {
         for (const auto& g : engine.group_info()) units += g.is_unit ? 1 : 0;
         EXPECT_EQ(units, 2 * kUnits);  // a dense and an expert unit per layer
       },
-      expert_group_factory(2, 1));
+      testing::expert_layout_group_factory(2, 1));
 }
 
 }  // namespace

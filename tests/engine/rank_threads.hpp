@@ -99,6 +99,42 @@ inline GroupFactory layout_group_factory(int tp, int instances) {
   };
 }
 
+// Each rank's groups in Megatron's layout with `ep` expert-parallel ranks and `instances` HSDP
+// instances (docs/moe.md): the dense groups span the instance, the expert ones the rank's
+// expert-data-parallel instance, `ep` its EP group.
+inline GroupFactory expert_layout_group_factory(int ep, int instances) {
+  return [ep, instances](const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+                         int attempt) {
+    const ParallelLayout layout = ParallelLayout::make(world, 1, 1, ep, 1, instances);
+    ProcessGroupOptions po;
+    po.timeout = std::chrono::seconds(60);
+    po.connect_timeout = std::chrono::seconds(8);
+    const std::string tag = "expert_attempt" + std::to_string(attempt) + "/";
+    auto group = [&](const std::vector<int>& members, const std::string& name) {
+      int me = 0;
+      while (members[static_cast<size_t>(me)] != rank) ++me;
+      const std::string key = tag + name + std::to_string(members.front());
+      store_barrier(*store, key + "/barrier", static_cast<int>(members.size()));
+      return ProcessGroup::create(store, key, me, static_cast<int>(members.size()), po);
+    };
+    ProcessGroups pgs;
+    const std::vector<int> instance = layout.instance_group_of(rank);
+    pgs.world = group(instance, "dp/world");
+    pgs.all_gather = group(instance, "dp/ag");
+    pgs.reduce_scatter = group(instance, "dp/rs");
+    if (instances > 1) pgs.outer = group(layout.cross_instance_group_of(rank), "outer/");
+    const std::vector<int> edp = layout.expert_instance_group_of(rank);
+    pgs.expert_world = group(edp, "edp/world");
+    pgs.expert_all_gather = group(edp, "edp/ag");
+    pgs.expert_reduce_scatter = group(edp, "edp/rs");
+    if (instances > 1) {
+      pgs.expert_outer = group(layout.expert_cross_instance_group_of(rank), "eouter/");
+    }
+    pgs.ep = group(layout.expert_group_of("ep", rank), "ep/");
+    return pgs;
+  };
+}
+
 inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // Prints and logs one retry: the test, the attempt, each rank's error, and this process's TCP

@@ -696,7 +696,7 @@ at::Tensor MoeModel::forward_loss(const MoeWeights& w, const at::Tensor& tokens,
 
 // ---- Expert bias and statistics ---------------------------------------------------------------
 
-void MoeModel::update_expert_bias(ProcessGroup* counts_group) {
+void MoeModel::update_expert_bias(ProcessGroup* counts_group) const {
   if (!dims_.router_expert_bias || bias_counts_.empty()) return;
   at::NoGradGuard no_grad;
   at::Tensor counts = at::stack(bias_counts_);  // [moe layers, E]

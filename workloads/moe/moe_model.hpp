@@ -169,7 +169,13 @@ class MoeModel final : public TrainableModel {
   // the last update over `counts_group` (null: this rank's only), moves each layer's bias by
   // rate * sign(mean(c) - c) and zeroes the counts. Call once per step after the optimizer step.
   // No-op without router_expert_bias.
-  void update_expert_bias(ProcessGroup* counts_group);
+  void update_expert_bias(ProcessGroup* counts_group) const;
+  // The group after_optimizer_step() sums the counts over: Megatron's TP x DP x CP group, the
+  // run's world here (null: this rank's counts only).
+  void set_expert_bias_group(std::shared_ptr<ProcessGroup> counts_group) {
+    bias_group_ = std::move(counts_group);
+  }
+  void after_optimizer_step() const override { update_expert_bias(bias_group_.get()); }
   // The bias buffers, one fp32 [E] per MoE layer (moe_buffer_specs order); the tensors
   // themselves (a checkpoint load may copy into them). Empty without router_expert_bias.
   const std::vector<at::Tensor>& expert_bias() const { return expert_bias_; }
@@ -209,6 +215,7 @@ class MoeModel final : public TrainableModel {
   std::optional<MoeExpertsPath> forced_path_;
   std::vector<at::Tensor> expert_bias_;  // fp32 [E] per MoE layer
   std::vector<at::Tensor> bias_counts_;  // fp32 [E] per MoE layer (mutated in forward)
+  std::shared_ptr<ProcessGroup> bias_group_;
   // Per forward, not configuration; forward_loss is const.
   mutable std::vector<MoeLayerStats> stats_;
 };

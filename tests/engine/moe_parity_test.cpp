@@ -1,0 +1,233 @@
+// The MoE model trained by the data-parallel engine with expert parallelism against one rank
+// that holds every expert (docs/moe.md, "How the tests can fail"): gloo ranks on threads, fp32,
+// three steps, losses, gradient norms and the router's expert bias within 1e-5, every weight
+// (by name, from the rank that holds it) to 1e-5 absolute. EP 2 x DP 2 and EP 4 on four ranks
+// under DDP, the distributed optimizer, each Megatron FSDP strategy, FSDP2 and HSDP / HFSDP with
+// EP; token dropping on and off; aux-loss and aux-loss-free (expert bias) balancing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "harness/engine/mock_data.hpp"
+#include "harness/engine/train_step.hpp"
+#include "harness/parallel/engine.hpp"
+#include "tests/engine/case_strategy.hpp"
+#include "tests/engine/rank_threads.hpp"
+#include "workloads/moe/moe_model.hpp"
+
+namespace shardbench {
+namespace {
+
+MoeDims dims() {
+  MoeDims d;
+  d.num_layers = 3;
+  d.first_k_dense_replace = 1;
+  d.hidden = 32;
+  d.ffn = 48;
+  d.heads = 4;
+  d.kv_heads = 2;
+  d.head_dim = 8;
+  d.vocab = 64;
+  d.seq_length = 16;
+  d.num_experts = 8;
+  d.moe_ffn_hidden = 16;
+  d.shared_expert_ffn = 16;
+  d.router_topk = 2;
+  d.qk_layernorm = true;
+  d.init_std = 0.1;
+  return d;
+}
+
+// Softmax top-k with the aux loss (Qwen3-MoE's balancing), or sigmoid scores with the expert
+// bias (DeepSeek-V3's aux-loss-free balancing).
+struct MoeSetup {
+  MoeDims dims = shardbench::dims();
+  MoeRouterSettings router;
+  std::optional<double> capacity_factor;
+};
+
+MoeSetup aux_loss_setup() {
+  MoeSetup s;
+  s.router.aux_loss_coeff = 1e-2;
+  return s;
+}
+
+MoeSetup expert_bias_setup() {
+  MoeSetup s;
+  s.dims.router_expert_bias = true;
+  s.router.score_function = MoeRouterScore::kSigmoid;
+  s.router.load_balancing = MoeLoadBalancing::kNone;
+  s.router.topk_scaling_factor = 2.5;
+  s.router.bias_update_rate = 1e-2;
+  return s;
+}
+
+struct Trained {
+  std::vector<double> losses, norms;
+  std::map<std::string, at::Tensor> weights;  // every rank's, by name
+  std::vector<at::Tensor> expert_bias;
+};
+
+Trained train(const MoeSetup& setup, int world, int ep, int instances, EngineOptions o) {
+  o.seed = 11;
+  // Adam divides by the root of the squared gradient: a gradient at rounding level (an
+  // expert weight's row that no token of a step reached, or the router near a tie) would move
+  // its weight by a full learning rate in a direction set by the summation order. An epsilon
+  // above that level keeps such elements still, so the weights compare at 1e-5.
+  o.adam.eps = 1e-5;
+  std::mutex mu;
+  Trained got;
+  testing::run_on_ranks_with(
+      world,
+      [&](int rank, ProcessGroups& pgs) {
+        const int ep_rank = pgs.ep ? pgs.ep->rank() : 0;
+        DataParallelEngine engine(MoeSpec(setup.dims, ep, ep_rank), o, pgs);
+        MoeModel model(setup.dims, setup.router, at::kCPU);
+        model.set_expert_parallel(pgs.ep, ep, ep_rank);
+        model.set_token_dropping(setup.capacity_factor);
+        // The bias counts sum over every data-parallel rank (the bias cases run without HSDP,
+        // where `world` is the whole data-parallel group).
+        if (setup.dims.router_expert_bias) model.set_expert_bias_group(pgs.world);
+        Trained mine;
+        for (int it = 0; it < 3; ++it) {
+          // The same batch every step: the loss must fall.
+          StepInputs in{mock_global_batch(5, 0, 4, setup.dims.seq_length, setup.dims.vocab), 1,
+                        3e-2};
+          StepOutputs out = train_step(model, engine, in);
+          at::Tensor loss = out.loss.reshape({1}).clone();
+          wait_work(pgs.world->all_reduce(loss, Reduction::kAvg), "loss");
+          if (pgs.outer) wait_work(pgs.outer->all_reduce(loss, Reduction::kAvg), "loss");
+          mine.losses.push_back(loss.item<double>());
+          mine.norms.push_back(out.grad_norm.item<double>());
+        }
+        const std::vector<at::Tensor> w = engine.gather_main_weights();
+        for (size_t s = 0; s < w.size(); ++s) mine.weights[engine.param_specs()[s].name] = w[s];
+        for (const at::Tensor& b : model.expert_bias()) mine.expert_bias.push_back(b.clone());
+        std::lock_guard<std::mutex> lock(mu);
+        if (rank == 0) {
+          got.losses = mine.losses;
+          got.norms = mine.norms;
+          got.expert_bias = mine.expert_bias;
+        }
+        for (auto& [name, t] : mine.weights) got.weights.emplace(name, t);
+      },
+      testing::expert_layout_group_factory(ep, instances));
+  return got;
+}
+
+void expect_like_reference(const Trained& got, const Trained& ref) {
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "step " << i;
+    EXPECT_NEAR(got.norms[i], ref.norms[i], 1e-5 * std::abs(ref.norms[i])) << "step " << i;
+  }
+  // Every expert is held by some rank: the union of the ranks' weights is the whole model. The
+  // weights moved by up to 3 x lr = 0.09; they agree to 1e-5 of that (a wrong routing, dispatch or
+  // reduction moves them by a learning rate; a wrong gradient scale shows in the norms, which
+  // Adam's updates hide).
+  ASSERT_EQ(got.weights.size(), ref.weights.size());
+  for (const auto& [name, t] : ref.weights) {
+    const auto it = got.weights.find(name);
+    ASSERT_NE(it, got.weights.end()) << name;
+    EXPECT_TRUE(at::allclose(it->second, t, 0.0, 1e-5))
+        << name << " differs by " << (it->second - t).abs().max().item<double>();
+  }
+  ASSERT_EQ(got.expert_bias.size(), ref.expert_bias.size());
+  for (size_t i = 0; i < ref.expert_bias.size(); ++i) {
+    EXPECT_TRUE(at::allclose(got.expert_bias[i], ref.expert_bias[i], 1e-6, 1e-7)) << "layer " << i;
+  }
+}
+
+struct Case {
+  Wrapper wrapper;
+  const char* strategy;
+  bool distopt = false;
+};
+
+const Case kDdp{Wrapper::kDdp, "no_shard"};
+const Case kDistOpt{Wrapper::kDdp, "no_shard", true};
+const Case kOptimGradsParams{Wrapper::kMegatronFsdp, "optim_grads_params"};
+const Case kFsdp2{Wrapper::kTorchFsdp2, "no_shard"};
+const Case kEveryWrapper[] = {kDdp,
+                              kDistOpt,
+                              {Wrapper::kMegatronFsdp, "no_shard"},
+                              {Wrapper::kMegatronFsdp, "optim"},
+                              {Wrapper::kMegatronFsdp, "optim_grads"},
+                              kOptimGradsParams,
+                              kFsdp2};
+
+EngineOptions options_of(const Case& c) {
+  EngineOptions o;
+  o.wrapper = c.wrapper;
+  o.strategy = testing::case_strategy(c.strategy);
+  o.use_distributed_optimizer = c.distopt;
+  return o;
+}
+
+std::string name_of(const Case& c) {
+  return std::string(wrapper_spec(c.wrapper).label) + "/" + c.strategy +
+         (c.distopt ? "+distopt" : "");
+}
+
+TEST(MoeParity, Ep2TimesDp2TrainsLikeOneRankUnderEveryWrapper) {
+  const MoeSetup setup = aux_loss_setup();
+  const Trained ref = train(setup, 1, 1, 1, EngineOptions{});
+  ASSERT_LT(ref.losses.back(), ref.losses.front());
+  for (const Case& c : kEveryWrapper) {
+    SCOPED_TRACE(name_of(c));
+    expect_like_reference(train(setup, 4, 2, 1, options_of(c)), ref);
+  }
+}
+
+TEST(MoeParity, Ep4TrainsLikeOneRank) {
+  const MoeSetup setup = aux_loss_setup();
+  const Trained ref = train(setup, 1, 1, 1, EngineOptions{});
+  for (const Case& c : kEveryWrapper) {
+    SCOPED_TRACE(name_of(c));
+    expect_like_reference(train(setup, 4, 4, 1, options_of(c)), ref);
+  }
+}
+
+TEST(MoeParity, HsdpWithExpertParallelismTrainsLikeOneRank) {
+  MoeSetup setup = aux_loss_setup();
+  const Trained ref = train(setup, 1, 1, 1, EngineOptions{});
+  EngineOptions o = options_of(kOptimGradsParams);
+  {
+    SCOPED_TRACE("outer no_shard");
+    expect_like_reference(train(setup, 4, 2, 2, o), ref);
+  }
+  o.outer_shard_optimizer = true;
+  {
+    SCOPED_TRACE("outer optim (HFSDP)");
+    expect_like_reference(train(setup, 4, 2, 2, o), ref);
+  }
+}
+
+TEST(MoeParity, TokenDroppingTrainsLikeOneRank) {
+  MoeSetup setup = aux_loss_setup();
+  setup.capacity_factor = 1.0;
+  const Trained ref = train(setup, 1, 1, 1, EngineOptions{});
+  for (const Case& c : {kDdp, kOptimGradsParams, kFsdp2}) {
+    SCOPED_TRACE(name_of(c));
+    expect_like_reference(train(setup, 4, 2, 1, options_of(c)), ref);
+  }
+}
+
+TEST(MoeParity, ExpertBiasBalancingTrainsLikeOneRank) {
+  const MoeSetup setup = expert_bias_setup();
+  const Trained ref = train(setup, 1, 1, 1, EngineOptions{});
+  // The bias moved: counts were summed and the sign rule applied.
+  ASSERT_FALSE(ref.expert_bias.empty());
+  EXPECT_GT(ref.expert_bias[0].abs().max().item<double>(), 0.0);
+  for (const Case& c : {kDdp, kDistOpt, kOptimGradsParams, kFsdp2}) {
+    SCOPED_TRACE(name_of(c));
+    expect_like_reference(train(setup, 4, 2, 1, options_of(c)), ref);
+  }
+}
+
+}  // namespace
+}  // namespace shardbench
