@@ -1,6 +1,7 @@
 #include "harness/engine/bench_run.hpp"
 
 #include "harness/engine/run_build.hpp"
+#include "harness/engine/run_model.hpp"
 #include "harness/engine/run_records.hpp"
 
 #include <unistd.h>
@@ -209,7 +210,7 @@ struct TimedStep {
   PhaseTimes phases;
 };
 
-TimedStep timed_step(LlamaModel& model, DataParallelEngine& engine, const StepInputs& in,
+TimedStep timed_step(const TrainableModel& model, DataParallelEngine& engine, const StepInputs& in,
                      int64_t iteration, const ConfigContainer& config, StepProbes& probes,
                      const WorkerContext& ctx) {
   static const nvtx::LabelTable kStepLabels{"training_step_", nvtx::Color::kStep};
@@ -294,33 +295,27 @@ void log_step(const ConfigContainer& config, const RunRecord& rec, int64_t itera
 
 RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& provenance,
                         const std::string& recipe, WorkerContext& ctx) {
-  const LlamaDims dims = llama_dims_from(config);
+  RunModel model = describe_model(config);
   const EngineOptions options = engine_options_from(config, ctx);
   check_deterministic_config(config, ctx.device.is_cuda(), ctx.backend == CommBackend::kNccl,
                              [](const char* name) { return std::getenv(name); });
   // Until this run returns: ATen's deterministic algorithms and SDPA backends.
   const DeterministicScope deterministic(config);
   RunCheckpoints checkpoints(config, provenance);
-  RunRecord rec = describe_run(config, provenance, recipe, dims, options, ctx);
+  RunRecord rec = describe_run(config, provenance, recipe, model, options, ctx);
 
   heartbeat("building engine");
   reset_allocator_peaks(ctx.device);
-  LlamaModel model(dims, ctx.device);
-  configure_model(model, config, options, dims, ctx, rec);
   if (!ctx.engine_pgs.world || ctx.dp * ctx.tp != ctx.world_size) {
     throw std::logic_error(
         "run_benchmark: the worker context has no engine groups or a layout "
         "that does not cover its " +
         std::to_string(ctx.world_size) + " ranks");
   }
-  if (ctx.tp > 1) {
-    model.set_tensor_parallel({ctx.tp, ctx.engine_pgs.tp->rank(), ctx.engine_pgs.tp});
-  }
-  DataParallelEngine engine(LlamaSpec(dims), options, ctx.engine_pgs);
-  if (options.gradient_accumulation_fusion) model.set_gradient_accumulation_fusion(&engine);
-  if (engine.gathers_fp8()) model.set_fp8_weights(&engine);
-  rec.fp8_param_gather = engine.gathers_fp8();
-  record_engine(rec, model, engine, config, options, dims, ctx);
+  build_model(model, config, options, ctx, rec);
+  DataParallelEngine engine(*model.spec, options, ctx.engine_pgs);
+  attach_engine(model, engine, rec);
+  record_engine(rec, model, engine, config, options, ctx);
 
   const LrSchedule lr = lr_schedule_from(config);
   StepProbes probes(config, rec, ctx, engine);
@@ -337,7 +332,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     maybe_inject_fault(ctx.rank, iteration);
     const StepInputs in{
         mock_global_batch(static_cast<uint64_t>(config.rng.seed), it,
-                          config.train.global_batch_size, dims.seq_length, dims.vocab),
+                          config.train.global_batch_size, model.seq_length, model.vocab),
         config.train.micro_batch_size, lr.at(it), config.train.empty_unused_memory_level,
         test_fault_loss_scale(config.shardbench, options.wrapper, ctx.rank)};
     // Megatron registers the FSDP buffers at the start of the second iteration, outside its
@@ -349,10 +344,11 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
     probes.before_step(iteration);
     // The run's first step (never in the statistics, WarmupRule): rank 0 records what autograd
     // saves in its first micro-batch's forward.
-    const bool census = it == first_it && ctx.rank == 0;
-    if (census) model.arm_activation_census();
-    const TimedStep timed = timed_step(model, engine, in, iteration, config, probes, ctx);
-    if (census) record_saved_activations(rec, model, iteration);
+    const bool census = it == first_it && ctx.rank == 0 && model.llama;
+    if (census) model.llama->arm_activation_census();
+    const TimedStep timed =
+        timed_step(*model.trainable, engine, in, iteration, config, probes, ctx);
+    if (census) record_saved_activations(rec, *model.llama, iteration);
     my_step_ms.push_back(timed.mine_ms);
     rec.steps.push_back(record_step(timed, in, iteration, probes.syncs(), ctx));
     probes.after_step(iteration);
@@ -375,8 +371,10 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   record_nccl_user_buffers(rec, engine, ctx);
 
   gather_rank_step_times(rec, my_step_ms, ctx);
-  record_activation_offload(rec, model, static_cast<int64_t>(my_step_ms.size()), ctx);
-  record_memory(rec, engine, options, dims, ctx);
+  if (model.llama) {
+    record_activation_offload(rec, *model.llama, static_cast<int64_t>(my_step_ms.size()), ctx);
+  }
+  record_memory(rec, engine, options, model, ctx);
   rec.unit_timing = probes.units().record(config.train.global_batch_size /
                                           (config.train.micro_batch_size * ctx.dp));
   rec.checkpoint = checkpoints.record();

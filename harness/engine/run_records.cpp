@@ -42,22 +42,21 @@ namespace shardbench {
 
 // What the report says about the run before the engine exists: its shape, dtypes and FLOPs.
 RunRecord describe_run(const ConfigContainer& config, const nlohmann::json& provenance,
-                       const std::string& recipe, const LlamaDims& dims,
+                       const std::string& recipe, const RunModel& model,
                        const EngineOptions& options, const WorkerContext& ctx) {
   RunRecord rec;
   rec.recipe = recipe;
   rec.world_size = ctx.world_size;
   rec.global_batch_size = config.train.global_batch_size;
   rec.micro_batch_size = config.train.micro_batch_size;
-  rec.seq_length = dims.seq_length;
+  rec.seq_length = model.seq_length;
   rec.train_iters = config.train.train_iters;
   rec.compute_dtype = config.shardbench.compute_dtype;
   rec.device = device_name(ctx.device);
   rec.backend = to_string(ctx.backend);
   rec.config = config_to_json(config);
   rec.provenance = provenance;
-  rec.model_flops_per_step =
-      model_flops_per_step(decoder_dims(dims), rec.global_batch_size, dims.seq_length);
+  rec.model_flops_per_step = model.flops_per_step;
   rec.dtype_policy = DtypePolicy::for_compute_dtype(
       rec.compute_dtype, options.grad_reduce_in_fp32 || options.compute_dtype == at::kFloat);
   if (rec.dtype_policy) {
@@ -78,13 +77,15 @@ RunRecord describe_run(const ConfigContainer& config, const nlohmann::json& prov
 }
 
 // What the built engine and model are: label, wrapper, kernels, parameters, attention backend.
-void record_engine(RunRecord& rec, const LlamaModel& model, const DataParallelEngine& engine,
+void record_engine(RunRecord& rec, const RunModel& model, const DataParallelEngine& engine,
                    const ConfigContainer& config, const EngineOptions& options,
-                   const LlamaDims& dims, const WorkerContext& ctx) {
-  rec.fused_kernel_set = model.fused_kernel_names(options.compute_dtype);
+                   const WorkerContext& ctx) {
+  if (model.llama) rec.fused_kernel_set = model.llama->fused_kernel_names(options.compute_dtype);
   if (engine.optimizer_uses_kernel()) rec.fused_kernel_set.push_back("adamw");
   // The weight-gradient GEMMs accumulate into the main grads (model.gradient_accumulation_fusion).
-  if (model.gradient_accumulation_fusion()) rec.fused_kernel_set.push_back("wgrad_accumulation");
+  if (model.llama && model.llama->gradient_accumulation_fusion()) {
+    rec.fused_kernel_set.push_back("wgrad_accumulation");
+  }
   if (ctx.rank == 0 && options.fused_kernels && !engine.optimizer_uses_kernel() &&
       fused::built() && ctx.device.is_cuda() &&
       (options.exp_avg_dtype != at::kFloat || options.exp_avg_sq_dtype != at::kFloat)) {
@@ -103,10 +104,11 @@ void record_engine(RunRecord& rec, const LlamaModel& model, const DataParallelEn
   rec.distributed_optimizer =
       uses_distributed_optimizer(options.wrapper, options.use_distributed_optimizer);
   // The model's parameters (under tensor parallelism the engine holds one TP rank's parts).
-  rec.num_parameters = 0;
-  for (const ParamSpec& spec : llama_param_specs(dims)) rec.num_parameters += spec.numel();
-  rec.sdpa_backend =
-      sdpa_backend_name(dims, config.train.micro_batch_size, options.compute_dtype, ctx.device);
+  rec.num_parameters = model.num_parameters;
+  if (model.llama_dims) {
+    rec.sdpa_backend = sdpa_backend_name(*model.llama_dims, config.train.micro_batch_size,
+                                         options.compute_dtype, ctx.device);
+  }
 }
 
 // The allocator after the first two iterations, as Megatron's memory report prints it.
@@ -186,7 +188,7 @@ void record_saved_activations(RunRecord& rec, const LlamaModel& model, int64_t i
 
 // The engine's measured static buffers and, for Megatron FSDP, the model's prediction of them.
 void record_memory(RunRecord& rec, const DataParallelEngine& engine,
-                   const EngineOptions& options, const LlamaDims& dims,
+                   const EngineOptions& options, const RunModel& model,
                    const WorkerContext& ctx) {
   rec.memory = engine.memory();
   const auto& gathers = engine.unit_gather_stats();
@@ -201,7 +203,9 @@ void record_memory(RunRecord& rec, const DataParallelEngine& engine,
   // head) whole on every rank. The refined model over the engine's own groups has that term,
   // which the ZeRO paper model lacks (harness/measure/zero_model.hpp, docs/megatron-fsdp.md), so
   // the report's prediction and the measured buffers agree for every strategy.
-  if (options.wrapper != Wrapper::kMegatronFsdp || !rec.dtype_policy) return;
+  // The prediction models Llama's parameter groups.
+  if (options.wrapper != Wrapper::kMegatronFsdp || !rec.dtype_policy || !model.llama_dims) return;
+  const LlamaDims& dims = *model.llama_dims;
   if (const ShardingSpec* row = find_strategy_row(rec.wrapper, rec.strategy, true)) {
     const MemoryStrategy strategy = row->memory;
     // Under tensor parallelism: one TP rank's parts, sharded over the data-parallel ranks.

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/config/config.hpp"
+#include "harness/engine/run_model.hpp"
 #include "harness/engine/worker_context.hpp"
 #include "harness/parallel/engine.hpp"
 #include "harness/report/run_record.hpp"
@@ -20,13 +21,13 @@ namespace shardbench {
 
 // What the report says about the run before the engine exists: its shape, dtypes and FLOPs.
 RunRecord describe_run(const ConfigContainer& config, const nlohmann::json& provenance,
-                       const std::string& recipe, const LlamaDims& dims,
+                       const std::string& recipe, const RunModel& model,
                        const EngineOptions& options, const WorkerContext& ctx);
 
 // What the built engine and model are: label, wrapper, kernels, parameters, attention backend.
-void record_engine(RunRecord& rec, const LlamaModel& model, const DataParallelEngine& engine,
+void record_engine(RunRecord& rec, const RunModel& model, const DataParallelEngine& engine,
                    const ConfigContainer& config, const EngineOptions& options,
-                   const LlamaDims& dims, const WorkerContext& ctx);
+                   const WorkerContext& ctx);
 
 // The allocator after the first two iterations, as Megatron's memory report prints it.
 void snapshot_memory(RunRecord& rec, int64_t iteration, const WorkerContext& ctx);
@@ -45,7 +46,7 @@ void record_saved_activations(RunRecord& rec, const LlamaModel& model, int64_t i
 
 // The engine's measured static buffers and, for Megatron FSDP, the model's prediction of them.
 void record_memory(RunRecord& rec, const DataParallelEngine& engine,
-                   const EngineOptions& options, const LlamaDims& dims,
+                   const EngineOptions& options, const RunModel& model,
                    const WorkerContext& ctx);
 
 // ddp.nccl_ub: how the pool was registered and whether every communication buffer that exists

@@ -1,0 +1,151 @@
+// The MoE layer's experts on the GPU in bf16 (docs/moe.md, "Measured"): at::_grouped_mm against
+// a dense matmul of the same FLOPs, and the whole MoE block (router, permute, experts, unpermute)
+// against its experts alone, forward and backward.
+//
+// BM_GroupedExperts/<experts>/<tokens>: one expert MLP (fc1 [2F, h], SwiGLU-sized output, fc2
+// [h, F]) over `tokens` x top-k rows spread evenly over `experts` experts, as two grouped GEMMs;
+// BM_DenseSameFlops/<tokens>: the same rows through one fc1 and one fc2 matmul (what the grouped
+// GEMM is held to: at least 85% of its TFLOP/s). Counter TFLOPs: the GEMMs' FLOPs per second.
+// BM_MoeBlock/<path>: the moe_bench_3b layer's MoE block (hidden 2048, 64 experts of 768, top-8,
+// 4096 tokens), forward and backward; BM_MoeBlockExpertsOnly: its two grouped GEMMs with the
+// block's row counts, forward and backward. Their difference is the router, permute and
+// unpermute (the bar: at most 15% of the block).
+//
+// Run (GPU): build/benchmarks/moe_experts_bench --benchmark_repetitions=3
+//      --benchmark_out=moe_experts.json --benchmark_out_format=json
+#include <benchmark/benchmark.h>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "harness/engine/device_runtime.hpp"
+#include "workloads/moe/moe_model.hpp"
+#include "workloads/moe/moe_models.hpp"
+
+namespace shardbench {
+namespace {
+
+constexpr int64_t kHidden = 2048, kWidth = 768, kTopk = 8;
+const at::TensorOptions kBf16 = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+
+// Times `body` with CUDA events on the current stream (manual time, seconds per iteration).
+template <typename Body>
+void time_on_gpu(benchmark::State& state, Body&& body) {
+  body();  // warm-up: cuBLAS / CUTLASS handles and workspaces
+  at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);
+  for (auto _ : state) {
+    start.record();
+    body();
+    stop.record();
+    stop.synchronize();
+    state.SetIterationTime(start.elapsed_time(stop) * 1e-3);
+  }
+}
+
+at::Tensor cumulative_ends(int64_t experts, int64_t rows_each) {
+  return (at::arange(1, experts + 1, at::TensorOptions().dtype(at::kInt)) * rows_each)
+      .to(at::kInt)
+      .to(at::kCUDA);
+}
+
+void BM_GroupedExperts(benchmark::State& state) {
+  if (!cuda_available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const int64_t experts = state.range(0), rows = state.range(1) * kTopk;
+  const int64_t each = rows / experts;
+  const at::Tensor x = at::randn({each * experts, kHidden}, kBf16);
+  const at::Tensor fc1 = at::randn({experts, 2 * kWidth, kHidden}, kBf16) * 0.02;
+  const at::Tensor fc2 = at::randn({experts, kHidden, kWidth}, kBf16) * 0.02;
+  const at::Tensor offs = cumulative_ends(experts, each);
+  time_on_gpu(state, [&] {
+    const at::Tensor g = at::_grouped_mm(x, fc1.transpose(1, 2), offs);
+    benchmark::DoNotOptimize(at::_grouped_mm(g.narrow(1, 0, kWidth).contiguous(),
+                                             fc2.transpose(1, 2), offs));
+  });
+  const double flops = 2.0 * static_cast<double>(each * experts) * kHidden * 3 * kWidth;
+  state.counters["TFLOPs"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_DenseSameFlops(benchmark::State& state) {
+  if (!cuda_available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const int64_t rows = state.range(0) * kTopk;
+  const at::Tensor x = at::randn({rows, kHidden}, kBf16);
+  const at::Tensor fc1 = at::randn({2 * kWidth, kHidden}, kBf16) * 0.02;
+  const at::Tensor fc2 = at::randn({kHidden, kWidth}, kBf16) * 0.02;
+  time_on_gpu(state, [&] {
+    const at::Tensor g = at::matmul(x, fc1.t());
+    benchmark::DoNotOptimize(at::matmul(g.narrow(1, 0, kWidth).contiguous(), fc2.t()));
+  });
+  const double flops = 2.0 * static_cast<double>(rows) * kHidden * 3 * kWidth;
+  state.counters["TFLOPs"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The moe_bench_3b model cut to its first MoE layer: that layer's block, bf16 weights.
+void BM_MoeBlock(benchmark::State& state) {
+  if (!cuda_available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  MoeDims d = moe_bench_3b_dims();
+  d.num_layers = d.first_k_dense_replace + 1;
+  const MoeSpec spec(d);
+  const auto specs = spec.param_specs(1);
+  std::vector<at::Tensor> params;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    at::Tensor p = at::empty(specs[i].shape, at::TensorOptions().dtype(at::kFloat));
+    spec.init_param_part(specs[i], static_cast<int64_t>(i), 1, 1, 0, p);
+    params.push_back(p.to(kBf16).requires_grad_(true));
+  }
+  const MoeWeights w = bind_moe_weights(d, 1, 0, params);
+  const int64_t layer = d.first_k_dense_replace;
+  MoeModel model(d, find_moe_model("moe_bench_3b").router, at::Device(at::kCUDA, 0));
+  const at::Tensor h = at::randn({d.seq_length, d.hidden}, kBf16).requires_grad_(true);
+  const at::Tensor probe = at::randn({d.seq_length, d.hidden}, kBf16);
+  time_on_gpu(state, [&] {
+    (model.moe_block(w.layers[static_cast<size_t>(layer)].moe, h, layer, 1.0) * probe)
+        .sum()
+        .backward();
+  });
+  state.SetLabel(to_string(model.experts_path(at::kBFloat16)));
+}
+
+void BM_MoeBlockExpertsOnly(benchmark::State& state) {
+  if (!cuda_available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const MoeDims d = moe_bench_3b_dims();
+  const int64_t rows = d.seq_length * d.router_topk, each = rows / d.num_experts;
+  const at::Tensor x = at::randn({rows, d.hidden}, kBf16).requires_grad_(true);
+  const at::Tensor fc1 = (at::randn({d.num_experts, 2 * d.moe_ffn_hidden, d.hidden}, kBf16) * 0.02)
+                             .requires_grad_(true);
+  const at::Tensor fc2 =
+      (at::randn({d.num_experts, d.hidden, d.moe_ffn_hidden}, kBf16) * 0.02).requires_grad_(true);
+  const at::Tensor offs = cumulative_ends(d.num_experts, each);
+  const at::Tensor probe = at::randn({rows, d.hidden}, kBf16);
+  time_on_gpu(state, [&] {
+    const at::Tensor g = at::_grouped_mm(x, fc1.transpose(1, 2), offs);
+    const at::Tensor a = at::silu(g.narrow(1, 0, d.moe_ffn_hidden)) *
+                         g.narrow(1, d.moe_ffn_hidden, d.moe_ffn_hidden);
+    (at::_grouped_mm(a.contiguous(), fc2.transpose(1, 2), offs) * probe).sum().backward();
+  });
+}
+
+BENCHMARK(BM_GroupedExperts)
+    ->ArgsProduct({{8, 64, 128}, {4096}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DenseSameFlops)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MoeBlock)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MoeBlockExpertsOnly)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace shardbench
+
+BENCHMARK_MAIN();
