@@ -36,7 +36,7 @@ const std::string kTensorParallel =
     "length divisible by it; refused with FP8, chunked linear cross-entropy, norm or MLP "
     "recompute, CPU offload and NCCL user buffers (docs/tensor-parallel.md)";
 const std::string kLlama = "the Llama workload is fixed to Llama 3's architecture";
-const std::string kNoMoe = "the engine does not train mixtures of experts yet";
+const std::string kMoe = "the MoE model (docs/moe.md, section 7)";
 const std::string kNoCudaGraphs = "CUDA graph capture is not implemented";
 const std::string kPrecisionAware =
     "Megatron's precision-aware optimizer (docs/precision_aware_optimizer.md)";
@@ -82,9 +82,14 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.virtual_pipeline_model_parallel_size",
        dryrun_only(kNoPipeline).at_least(1).at_most(kMaxCount)},
       {"model.pipeline_model_parallel_layout", not_impl(kNoPipeline)},
-      {"model.expert_model_parallel_size", dryrun_only(kNoMoe).at_least(1).at_most(kMaxCount)},
-      {"model.expert_tensor_parallel_size", not_impl(kNoMoe).only_values({nullptr, 1})},
-      {"model.num_moe_experts", dryrun_only(kNoMoe).at_least(1).at_most(kMaxCount)},
+      {"model.expert_model_parallel_size",
+       honoured("experts split over the EP ranks, taken from the data-parallel ranks as "
+                "Megatron does (docs/moe.md, section 5)")
+           .at_least(1)
+           .at_most(kMaxCount)},
+      {"model.expert_tensor_parallel_size",
+       not_impl("expert tensor parallelism is not implemented").only_values({nullptr, 1})},
+      {"model.num_moe_experts", honoured(kMoe).at_least(1).at_most(kMaxCount)},
       {"model.sequence_parallel",
        honoured("must equal model.tensor_model_parallel_size > 1, as -tp N sets it: tensor "
                 "parallelism runs with sequence parallelism only (docs/tensor-parallel.md)")},
@@ -116,30 +121,44 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.use_te_rng_tracker", not_impl(kNoCudaGraphs + " (no TE RNG tracker)")},
       {"model.deterministic_mode", honoured("docs/determinism.md")},
       // ---- model: mixture of experts, MLA, MTP (docs/moe-recipes.md)
-      {"model.moe_ffn_hidden_size", dryrun_only(kNoMoe).at_least(1).at_most(kMaxWidth)},
-      {"model.moe_router_topk", dryrun_only(kNoMoe).at_least(1).at_most(kMaxCount)},
+      {"model.moe_ffn_hidden_size", honoured(kMoe).at_least(1).at_most(kMaxWidth)},
+      {"model.moe_router_topk", honoured(kMoe).at_least(1).at_most(kMaxCount)},
       {"model.moe_shared_expert_intermediate_size",
-       dryrun_only(kNoMoe).at_least(1).at_most(kMaxWidth)},
-      {"model.moe_shared_expert_overlap", dryrun_only(kNoMoe)},
-      {"model.moe_layer_freq", dryrun_only(kNoMoe).at_least(0).at_most(1)},
-      {"model.moe_router_score_function", dryrun_only(kNoMoe)},
-      {"model.moe_router_pre_softmax", dryrun_only(kNoMoe)},
-      {"model.moe_router_num_groups", dryrun_only(kNoMoe).at_least(1).at_most(kMaxCount)},
-      {"model.moe_router_group_topk", dryrun_only(kNoMoe).at_least(1).at_most(kMaxCount)},
-      {"model.moe_router_topk_scaling_factor", dryrun_only(kNoMoe).above(0).at_most(1e6)},
-      {"model.moe_router_load_balancing_type", dryrun_only(kNoMoe)},
-      {"model.moe_aux_loss_coeff", dryrun_only(kNoMoe).at_least(0).at_most(1e6)},
-      {"model.moe_router_enable_expert_bias", dryrun_only(kNoMoe)},
-      {"model.moe_router_bias_update_rate", dryrun_only(kNoMoe).at_least(0).at_most(1e6)},
-      {"model.moe_router_dtype", dryrun_only(kNoMoe)},
-      {"model.moe_router_fusion", dryrun_only(kNoMoe)},
-      {"model.moe_router_force_load_balancing", dryrun_only(kNoMoe)},
-      {"model.moe_token_dispatcher_type", dryrun_only(kNoMoe)},
-      {"model.moe_flex_dispatcher_backend", dryrun_only(kNoMoe)},
-      {"model.moe_grouped_gemm", dryrun_only(kNoMoe)},
-      {"model.moe_permute_fusion", dryrun_only(kNoMoe)},
+       honoured(kMoe).at_least(1).at_most(kMaxWidth)},
+      {"model.moe_shared_expert_overlap",
+       not_impl("shared experts run before the router, on the compute stream").only_values({false})},
+      {"model.moe_layer_freq", honoured(kMoe + ": K zeros then ones").at_least(0).at_most(1)},
+      {"model.moe_router_score_function", honoured(kMoe)},
+      {"model.moe_router_pre_softmax", honoured(kMoe)},
+      {"model.moe_router_num_groups", honoured(kMoe).at_least(1).at_most(kMaxCount)},
+      {"model.moe_router_group_topk", honoured(kMoe).at_least(1).at_most(kMaxCount)},
+      {"model.moe_router_topk_scaling_factor", honoured(kMoe).above(0).at_most(1e6)},
+      {"model.moe_router_load_balancing_type",
+       honoured(kMoe + "; global_aux_loss is not implemented")
+           .only_values({"aux_loss", "seq_aux_loss", "none"})},
+      {"model.moe_aux_loss_coeff", honoured(kMoe).at_least(0).at_most(1e6)},
+      {"model.moe_router_enable_expert_bias", honoured(kMoe)},
+      {"model.moe_router_bias_update_rate", honoured(kMoe).at_least(0).at_most(1e6)},
+      {"model.moe_router_dtype",
+       honoured("the router's logits and scores are computed in fp32 always; fp64 is not "
+                "implemented")
+           .only_values({nullptr, "fp32"})},
+      {"model.moe_router_fusion",
+       honoured("validation turns it off: the MoE model's router runs ATen ops")},
+      {"model.moe_router_force_load_balancing",
+       honoured("random router logits with a straight-through gradient (benchmarks only)")},
+      {"model.moe_token_dispatcher_type",
+       honoured("alltoall; a real run of a mixture of experts refuses allgather and flex "
+                "(not implemented), --dryrun describes them")},
+      {"model.moe_flex_dispatcher_backend",
+       info("read only by the flex dispatcher, which is not implemented")},
+      {"model.moe_grouped_gemm",
+       honoured("true: at::_grouped_mm where the device and dtype allow it (bf16, compute "
+                "capability 9 or more), a loop over experts otherwise; false: the loop")},
+      {"model.moe_permute_fusion",
+       honoured("validation turns it off: the MoE model's permute and unpermute run ATen ops")},
       {"model.multi_latent_attention",
-       dryrun_only("multi-latent attention is not implemented (the engine trains Llama's GQA)")},
+       dryrun_only("multi-latent attention is not implemented (the MoE model builds grouped-query attention)")},
       {"model.q_lora_rank", dryrun_only("multi-latent attention is not implemented")
                                 .at_least(1)
                                 .at_most(kMaxWidth)},
@@ -155,7 +174,9 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.v_head_dim", dryrun_only("multi-latent attention is not implemented")
                                .at_least(1)
                                .at_most(kMaxWidth)},
-      {"model.qk_layernorm", dryrun_only("QK-norm is not implemented (Llama has none)")},
+      {"model.qk_layernorm",
+       honoured("per-head RMSNorm of queries and keys, in the MoE model (Qwen3-MoE); the Llama "
+                "model has none")},
       {"model.mtp_num_layers",
        dryrun_only("multi-token prediction is not implemented").at_least(0).at_most(kMaxCount)},
       {"model.mtp_loss_scaling_factor",

@@ -1,5 +1,7 @@
 #include "harness/config/resolve.hpp"
 
+#include "harness/config/moe_rules.hpp"
+
 #include <algorithm>
 
 #include "harness/cli/flag_relations.hpp"
@@ -314,6 +316,11 @@ ResolvedConfig resolve(const LaunchArgs& args, const ValidationContext& context)
   }
   if (auto refusal = dryrun_only_refusal(r.out.config, r.out.provenance)) {
     r.out.notices.push_back("a real run of this config is refused: " + *refusal);
+  } else if (auto moe = moe_run_refusal(r.out.config, r.out.provenance)) {
+    // What a mixture of experts (or a dense model with an MoE-only setting) cannot run with:
+    // refused before anything starts, described by --dryrun.
+    if (!args.dryrun) throw UsageError(*moe);
+    r.out.notices.push_back("a real run of this config is refused: " + *moe);
   }
   r.out.world_size = static_cast<int>(args.num_gpus);
   r.out.data_parallel_size = static_cast<int>(data_parallel_size(r.out.config, args.num_gpus));

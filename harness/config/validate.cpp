@@ -67,6 +67,30 @@ void mixed_precision_setup(Rules& r) {
   for (const auto& [key, value] : copies) r.force(key, value, rule);
 }
 
+// A mixture of experts runs the MoE model, whose RoPE, cross-entropy, router and permutes are ATen
+// ops and whose linears hand their weight gradients to autograd: the fusion switches the perf
+// recipes and the FSDP override set turn on are turned off, so that the report says what ran
+// (docs/moe-recipes.md).
+void moe_model_kernels(Rules& r) {
+  if (!r.c.model.num_moe_experts.has_value()) return;
+  std::vector<std::string> changed;
+  for (const char* key : {"model.apply_rope_fusion", "model.cross_entropy_loss_fusion",
+                          "model.moe_router_fusion", "model.moe_permute_fusion",
+                          "model.gradient_accumulation_fusion"}) {
+    if (r.force(key, false, "moe_model_kernels (the MoE model has no fused kernel for it)")) {
+      changed.push_back(key);
+    }
+  }
+  if (!changed.empty()) {
+    std::string keys;
+    for (const std::string& k : changed) keys += (keys.empty() ? "" : ", ") + k;
+    r.notice("mixture of experts: " + keys +
+             " set to false (the MoE model's RoPE, cross-entropy, router and permutes are ATen "
+             "ops, its weight gradients go through autograd; its experts use at::_grouped_mm "
+             "where the device allows)");
+  }
+}
+
 // DistributedDataParallelConfig.__post_init__.
 void ddp_post_init(Rules& r, const ValidationContext& ctx) {
   const auto& ddp = r.c.ddp;
@@ -513,6 +537,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
                                          const ValidationContext& context) {
   Rules r(config, provenance);
   mixed_precision_setup(r);
+  moe_model_kernels(r);
   ddp_post_init(r, context);
   megatron_fsdp(r, context);
   torch_fsdp2(r);

@@ -371,6 +371,7 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   record_nccl_user_buffers(rec, engine, ctx);
 
   gather_rank_step_times(rec, my_step_ms, ctx);
+  record_moe(rec, model, engine, static_cast<int64_t>(my_step_ms.size()), ctx);
   if (model.llama) {
     record_activation_offload(rec, *model.llama, static_cast<int64_t>(my_step_ms.size()), ctx);
   }

@@ -16,23 +16,27 @@
 #include "harness/parallel/engine.hpp"
 #include "harness/report/run_record.hpp"
 #include "workloads/llama/llama_specs.hpp"
+#include "workloads/moe/moe_specs.hpp"
 
 namespace shardbench {
 
 class LlamaModel;
+class MoeModel;
 
 struct RunModel {
-  std::string family;          // "llama"
+  std::string family;          // "llama", "moe"
   int64_t seq_length = 0;
   int64_t vocab = 0;           // the padded vocabulary the embedding holds
   int64_t num_parameters = 0;  // the whole model, TP 1
   double flops_per_step = 0;   // Megatron's formula over the global batch
   std::optional<LlamaDims> llama_dims;
+  std::optional<MoeDims> moe_dims;
 
   // build_model's: the parameters as this rank's engine holds them, and the forward pass.
   std::unique_ptr<ModelSpec> spec;
   std::unique_ptr<TrainableModel> trainable;
   LlamaModel* llama = nullptr;  // `trainable` when the family is Llama
+  MoeModel* moe = nullptr;      // `trainable` when the family is MoE
 };
 
 // The model's shape facts from the configuration (no tensors yet).

@@ -34,9 +34,11 @@
 #include "harness/measure/torch_profiler.hpp"
 #include "harness/measure/zero_model.hpp"
 #include "harness/report/console.hpp"
+#include "harness/report/run_json.hpp"
 #include "workloads/llama/activation_offload.hpp"
 #include "workloads/llama/fp8_linear.hpp"
 #include "workloads/llama/fused_ops.hpp"
+#include "workloads/moe/moe_model.hpp"
 
 namespace shardbench {
 
@@ -57,6 +59,7 @@ RunRecord describe_run(const ConfigContainer& config, const nlohmann::json& prov
   rec.config = config_to_json(config);
   rec.provenance = provenance;
   rec.model_flops_per_step = model.flops_per_step;
+  if (model.moe_dims) rec.flops_formula = kMoeFlopsFormulaName;
   rec.dtype_policy = DtypePolicy::for_compute_dtype(
       rec.compute_dtype, options.grad_reduce_in_fp32 || options.compute_dtype == at::kFloat);
   if (rec.dtype_policy) {
@@ -184,6 +187,68 @@ void record_saved_activations(RunRecord& rec, const LlamaModel& model, int64_t i
       static_cast<double>(census->offloaded_bytes) / kMiB, census->measured.c_str());
   std::fflush(stdout);
   rec.saved_activations = std::move(census);
+}
+
+void record_moe(RunRecord& rec, const RunModel& model, const DataParallelEngine& engine,
+                int64_t ran, const WorkerContext& ctx) {
+  if (!model.moe || ran <= 0) return;
+  const MoeDims& d = *model.moe_dims;
+  const std::vector<MoeLayerStats> stats = model.moe->take_stats();
+  const auto layers = static_cast<int64_t>(stats.size());
+  const int64_t experts = d.num_experts;
+  // Per layer: the tokens routed to each expert, then the tokens dropped; summed over ranks.
+  at::Tensor counts = at::zeros({layers, experts + 1}, at::TensorOptions().dtype(at::kDouble));
+  for (int64_t i = 0; i < layers; ++i) {
+    const MoeLayerStats& s = stats[static_cast<size_t>(i)];
+    if (s.tokens_per_expert.defined()) {
+      counts[i].narrow(0, 0, experts).copy_(s.tokens_per_expert.to(at::kCPU, at::kDouble));
+    }
+    counts[i][experts] = static_cast<double>(s.dropped_tokens);
+  }
+  at::Tensor summed = counts.to(ctx.device);
+  wait_work(ctx.pgs.world->all_reduce(summed, Reduction::kSum), "MoE token counts");
+  counts = summed.to(at::kCPU);
+  MoeRunRecord r;
+  r.ep = engine.ep();
+  r.expert_dp = engine.expert_dp();
+  r.experts_path = to_string(model.moe->experts_path(engine.options().compute_dtype));
+  for (int64_t i = 0; i < layers; ++i) {
+    const MoeLayerStats& s = stats[static_cast<size_t>(i)];
+    const at::Tensor load = counts[i].narrow(0, 0, experts);
+    const at::Tensor per_rank = load.view({r.ep, experts / r.ep}).sum(1);
+    MoeLayerRecord l;
+    l.layer = s.layer;
+    const double mean = load.mean().item<double>();
+    const double rank_mean = per_rank.mean().item<double>();
+    l.expert_load_max_over_mean = mean > 0 ? load.max().item<double>() / mean : 0;
+    l.ep_rank_load_max_over_mean = rank_mean > 0 ? per_rank.max().item<double>() / rank_mean : 0;
+    l.dropped_tokens = static_cast<int64_t>(counts[i][experts].item<double>());
+    if (s.aux_loss.defined() && s.forwards > 0) {
+      l.aux_loss = s.aux_loss.item<double>() / static_cast<double>(s.forwards);
+    }
+    l.dispatch_bytes_per_step = (s.dispatch_bytes_sent + s.dispatch_bytes_received) / ran;
+    l.combine_bytes_per_step = (s.combine_bytes_sent + s.combine_bytes_received) / ran;
+    r.layers.push_back(l);
+  }
+  if (ctx.rank == 0 && !r.layers.empty()) {
+    double worst = 0, worst_rank = 0;
+    int64_t dropped = 0, bytes = 0;
+    for (const MoeLayerRecord& l : r.layers) {
+      worst = std::max(worst, l.expert_load_max_over_mean);
+      worst_rank = std::max(worst_rank, l.ep_rank_load_max_over_mean);
+      dropped += l.dropped_tokens;
+      bytes += l.dispatch_bytes_per_step + l.combine_bytes_per_step;
+    }
+    std::printf(
+        "perf-launch: mixture of experts, EP %d x expert DP %d, experts by %s: busiest expert "
+        "%.2fx the mean, busiest EP rank %.2fx (worst of %lld MoE layers); %lld tokens dropped; "
+        "rank 0's all-to-alls %.2f MiB per step\n",
+        r.ep, r.expert_dp, r.experts_path.c_str(), worst, worst_rank,
+        static_cast<long long>(r.layers.size()), static_cast<long long>(dropped),
+        static_cast<double>(bytes) / (1024.0 * 1024.0));
+    std::fflush(stdout);
+  }
+  rec.moe = std::move(r);
 }
 
 // The engine's measured static buffers and, for Megatron FSDP, the model's prediction of them.

@@ -44,6 +44,11 @@ void record_activation_offload(RunRecord& rec, const LlamaModel& model, int64_t 
 // What autograd kept for backward in the step's first micro-batch (rank 0), by module and op.
 void record_saved_activations(RunRecord& rec, const LlamaModel& model, int64_t iteration);
 
+// A mixture of experts: the routing statistics of the run's `ran` steps, the token counts summed
+// over every rank (collective over the world group), and the console's line on rank 0.
+void record_moe(RunRecord& rec, const RunModel& model, const DataParallelEngine& engine,
+                int64_t ran, const WorkerContext& ctx);
+
 // The engine's measured static buffers and, for Megatron FSDP, the model's prediction of them.
 void record_memory(RunRecord& rec, const DataParallelEngine& engine,
                    const EngineOptions& options, const RunModel& model,

@@ -1,5 +1,7 @@
 #include "harness/engine/worker_context.hpp"
 
+#include "workloads/moe/moe_config.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -54,6 +56,33 @@ c10::intrusive_ptr<c10d::Store> connect_store(const std::string& addr,
                              " (is the port taken by a program that is not rank 0's store?)");
   }
   return done.get();
+}
+
+}  // namespace
+
+namespace {
+
+// An MoE model's expert groups (docs/moe.md, "Expert parallelism in the engine"): with EP 1 and
+// one instance they are the engine's dense groups; otherwise this rank's expert-data-parallel
+// groups (inside its instance), its cross-instance expert group and its EP group.
+template <typename MakeGroup>
+void add_expert_groups(WorkerContext& ctx, const ParallelLayout& layout, int rank,
+                       MakeGroup& group) {
+  ProcessGroups& e = ctx.engine_pgs;
+  if (layout.ep == 1 && layout.dp_instances == 1) {
+    e.expert_world = e.world;
+    e.expert_all_gather = e.all_gather;
+    e.expert_reduce_scatter = e.reduce_scatter;
+    return;
+  }
+  const std::vector<int> edp = layout.expert_instance_group_of(rank);
+  e.expert_world = group(edp, "edp", "world");
+  e.expert_all_gather = group(edp, "edp", "all_gather");
+  e.expert_reduce_scatter = group(edp, "edp", "reduce_scatter");
+  if (layout.dp_instances > 1) {
+    e.expert_outer = group(layout.expert_cross_instance_group_of(rank), "eouter", "outer");
+  }
+  if (layout.ep > 1) e.ep = group(layout.expert_group_of("ep", rank), "ep", "ep");
 }
 
 }  // namespace
@@ -138,23 +167,24 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
       ProcessGroup::create(ctx.store, "reduce_scatter", env.rank, env.world_size, po);
   const ParallelLayout layout = ParallelLayout::make(
       env.world_size, static_cast<int>(config.model.tensor_model_parallel_size),
-      static_cast<int>(config.model.context_parallel_size), 1,
+      static_cast<int>(config.model.context_parallel_size),
+      static_cast<int>(config.model.expert_model_parallel_size),
       static_cast<int>(config.model.pipeline_model_parallel_size),
       static_cast<int>(config.ddp.num_distributed_optimizer_instances));
   ctx.tp = layout.tp;
   ctx.dp = layout.dp;
+  // Each group under its own store keys, named by its kind and first rank; a rank creates
+  // only the groups it belongs to, in the same order on every rank.
+  auto group = [&](const std::vector<int>& members, const std::string& kind,
+                   const std::string& name) {
+    const int me =
+        static_cast<int>(std::find(members.begin(), members.end(), env.rank) - members.begin());
+    return ProcessGroup::create(ctx.store, kind + std::to_string(members.front()) + "/" + name,
+                                me, static_cast<int>(members.size()), po);
+  };
   if (layout.tp == 1 && layout.dp_instances == 1) {
     ctx.engine_pgs = ctx.pgs;
   } else {
-    // Each group under its own store keys, named by its kind and first rank; a rank creates
-    // only the groups it belongs to, in the same order on every rank.
-    auto group = [&](const std::vector<int>& members, const std::string& kind,
-                     const std::string& name) {
-      const int me =
-          static_cast<int>(std::find(members.begin(), members.end(), env.rank) - members.begin());
-      return ProcessGroup::create(ctx.store, kind + std::to_string(members.front()) + "/" + name,
-                                  me, static_cast<int>(members.size()), po);
-    };
     // The engine shards over its instance (the whole data-parallel group with one instance).
     const std::vector<int> instance = layout.instance_group_of(env.rank);
     ctx.engine_pgs.world = group(instance, "dp", "world");
@@ -165,22 +195,28 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
       ctx.engine_pgs.outer = group(layout.cross_instance_group_of(env.rank), "outer", "outer");
     }
   }
+  if (is_moe_config(config.model)) add_expert_groups(ctx, layout, env.rank, group);
   heartbeat("process groups ready");
   return ctx;
 }
 
 void destroy_process_groups(WorkerContext& ctx, bool failed) {
-  // Without tensor parallelism and HSDP the engine's groups are the run's: shut down once.
-  if (ctx.engine_pgs.world == ctx.pgs.world) ctx.engine_pgs = ProcessGroups{};
+  // Groups may be shared (the engine's are the run's without tensor parallelism and HSDP; the
+  // expert ones are the dense ones with EP 1): each is shut down once, the engine's first.
+  std::vector<ProcessGroup*> done;
   for (std::shared_ptr<ProcessGroup>* group :
-       {&ctx.engine_pgs.outer, &ctx.engine_pgs.tp, &ctx.engine_pgs.reduce_scatter,
-        &ctx.engine_pgs.all_gather, &ctx.engine_pgs.world, &ctx.pgs.reduce_scatter,
-        &ctx.pgs.all_gather, &ctx.pgs.world}) {
+       {&ctx.engine_pgs.ep, &ctx.engine_pgs.expert_outer, &ctx.engine_pgs.expert_reduce_scatter,
+        &ctx.engine_pgs.expert_all_gather, &ctx.engine_pgs.expert_world, &ctx.engine_pgs.outer,
+        &ctx.engine_pgs.tp, &ctx.engine_pgs.reduce_scatter, &ctx.engine_pgs.all_gather,
+        &ctx.engine_pgs.world, &ctx.pgs.reduce_scatter, &ctx.pgs.all_gather, &ctx.pgs.world}) {
     if (!*group) continue;
-    try {
-      failed ? (*group)->abort() : (*group)->shutdown();
-    } catch (const std::exception&) {
-      // Exiting anyway: a group that cannot shut down cleanly is released by the process exit.
+    if (std::find(done.begin(), done.end(), group->get()) == done.end()) {
+      done.push_back(group->get());
+      try {
+        failed ? (*group)->abort() : (*group)->shutdown();
+      } catch (const std::exception&) {
+        // Exiting anyway: a group that cannot shut down cleanly is released by the process exit.
+      }
     }
     group->reset();
   }

@@ -292,6 +292,16 @@ json project_runs(const Options& o, const json& report, const ProjectionTarget& 
     if (!o.run_label.empty() && label != o.run_label) continue;
     const std::string where = "report '" + o.report + "': runs[" + std::to_string(i) + "]";
     try {
+      // The simulator replays dense data-parallel groups: it has no expert groups and no
+      // all-to-all dispatch and combine.
+      const auto experts = r.contains("config") ? r["config"]["model"].value("num_moe_experts", json())
+                                                : json();
+      if (!experts.is_null()) {
+        throw InputError(where + " trains a mixture of experts (model.num_moe_experts=" +
+                         experts.dump() +
+                         "): perf-project does not model expert parallelism's all-to-all or the "
+                         "expert-data-parallel groups; accepted: a dense model's report");
+      }
       MeasuredRun m = read_measured_run(r, where);
       const ComputeScale scale = compute_scale_for(o, m, where, kernels, calibration);
       for (double& ms : m.forward_ms) ms *= scale.module_factor;

@@ -81,10 +81,15 @@ json build_report(const EnvironmentInfo& env, std::span<const RunRecord> runs,
           compare_runs(run_objects[i], i, run_objects[*base], *base, noise, no_noise_reason));
     }
   }
+  // The runs of one report train one model: a mixture of experts counts with Megatron's MoE terms.
+  const bool moe = !runs.empty() && runs.front().flops_formula == kMoeFlopsFormulaName;
   json report = {
       {"schema_version", kReportSchemaVersion},
       {"generator", "shardbench"},
-      {"flops_formula", {{"name", kFlopsFormulaName}, {"expression", kFlopsFormulaExpression}}},
+      {"flops_formula", moe ? json{{"name", kMoeFlopsFormulaName},
+                                   {"expression", kMoeFlopsFormulaExpression}}
+                            : json{{"name", kFlopsFormulaName},
+                                   {"expression", kFlopsFormulaExpression}}},
       {"warmup",
        {{"skip_first_steps", options.warmup.skip_first_steps},
         {"evaluation_window_start_fraction", options.warmup.evaluation_window_start_fraction}}},

@@ -46,7 +46,7 @@ json identity_json(const RunRecord& run) {
              {"train_iters", run.train_iters},
              {"num_parameters", run.num_parameters},
              {"model_flops_per_step", run.model_flops_per_step},
-             {"flops_formula", kFlopsFormulaName},
+             {"flops_formula", run.flops_formula},
              {"compute_dtype", run.compute_dtype},
              {"device", run.device},
              {"backend", run.backend},
@@ -437,6 +437,23 @@ json activation_offload_json(const ActivationOffloadRecord& o) {
           {"prefetch_layers", o.prefetch_layers}};
 }
 
+json moe_json(const MoeRunRecord& m) {
+  json layers = json::array();
+  for (const MoeLayerRecord& l : m.layers) {
+    layers.push_back({{"layer", l.layer},
+                      {"expert_load_max_over_mean", l.expert_load_max_over_mean},
+                      {"ep_rank_load_max_over_mean", l.ep_rank_load_max_over_mean},
+                      {"dropped_tokens", l.dropped_tokens},
+                      {"aux_loss", l.aux_loss ? json(*l.aux_loss) : json(nullptr)},
+                      {"dispatch_bytes_per_step", l.dispatch_bytes_per_step},
+                      {"combine_bytes_per_step", l.combine_bytes_per_step}});
+  }
+  return {{"ep", m.ep},
+          {"expert_dp", m.expert_dp},
+          {"experts_path", m.experts_path},
+          {"layers", layers}};
+}
+
 json unit_timing_group_json(const UnitTimingGroup& g) {
   return {{"kind", g.kind},
           {"modules", g.modules},
@@ -524,6 +541,7 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
             {"checkpoint", checkpoint_json(run.checkpoint)}};
   if (run.activation_offload)
     j["activation_offload"] = activation_offload_json(*run.activation_offload);
+  if (run.moe) j["moe"] = moe_json(*run.moe);
   if (run.unit_timing) j["unit_timing"] = unit_timing_json(*run.unit_timing);
   if (run.unit_gathers > 0) {
     j["unit_all_gather"] =

@@ -83,6 +83,25 @@ struct ActivationOffloadRecord {
   int64_t prefetch_layers = 1;  // groups reloaded ahead of backward
 };
 
+// A mixture of experts (docs/moe.md): its expert parallelism and, per MoE layer, how the routed
+// tokens spread (summed over every rank and every step), the tokens dropped, the aux loss and
+// rank 0's all-to-all bytes, per step.
+struct MoeLayerRecord {
+  int64_t layer = 0;
+  double expert_load_max_over_mean = 0;   // the busiest expert's tokens / the mean expert's
+  double ep_rank_load_max_over_mean = 0;  // the busiest EP rank's tokens / the mean EP rank's
+  int64_t dropped_tokens = 0;             // over every rank and step
+  std::optional<double> aux_loss;         // rank 0's mean over its micro-batches
+  int64_t dispatch_bytes_per_step = 0;    // rank 0: sent + received, tokens and probs
+  int64_t combine_bytes_per_step = 0;
+};
+struct MoeRunRecord {
+  int ep = 1;
+  int expert_dp = 1;
+  std::string experts_path;  // "grouped_mm" or "loop"
+  std::vector<MoeLayerRecord> layers;
+};
+
 // ddp.nccl_ub (docs/nccl-user-buffers.md): the memory pool the communication buffers came from
 // and its registration with NCCL, as the engine saw them at the end of the run.
 struct NcclUserBuffersRecord {
@@ -136,6 +155,7 @@ struct RunRecord {
   int64_t seq_length = 0;
   int64_t num_parameters = 0;
   double model_flops_per_step = 0;  // Megatron formula, per global batch
+  std::string flops_formula = "megatron_causal";  // run_json.hpp: megatron_causal, megatron_moe
   std::string compute_dtype;        // "bf16", "fp32"
   std::string device;               // "cpu" or the GPU name
   std::string backend;              // "gloo" or "nccl"
@@ -159,6 +179,7 @@ struct RunRecord {
   std::optional<StaticMemoryBytes> predicted_memory;
   std::optional<DtypePolicy> dtype_policy;  // the policy the engine ran; else from compute_dtype
   std::optional<ActivationOffloadRecord> activation_offload;  // absent: no offload
+  std::optional<MoeRunRecord> moe;                            // absent: a dense model
   // What autograd saved in the first micro-batch's forward of the run's first step (rank 0);
   // absent when no census ran (a run that failed before its first step).
   std::optional<SavedActivations> saved_activations;

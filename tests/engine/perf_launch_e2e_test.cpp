@@ -532,5 +532,79 @@ TEST(PerfLaunchInput, BadOverrideExitsTwoWithOneClearMessage) {
   EXPECT_NE(r.output.find("ddp.bucket_size"), std::string::npos) << r.output;
 }
 
+// A mixture of experts through perf-launch (docs/moe-recipes.md): the bench MoE recipe cut to
+// a CPU size, EP 2 on four gloo ranks, Megatron FSDP against its DDP baseline. Both runs train
+// (the FSDP run's losses within the comparison's tolerance of DDP's), count FLOPs with Megatron's
+// MoE formula, record the expert parallelism and the routing per MoE layer, and the report
+// conforms to the schema; the validation rule turned the fusion switches off.
+TEST(PerfLaunchMoe, ExpertParallelFsdpAndItsDdpBaselineTrainAndReportTheRouting) {
+  const auto report = temp_report("moe_ep2.json");
+  const Result r = run(
+      "-m moe -mr moe_bench_3b -g cpu -ng 4 -ep 2 --use_megatron_fsdp true -ms 3 "
+      "model.num_layers=3 model.moe_layer_freq=[0,1,1] model.hidden_size=64 "
+      "model.ffn_hidden_size=128 model.num_attention_heads=4 model.num_query_groups=2 "
+      "model.kv_channels=16 model.moe_ffn_hidden_size=32 model.num_moe_experts=8 "
+      "model.moe_router_topk=2 model.seq_length=32 model.vocab_size=512 "
+      "train.global_batch_size=8 train.micro_batch_size=1 shardbench.report_path=" +
+      report.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("mixture of experts: model.apply_rope_fusion"), std::string::npos)
+      << r.output;
+  std::ifstream in(report);
+  const auto j = nlohmann::json::parse(in);
+  const auto schema = load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
+  EXPECT_EQ(check_against_schema(j, schema), std::vector<std::string>{});
+  EXPECT_EQ(j["flops_formula"]["name"], "megatron_moe");
+  ASSERT_EQ(j["runs"].size(), 2u);
+  for (const auto& run : j["runs"]) {
+    EXPECT_EQ(run["status"], "ok") << run.dump();
+    EXPECT_EQ(run["identity"]["flops_formula"], "megatron_moe");
+    const auto& moe = run["moe"];
+    ASSERT_TRUE(moe.is_object()) << run.dump();
+    EXPECT_EQ(moe["ep"], 2);
+    EXPECT_EQ(moe["expert_dp"], 2);
+    EXPECT_EQ(moe["experts_path"], "loop");
+    ASSERT_EQ(moe["layers"].size(), 2u);  // layers 1 and 2 (layer 0 is dense)
+    EXPECT_EQ(moe["layers"][0]["layer"], 1);
+    EXPECT_EQ(moe["layers"][0]["dropped_tokens"], 0);
+    EXPECT_GE(moe["layers"][0]["expert_load_max_over_mean"].get<double>(), 1.0);
+    EXPECT_GT(moe["layers"][0]["dispatch_bytes_per_step"].get<int64_t>(), 0);
+    EXPECT_TRUE(moe["layers"][0]["aux_loss"].is_number());
+  }
+  EXPECT_EQ(j["comparison"]["loss_parity"]["verdict"], "ok") << j["comparison"].dump();
+}
+
+// What a real MoE run cannot honour is refused before any worker starts, naming the field.
+TEST(PerfLaunchMoe, UnimplementedSettingsAreRefusedBeforeAnyWorkerStarts) {
+  const std::string base =
+      "-m moe -mr moe_bench_3b -g cpu -ng 2 model.num_layers=2 model.hidden_size=64 "
+      "model.num_attention_heads=4 model.num_query_groups=2 model.kv_channels=16 "
+      "model.moe_ffn_hidden_size=32 model.num_moe_experts=8 model.moe_router_topk=2 "
+      "model.seq_length=32 model.vocab_size=512 train.global_batch_size=2 train.micro_batch_size=1 ";
+  struct Case {
+    std::string args, expected;
+  };
+  for (const Case& c :
+       {Case{"model.moe_token_dispatcher_type=flex",
+             "model.moe_token_dispatcher_type=flex (from override model.moe_token_dispatcher_type=flex): with a mixture of experts "
+             "(model.num_moe_experts=8): the all-to-all dispatcher is the one implemented"},
+        Case{"-tp 2", "model.tensor_model_parallel_size=2"},
+        Case{"model.recompute_granularity=full", "model.recompute_granularity=full"},
+        Case{"model.moe_router_load_balancing_type=global_aux_loss",
+             "model.moe_router_load_balancing_type=global_aux_loss"}}) {
+    const Result r = run(base + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.args << ": " << r.output;
+    EXPECT_EQ(r.output.find("iteration"), std::string::npos) << c.args << ": " << r.output;
+  }
+  // A dense model has no QK-norm.
+  const Result dense = run("-m llama -mr llama3_tiny_cpu -ng 1 -g cpu model.qk_layernorm=true");
+  EXPECT_EQ(dense.exit_code, 2) << dense.output;
+  EXPECT_NE(dense.output.find("model.qk_layernorm=true (from override model.qk_layernorm=true): the Llama model has "
+                              "no QK-norm"),
+            std::string::npos)
+      << dense.output;
+}
+
 }  // namespace
 }  // namespace shardbench

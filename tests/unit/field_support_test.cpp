@@ -183,7 +183,9 @@ TEST(FieldSupport, DryrunOnlyFieldsAreDescribedByADryRun) {
       EXPECT_EQ(std::string(e.what()).find("real run"), std::string::npos) << e.what();
     }
   }
-  EXPECT_GT(described, 25);
+  // Pipeline parallelism (2 fields), multi-latent attention (6) and MTP (1) at least; the MoE
+  // fields are honoured now.
+  EXPECT_GE(described, 9);
 }
 
 std::string sample_flag_value(const FlagSpec& f) {

@@ -180,10 +180,11 @@ TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
        "optimizer.optimizer_cpu_offload=true (from override optimizer.optimizer_cpu_offload="
        "true): not implemented by shardbench: optimizer state stays on the device; accepted: "
        "false"},
+      // Experts on a dense recipe: Megatron's default allgather dispatcher is not built.
       {{"model.num_moe_experts=8"},
-       "model.num_moe_experts=8 (from override model.num_moe_experts=8): the engine does not "
-       "train mixtures of experts yet (--dryrun describes this run); accepted for a real run: "
-       "null (a dense model)"},
+       "model.moe_token_dispatcher_type=allgather: with a mixture of experts "
+       "(model.num_moe_experts=8): the all-to-all dispatcher is the one implemented "
+       "(Megatron-Bridge's flex dispatcher runs DeepEP or HybridEP kernels); accepted: alltoall"},
       {{"model.pipeline_model_parallel_layout=Et|tL"},
        "model.pipeline_model_parallel_layout=Et|tL (from override "
        "model.pipeline_model_parallel_layout=Et|tL): not implemented by shardbench: the engine has "

@@ -90,6 +90,31 @@ MoeDims moe_dims_from(const ModelConfig& m, int tp) {
   return d;
 }
 
+MoeRouterSettings moe_router_from(const ModelConfig& m) {
+  MoeRouterSettings r;
+  r.score_function =
+      m.moe_router_score_function == "sigmoid" ? MoeRouterScore::kSigmoid : MoeRouterScore::kSoftmax;
+  r.pre_softmax = m.moe_router_pre_softmax;
+  r.num_groups = m.moe_router_num_groups.value_or(0);
+  r.group_topk = m.moe_router_group_topk.value_or(0);
+  r.topk_scaling_factor = m.moe_router_topk_scaling_factor;
+  const std::string& type = m.moe_router_load_balancing_type;
+  if (type == "aux_loss") {
+    r.load_balancing = MoeLoadBalancing::kAuxLoss;
+  } else if (type == "seq_aux_loss") {
+    r.load_balancing = MoeLoadBalancing::kSeqAuxLoss;
+  } else if (type == "none") {
+    r.load_balancing = MoeLoadBalancing::kNone;
+  } else {
+    bad("moe_router_load_balancing_type", type, "aux_loss, seq_aux_loss, none");
+  }
+  r.aux_loss_coeff = m.moe_aux_loss_coeff;
+  r.bias_update_rate = m.moe_router_bias_update_rate;
+  r.router_fp32 = m.moe_router_dtype.has_value();
+  r.force_load_balancing = m.moe_router_force_load_balancing;
+  return r;
+}
+
 std::string moe_dryrun_text(const ResolvedConfig& r) {
   const ModelConfig& m = r.config.model;
   if (!is_moe_config(m)) return "";

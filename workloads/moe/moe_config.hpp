@@ -8,6 +8,7 @@
 
 #include "harness/config/config.hpp"
 #include "harness/config/resolve.hpp"
+#include "workloads/moe/moe_models.hpp"
 #include "workloads/moe/moe_specs.hpp"
 
 namespace shardbench {
@@ -21,6 +22,11 @@ bool is_moe_config(const ModelConfig& model);
 // std::invalid_argument naming the field for a configuration that is not an MoE model or whose
 // dimensions validate_moe_dims refuses.
 MoeDims moe_dims_from(const ModelConfig& model, int tp = 1);
+
+// The router's settings from the model section's moe_router_* and moe_aux_loss_coeff fields.
+// Throws std::invalid_argument naming moe_router_load_balancing_type for a type the model does
+// not build (global_aux_loss, sinkhorn).
+MoeRouterSettings moe_router_from(const ModelConfig& model);
 
 // The MoE part of --dryrun's output: the model, its parameter counts (total, active, per EP rank)
 // and the FLOPs of one step (global batch x sequence length) by moe_flops. Empty for a dense

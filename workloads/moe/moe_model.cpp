@@ -462,7 +462,23 @@ MoeRouting MoeModel::route(const at::Tensor& h, const at::Tensor& router_weight,
   }
   MoeRouting out;
   // Router GEMM in fp32 (moe_router_dtype fp32).
-  const at::Tensor logits = at::linear(h.to(at::kFloat), router_weight.to(at::kFloat));
+  at::Tensor logits = at::linear(h.to(at::kFloat), router_weight.to(at::kFloat));
+  if (router_.force_load_balancing) {
+    // Random logits forward, the real logits' gradient backward (straight-through). Each EP
+    // rank draws its own, as Megatron's per-rank generator does.
+    if (!balance_gen_.defined()) {
+      const uint64_t seed = 42 + static_cast<uint64_t>(ep_rank_);
+#ifdef SHARDBENCH_WITH_NCCL
+      if (logits.is_cuda()) {
+        balance_gen_ = at::make_generator<at::CUDAGeneratorImpl>(logits.get_device());
+        balance_gen_.set_current_seed(seed);
+      }
+#endif
+      if (!balance_gen_.defined()) balance_gen_ = at::make_generator<at::CPUGeneratorImpl>(seed);
+    }
+    const at::Tensor random = at::randn(logits.sizes(), balance_gen_, logits.options());
+    logits = logits + (random - logits).detach();
+  }
   std::tie(out.probs, out.routing_map) = select(logits, layer);
   out.tokens_before_drop = out.routing_map.sum(0);
   if (capacity_factor_) std::tie(out.probs, out.routing_map) = drop(out.probs, out.routing_map);

@@ -216,6 +216,7 @@ class MoeModel final : public TrainableModel {
   std::vector<at::Tensor> expert_bias_;  // fp32 [E] per MoE layer
   std::vector<at::Tensor> bias_counts_;  // fp32 [E] per MoE layer (mutated in forward)
   std::shared_ptr<ProcessGroup> bias_group_;
+  mutable at::Generator balance_gen_;  // force_load_balancing's random logits
   // Per forward, not configuration; forward_loss is const.
   mutable std::vector<MoeLayerStats> stats_;
 };

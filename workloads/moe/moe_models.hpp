@@ -31,6 +31,10 @@ struct MoeRouterSettings {
   double aux_loss_coeff = 0.0;     // moe_aux_loss_coeff
   double bias_update_rate = 1e-3;  // moe_router_bias_update_rate (with expert bias)
   bool router_fp32 = false;        // moe_router_dtype fp32 (false: unset)
+  // moe_router_force_load_balancing (benchmarks): the logits are replaced by random normals with a
+  // straight-through gradient, so that tokens spread evenly over the experts whatever the
+  // weights (Megatron's RandomSTE, moe_utils.py).
+  bool force_load_balancing = false;
 };
 
 struct MoeModelFacts {

@@ -171,14 +171,14 @@ void moe_bench_3b_perf(ConfigContainer& c) {
 std::vector<RecipeSpec> moe_recipes() {
   return {
       {"deepseek_v3", "deepseek", 64,
-       "DeepSeek-V3 671B MoE, 64-GPU GB300 FSDP row (EP 64; --dryrun only)", deepseek_v3_canonical,
+       "DeepSeek-V3 671B MoE, 64-GPU GB300 FSDP row (EP 64; MLA: --dryrun only)", deepseek_v3_canonical,
        deepseek_v3_perf},
-      {"qwen3_30b_a3b", "qwen", 16, "Qwen3-30B-A3B MoE, 16-GPU H100 bf16 row (EP 16; --dryrun only)",
+      {"qwen3_30b_a3b", "qwen", 16, "Qwen3-30B-A3B MoE, 16-GPU H100 bf16 row (EP 16; flex dispatcher: --dryrun, alltoall runs)",
        qwen3_30b_a3b_canonical, qwen3_30b_a3b_perf},
       {"qwen3_235b_a22b", "qwen", 256,
        "Qwen3-235B-A22B MoE, 256-GPU B200 bf16 row (PP 8, EP 8; --dryrun only)",
        qwen3_235b_a22b_canonical, qwen3_235b_a22b_perf},
-      {"moe_bench_3b", "moe", 1, "3.2B MoE one-GPU bench, 64 experts top-8 (--dryrun only)",
+      {"moe_bench_3b", "moe", 1, "3.2B MoE one-GPU bench, 64 experts top-8",
        moe_bench_3b_canonical, moe_bench_3b_perf},
   };
 }

@@ -1,0 +1,85 @@
+#include "harness/config/moe_rules.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "harness/config/field_checks.hpp"
+
+namespace shardbench {
+namespace {
+
+using nlohmann::json;
+
+std::string refusal(const Provenance& p, const std::string& key, const json& value,
+                    const std::string& problem, const std::string& accepted) {
+  const auto source = p.last_source(key);
+  return key + "=" + message_value(value) + (source ? " (from " + *source + ")" : "") + ": " +
+         problem + "; accepted: " + accepted;
+}
+
+}  // namespace
+
+std::optional<std::string> moe_run_refusal(const ConfigContainer& c, const Provenance& p) {
+  const ModelConfig& m = c.model;
+  if (!m.num_moe_experts.has_value()) {
+    if (m.qk_layernorm) {
+      return refusal(p, "model.qk_layernorm", true,
+                     "the Llama model has no QK-norm (the MoE model has, for Qwen3-MoE)", "false");
+    }
+    if (m.expert_model_parallel_size > 1) {
+      return refusal(p, "model.expert_model_parallel_size", m.expert_model_parallel_size,
+                     "a dense model (model.num_moe_experts=null) has no experts to split", "1");
+    }
+    return std::nullopt;
+  }
+  const std::string moe = "with a mixture of experts (model.num_moe_experts=" +
+                          std::to_string(*m.num_moe_experts) + "): ";
+  if (m.tensor_model_parallel_size > 1) {
+    return refusal(p, "model.tensor_model_parallel_size", m.tensor_model_parallel_size,
+                   moe + "the MoE model has no tensor parallelism", "1");
+  }
+  if (m.moe_token_dispatcher_type != "alltoall") {
+    return refusal(p, "model.moe_token_dispatcher_type", m.moe_token_dispatcher_type,
+                   moe + "the all-to-all dispatcher is the one implemented (Megatron-Bridge's "
+                         "flex dispatcher runs DeepEP or HybridEP kernels)",
+                   "alltoall");
+  }
+  if (m.recompute_granularity.has_value()) {
+    return refusal(p, "model.recompute_granularity", *m.recompute_granularity,
+                   moe + "activation recompute is implemented in the Llama model only", "null");
+  }
+  if (m.cpu_offloading) {
+    return refusal(p, "model.cpu_offloading", true,
+                   moe + "activation offload is implemented in the Llama model only", "false");
+  }
+  if (c.mixed_precision.fp8.has_value()) {
+    return refusal(p, "mixed_precision.fp8", *c.mixed_precision.fp8,
+                   moe + "FP8 linears are implemented in the Llama model only", "null");
+  }
+  if (c.ddp.fp8_param_gather) {
+    return refusal(p, "ddp.fp8_param_gather", true,
+                   moe + "the FP8 parameter all-gather is not implemented for expert groups",
+                   "false");
+  }
+  const ShardbenchConfig& s = c.shardbench;
+  if (s.linear_cross_entropy_chunk > 0) {
+    return refusal(p, "shardbench.linear_cross_entropy_chunk", s.linear_cross_entropy_chunk,
+                   moe + "the chunked linear cross-entropy is implemented in the Llama model only",
+                   "0");
+  }
+  if (s.recompute_fc1_layers > 0 || s.recompute_swiglu) {
+    const bool fc1 = s.recompute_fc1_layers > 0;
+    return refusal(p, fc1 ? "shardbench.recompute_fc1_layers" : "shardbench.recompute_swiglu",
+                   fc1 ? json(s.recompute_fc1_layers) : json(true),
+                   moe + "MLP recompute is implemented in the Llama model only",
+                   fc1 ? "0" : "false");
+  }
+  if (c.checkpoint.save.has_value() || c.checkpoint.load.has_value()) {
+    const bool save = c.checkpoint.save.has_value();
+    return refusal(p, save ? "checkpoint.save" : "checkpoint.load",
+                   save ? *c.checkpoint.save : *c.checkpoint.load,
+                   moe + "checkpoints do not hold the router's expert bias yet", "null");
+  }
+  return std::nullopt;
+}
+
+}  // namespace shardbench
