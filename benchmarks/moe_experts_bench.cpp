@@ -6,8 +6,9 @@
 // [h, F]) over `tokens` x top-k rows spread evenly over `experts` experts, as two grouped GEMMs;
 // BM_DenseSameFlops/<tokens>: the same rows through one fc1 and one fc2 matmul (what the grouped
 // GEMM is held to: at least 85% of its TFLOP/s). Counter TFLOPs: the GEMMs' FLOPs per second.
-// BM_MoeBlock/<path>: the moe_bench_3b layer's MoE block (hidden 2048, 64 experts of 768, top-8,
-// 4096 tokens), forward and backward; BM_MoeBlockExpertsOnly: its two grouped GEMMs with the
+// BM_MoeBlock/<flat>: the moe_bench_3b layer's MoE block (hidden 2048, 64 experts of 768, top-8,
+// 4096 tokens), forward and backward, its weights in separate tensors (0) or back to back in one
+// buffer as the engine places them (1); BM_MoeBlockExpertsOnly: its two grouped GEMMs with the
 // block's row counts, forward and backward. Their difference is the router, permute and
 // unpermute (the bar: at most 15% of the block).
 //
@@ -96,11 +97,26 @@ void BM_MoeBlock(benchmark::State& state) {
   d.num_layers = d.first_k_dense_replace + 1;
   const MoeSpec spec(d);
   const auto specs = spec.param_specs(1);
+  // As the engine holds them: leaves back to back in one flat buffer (state.range(0) = 1), or
+  // separate tensors (0), which the grouped GEMM must stack into a copy each forward.
+  const bool flat = state.range(0) == 1;
+  int64_t total = 0;
+  for (const auto& s : specs) total += s.numel();
+  const at::Tensor buffer = at::empty({flat ? total : 0}, kBf16);
   std::vector<at::Tensor> params;
+  int64_t offset = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
     at::Tensor p = at::empty(specs[i].shape, at::TensorOptions().dtype(at::kFloat));
     spec.init_param_part(specs[i], static_cast<int64_t>(i), 1, 1, 0, p);
-    params.push_back(p.to(kBf16).requires_grad_(true));
+    at::Tensor leaf = p.to(kBf16);
+    if (flat) {
+      at::Tensor view = at::empty({0}, kBf16);
+      view.set_(buffer.storage(), offset, specs[i].shape);
+      view.copy_(leaf);
+      leaf = view;
+      offset += specs[i].numel();
+    }
+    params.push_back(leaf.requires_grad_(true));
   }
   const MoeWeights w = bind_moe_weights(d, 1, 0, params);
   const int64_t layer = d.first_k_dense_replace;
@@ -112,7 +128,9 @@ void BM_MoeBlock(benchmark::State& state) {
         .sum()
         .backward();
   });
-  state.SetLabel(to_string(model.experts_path(at::kBFloat16)));
+  const bool view = experts_back_to_back(w.layers[static_cast<size_t>(layer)].moe.fc1);
+  state.SetLabel(std::string(to_string(model.experts_path(at::kBFloat16))) +
+                 (view ? ", weights viewed" : ", weights stacked"));
 }
 
 void BM_MoeBlockExpertsOnly(benchmark::State& state) {
@@ -142,7 +160,7 @@ BENCHMARK(BM_GroupedExperts)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DenseSameFlops)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_MoeBlock)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MoeBlock)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MoeBlockExpertsOnly)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -370,6 +370,59 @@ TEST(MoeBlock, GroupedMmMatchesTheLoop) {
   expect_block_matches(d, model, b, [](int64_t, int64_t) { return true; });
 }
 
+// Expert weights the engine placed back to back (leaves sharing one flat storage, as bind_leaves
+// makes them) go to the grouped GEMM as one view, not a stacked copy: the same outputs and
+// gradients, bit for bit, as the same values in separate tensors.
+TEST(MoeBlock, BackToBackExpertWeightsAreReadAsOneView) {
+  const MoeDims d = test_dims();
+  Block b = make_block(d, 23);
+  MoeRouterSettings s;
+  s.load_balancing = MoeLoadBalancing::kNone;
+  MoeModel model(d, s, at::kCPU);
+  model.force_experts_path(MoeExpertsPath::kGroupedMm);
+  // The same values as leaves of one flat buffer each for fc1 and fc2.
+  auto flat_leaves = [](const std::vector<at::Tensor>& w, int64_t gap) {
+    const int64_t n = w[0].numel();
+    at::Tensor flat = at::zeros({static_cast<int64_t>(w.size()) * (n + gap)}, w[0].options());
+    std::vector<at::Tensor> out;
+    for (size_t i = 0; i < w.size(); ++i) {
+      at::Tensor leaf = at::empty({0}, w[0].options());
+      leaf.set_(flat.storage(), static_cast<int64_t>(i) * (n + gap), w[i].sizes());
+      {
+        at::NoGradGuard no_grad;
+        leaf.copy_(w[i]);
+      }
+      out.push_back(leaf.requires_grad_(true));
+    }
+    return out;
+  };
+  EXPECT_FALSE(experts_back_to_back(b.w.fc1));  // separate tensors
+  EXPECT_FALSE(experts_back_to_back(flat_leaves(b.w.fc1, 8)));  // a gap between them
+  Block v = b;
+  v.w.fc1 = flat_leaves(b.w.fc1, 0);
+  v.w.fc2 = flat_leaves(b.w.fc2, 0);
+  v.h = b.h.detach().clone().requires_grad_(true);
+  ASSERT_TRUE(experts_back_to_back(v.w.fc1));
+  ASSERT_TRUE(experts_back_to_back(v.w.fc2));
+  at::Tensor stacked, viewed;
+  try {
+    stacked = model.moe_block(b.w, b.h, 1, 1.0);
+  } catch (const c10::Error& e) {
+    GTEST_SKIP() << "at::_grouped_mm on CPU: " << e.what_without_backtrace();
+  }
+  viewed = model.moe_block(v.w, v.h, 1, 1.0);
+  EXPECT_TRUE(at::equal(stacked, viewed));
+  const at::Tensor probe = randn(stacked.sizes().vec(), 24);
+  (stacked * probe).sum().backward();
+  (viewed * probe).sum().backward();
+  EXPECT_TRUE(at::equal(b.h.grad(), v.h.grad()));
+  for (size_t e = 0; e < b.w.fc1.size(); ++e) {
+    ASSERT_TRUE(v.w.fc1[e].grad().defined()) << e;
+    EXPECT_TRUE(at::equal(b.w.fc1[e].grad(), v.w.fc1[e].grad())) << "fc1 " << e;
+    EXPECT_TRUE(at::equal(b.w.fc2[e].grad(), v.w.fc2[e].grad())) << "fc2 " << e;
+  }
+}
+
 // ---- Token dropping --------------------------------------------------------------------------
 
 // The (token, expert) pairs each expert keeps: per expert its `capacity` highest-prob tokens

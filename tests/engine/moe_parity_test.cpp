@@ -48,6 +48,9 @@ struct MoeSetup {
   MoeDims dims = shardbench::dims();
   MoeRouterSettings router;
   std::optional<double> capacity_factor;
+  // The experts as grouped GEMMs (ATen's CPU fallback here) over the engine's buffers, whose
+  // back-to-back expert weights the model reads as one view.
+  bool grouped_mm = false;
 };
 
 MoeSetup aux_loss_setup() {
@@ -89,6 +92,7 @@ Trained train(const MoeSetup& setup, int world, int ep, int instances, EngineOpt
         MoeModel model(setup.dims, setup.router, at::kCPU);
         model.set_expert_parallel(pgs.ep, ep, ep_rank);
         model.set_token_dropping(setup.capacity_factor);
+        if (setup.grouped_mm) model.force_experts_path(MoeExpertsPath::kGroupedMm);
         // The bias counts sum over every data-parallel rank (the bias cases run without HSDP,
         // where `world` is the whole data-parallel group).
         if (setup.dims.router_expert_bias) model.set_expert_bias_group(pgs.world);
@@ -214,6 +218,17 @@ TEST(MoeParity, TokenDroppingTrainsLikeOneRank) {
   for (const Case& c : {kDdp, kOptimGradsParams, kFsdp2}) {
     SCOPED_TRACE(name_of(c));
     expect_like_reference(train(setup, 4, 2, 1, options_of(c)), ref);
+  }
+}
+
+TEST(MoeParity, GroupedGemmOverTheEnginesBuffersTrainsLikeOneRank) {
+  const MoeSetup loop = aux_loss_setup();
+  const Trained ref = train(loop, 1, 1, 1, EngineOptions{});
+  MoeSetup grouped = loop;
+  grouped.grouped_mm = true;
+  for (const Case& c : {kDdp, kOptimGradsParams, kFsdp2}) {
+    SCOPED_TRACE(name_of(c));
+    expect_like_reference(train(grouped, 4, 2, 1, options_of(c)), ref);
   }
 }
 

@@ -498,6 +498,52 @@ MoeRouting MoeModel::route(const at::Tensor& h, const at::Tensor& router_weight,
 
 // ---- Experts, dispatch and combine ------------------------------------------------------------
 
+namespace {
+
+// The local experts' weights as one [experts, rows, cols] view of the storage they share
+// (experts_back_to_back); backward hands each weight its slice of the gradient, as views too.
+// at::stack would copy every expert's weights each forward and keep the copy for backward.
+struct ExpertWeightsView : torch::autograd::Function<ExpertWeightsView> {
+  static at::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, at::TensorList weights) {
+    const at::Tensor& first = weights[0];
+    std::vector<int64_t> sizes{static_cast<int64_t>(weights.size())};
+    std::vector<int64_t> strides{first.numel()};
+    for (int64_t d = 0; d < first.dim(); ++d) {
+      sizes.push_back(first.size(d));
+      strides.push_back(first.stride(d));
+    }
+    return first.detach().as_strided(sizes, strides, first.storage_offset());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*ctx*/,
+                                                 torch::autograd::variable_list grads) {
+    return grads[0].unbind(0);
+  }
+};
+
+// The experts' weights stacked for at::_grouped_mm: a view where the engine placed them back to
+// back, a copy otherwise.
+at::Tensor stacked_experts(const std::vector<at::Tensor>& weights) {
+  // As a TensorList: a std::vector argument would not be seen as inputs that need gradients.
+  if (experts_back_to_back(weights)) return ExpertWeightsView::apply(at::TensorList(weights));
+  return at::stack(weights);
+}
+
+}  // namespace
+
+bool experts_back_to_back(const std::vector<at::Tensor>& weights) {
+  if (weights.empty()) return false;
+  const at::Tensor& first = weights[0];
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const at::Tensor& w = weights[i];
+    if (!w.defined() || !w.is_contiguous() || w.sizes() != first.sizes() ||
+        w.scalar_type() != first.scalar_type() || !w.storage().is_alias_of(first.storage()) ||
+        w.storage_offset() != first.storage_offset() + static_cast<int64_t>(i) * first.numel()) {
+      return false;
+    }
+  }
+  return true;
+}
+
 at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x,
                                    const at::Tensor& probs,
                                    const std::vector<int64_t>& rows_per_expert) const {
@@ -505,15 +551,15 @@ at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x
   const int64_t f = dims_.moe_ffn_hidden;
   if (experts_path(x.scalar_type()) == MoeExpertsPath::kGroupedMm && x.size(0) > 0) {
     // One grouped GEMM per linear over every local expert: x [R, h] x [e, h, 2F] with int32
-    // cumulative row ends. Stacking keeps every expert's weight in the graph.
+    // cumulative row ends. The stacked weights (a view or a copy) keep every expert in the graph.
     std::vector<int32_t> ends(rows_per_expert.size());
     int64_t end = 0;
     for (size_t i = 0; i < ends.size(); ++i)
       ends[i] = static_cast<int32_t>(end += rows_per_expert[i]);
     const at::Tensor offs = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(x.device());
-    const at::Tensor g = at::_grouped_mm(x.contiguous(), at::stack(w.fc1).transpose(1, 2), offs);
+    const at::Tensor g = at::_grouped_mm(x.contiguous(), stacked_experts(w.fc1).transpose(1, 2), offs);
     const at::Tensor act = weighted_swiglu(g, probs, f).contiguous();
-    return at::_grouped_mm(act, at::stack(w.fc2).transpose(1, 2), offs);
+    return at::_grouped_mm(act, stacked_experts(w.fc2).transpose(1, 2), offs);
   }
   // A matmul per expert, an expert without rows included (its weights get a zero gradient).
   const std::vector<at::Tensor> xs = x.split_with_sizes(rows_per_expert);

@@ -85,6 +85,11 @@ MoeWeights bind_moe_weights(const MoeDims& dims, int ep, int ep_rank,
 
 // moe_token_drop_policy: per expert keep the `capacity` tokens of highest probability, or the
 // first `capacity` tokens in token order.
+// Whether `weights` (one expert's matrix each) lie back to back in one storage, contiguous and
+// alike, as the engine's flat buffers place a unit's experts: the grouped GEMM then reads them as
+// one [experts, rows, cols] view instead of stacking a copy every forward.
+bool experts_back_to_back(const std::vector<at::Tensor>& weights);
+
 enum class MoeDropPolicy { kProbs, kPosition };
 
 // How the local experts compute: at::_grouped_mm over all local experts at once, or a loop of
