@@ -251,6 +251,46 @@ void record_moe(RunRecord& rec, const RunModel& model, const DataParallelEngine&
   rec.moe = std::move(r);
 }
 
+namespace {
+
+// Megatron FSDP over a mixture of experts (docs/moe.md, section 5): the refined model twice, once
+// for the dense groups (each layer's dense unit and the modules outside units) over the engine's
+// data-parallel group, once for this EP rank's expert units over the expert-data-parallel group.
+void predict_moe_memory(RunRecord& rec, const DataParallelEngine& engine, const MoeDims& dims) {
+  const ShardingSpec* row = find_strategy_row(rec.wrapper, rec.strategy, true);
+  if (row == nullptr) return;
+  const auto units = static_cast<size_t>(dims.num_layers);
+  std::vector<ParamGroup> dense(units), expert(units);
+  ParamGroup root;
+  root.fsdp_unit = false;
+  // Every EP rank holds as many experts: EP rank 0's parameters stand for any rank's.
+  for (const ParamSpec& s : moe_param_specs(dims, engine.ep(), 0)) {
+    if (s.layer < 0) {
+      root.numel += s.numel();
+    } else if (s.reduce_group == ReduceGroup::kExpertDataParallel) {
+      expert[static_cast<size_t>(s.layer)].numel += s.numel();
+    } else {
+      dense[static_cast<size_t>(s.layer)].numel += s.numel();
+    }
+  }
+  dense.push_back(root);
+  expert.erase(std::remove_if(expert.begin(), expert.end(),
+                              [](const ParamGroup& g) { return g.numel == 0; }),
+               expert.end());
+  const int outer = engine.shards_across_instances() ? engine.instances() : 1;
+  const StaticMemoryBytes d =
+      fsdp_static_memory(dense, engine.dp(), row->memory, *rec.dtype_policy, outer).resident;
+  const StaticMemoryBytes e =
+      fsdp_static_memory(expert, engine.expert_dp(), row->memory, *rec.dtype_policy, outer)
+          .resident;
+  rec.predicted_memory = StaticMemoryBytes{
+      d.model_weight_bytes + e.model_weight_bytes, d.main_weight_bytes + e.main_weight_bytes,
+      d.main_grad_bytes + e.main_grad_bytes, d.optimizer_state_bytes + e.optimizer_state_bytes};
+  rec.memory.predicted_static_bytes = rec.predicted_memory->total_bytes();
+}
+
+}  // namespace
+
 // The engine's measured static buffers and, for Megatron FSDP, the model's prediction of them.
 void record_memory(RunRecord& rec, const DataParallelEngine& engine,
                    const EngineOptions& options, const RunModel& model,
@@ -268,8 +308,12 @@ void record_memory(RunRecord& rec, const DataParallelEngine& engine,
   // head) whole on every rank. The refined model over the engine's own groups has that term,
   // which the ZeRO paper model lacks (harness/measure/zero_model.hpp, docs/megatron-fsdp.md), so
   // the report's prediction and the measured buffers agree for every strategy.
-  // The prediction models Llama's parameter groups.
-  if (options.wrapper != Wrapper::kMegatronFsdp || !rec.dtype_policy || !model.llama_dims) return;
+  if (options.wrapper != Wrapper::kMegatronFsdp || !rec.dtype_policy) return;
+  if (model.moe_dims) {
+    predict_moe_memory(rec, engine, *model.moe_dims);
+    return;
+  }
+  if (!model.llama_dims) return;
   const LlamaDims& dims = *model.llama_dims;
   if (const ShardingSpec* row = find_strategy_row(rec.wrapper, rec.strategy, true)) {
     const MemoryStrategy strategy = row->memory;

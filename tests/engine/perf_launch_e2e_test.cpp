@@ -570,6 +570,15 @@ TEST(PerfLaunchMoe, ExpertParallelFsdpAndItsDdpBaselineTrainAndReportTheRouting)
     EXPECT_GE(moe["layers"][0]["expert_load_max_over_mean"].get<double>(), 1.0);
     EXPECT_GT(moe["layers"][0]["dispatch_bytes_per_step"].get<int64_t>(), 0);
     EXPECT_TRUE(moe["layers"][0]["aux_loss"].is_number());
+    // Megatron FSDP's prediction of the static buffers, dense groups over DP and expert groups
+    // over expert DP, next to every rank's measured buffers (padding apart).
+    if (run["identity"]["wrapper"] == "megatron_fsdp") {
+      const double predicted = run["memory"]["engine_predicted_static_bytes"].get<double>();
+      for (const auto& rank : run["memory"]["per_rank"]) {
+        EXPECT_NEAR(rank["static_total_bytes"].get<double>(), predicted, 0.05 * predicted)
+            << rank.dump();
+      }
+    }
   }
   EXPECT_EQ(j["comparison"]["loss_parity"]["verdict"], "ok") << j["comparison"].dump();
 }
