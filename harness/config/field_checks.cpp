@@ -289,7 +289,7 @@ void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckCo
            "a fusion, and shardbench.fused_kernels=false turns every fusion off",
            "0 with shardbench.fused_kernels=false");
   }
-  if (c.mixed_precision.fp8 && c.shardbench.compute_dtype != "bf16") {
+  if (c.mixed_precision.fp8 && compute_dtype_of(c.shardbench) != ComputeDtype::kBf16) {
     // Same words as the engine's refusal (run_build.cpp), now before any worker starts.
     throw UsageError("shardbench.compute_dtype=" + c.shardbench.compute_dtype +
                      " cannot run FP8 compute; accepted: bf16 with mixed_precision.fp8 (FP8 GEMMs "

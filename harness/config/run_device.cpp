@@ -18,6 +18,13 @@ BackendChoice backend_choice(const ShardbenchConfig& s) {
   throw std::invalid_argument("shardbench.backend=" + s.backend + ": accepted: auto, nccl, gloo");
 }
 
+ComputeDtype compute_dtype_of(const ShardbenchConfig& s) {
+  if (s.compute_dtype == "bf16") return ComputeDtype::kBf16;
+  if (s.compute_dtype == "fp32") return ComputeDtype::kFp32;
+  throw std::invalid_argument("shardbench.compute_dtype=" + s.compute_dtype +
+                              ": accepted: bf16, fp32");
+}
+
 std::string run_backend_of(const ShardbenchConfig& s) {
   switch (backend_choice(s)) {
     case BackendChoice::kGloo:

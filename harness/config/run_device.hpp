@@ -13,11 +13,15 @@ namespace shardbench {
 
 enum class DeviceChoice { kAuto, kCpu, kCuda };
 enum class BackendChoice { kAuto, kGloo, kNccl };
+// shardbench.compute_dtype (domain bf16|fp32): the dtype of the compute weights and activations.
+enum class ComputeDtype { kBf16, kFp32 };
 
 // Throw std::invalid_argument naming the field for a value outside its domain (which the field
 // checks refuse first).
 DeviceChoice device_choice(const ShardbenchConfig& s);
 BackendChoice backend_choice(const ShardbenchConfig& s);
+ComputeDtype compute_dtype_of(const ShardbenchConfig& s);
+inline int compute_dtype_bytes(ComputeDtype d) { return d == ComputeDtype::kFp32 ? 4 : 2; }
 
 inline bool is_cpu_run(const ShardbenchConfig& s) { return device_choice(s) == DeviceChoice::kCpu; }
 // The same where perf-launch's -g/--gpu is at hand too: -g cpu is a CPU run also in a

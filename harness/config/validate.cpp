@@ -427,7 +427,7 @@ void precision_aware_optimizer_rules(const ConfigContainer& c) {
   // The optimizer reads the reduced grads in their buffer's dtype: bf16 only when the compute
   // dtype is bf16 and the reduction is not in fp32.
   if (opt.main_grads_dtype == "bf16" &&
-      (c.shardbench.compute_dtype != "bf16" || c.ddp.grad_reduce_in_fp32)) {
+      (compute_dtype_of(c.shardbench) != ComputeDtype::kBf16 || c.ddp.grad_reduce_in_fp32)) {
     fail(
         "optimizer.main_grads_dtype=bf16: accepted: fp32 with ddp.grad_reduce_in_fp32=true or "
         "shardbench.compute_dtype=fp32");

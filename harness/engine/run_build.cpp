@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "harness/config/field_registry.hpp"
+#include "harness/config/run_device.hpp"
 #include "harness/config/validate.hpp"
 #include "harness/config/wrappers.hpp"
 #include "harness/engine/checkpoint_run.hpp"
@@ -210,13 +211,8 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   }
   // 128 elements: 256-byte aligned bf16 parameter starts for the GPU kernels.
   o.align_elems = ctx.device.is_cuda() ? 128 : 1;
-  if (c.shardbench.compute_dtype == "fp32") {
-    o.compute_dtype = at::kFloat;
-  } else if (c.shardbench.compute_dtype == "bf16") {
-    o.compute_dtype = at::kBFloat16;
-  } else {
-    reject(true, "shardbench.compute_dtype", c.shardbench.compute_dtype, "bf16, fp32");
-  }
+  o.compute_dtype =
+      compute_dtype_of(c.shardbench) == ComputeDtype::kFp32 ? at::kFloat : at::kBFloat16;
   o.device = ctx.device;
   o.seed = static_cast<uint64_t>(c.rng.seed);
   o.clip_grad = c.optimizer.clip_grad;

@@ -27,7 +27,7 @@ CpuScheduling cpu_scheduling_of(const ConfigContainer& config) {
 }
 
 void check_cpu_scheduling(const ConfigContainer& config, const std::string& gpu,
-                          const std::string& launcher, int local_ranks,
+                          Launcher launcher, int local_ranks,
                           const std::vector<int>& usable_cpus, bool realtime_allowed) {
   const std::string& mode = config.shardbench.cpu_scheduling;
   if (mode != "default" && mode != "pinned" && mode != "realtime") {
@@ -41,12 +41,13 @@ void check_cpu_scheduling(const ConfigContainer& config, const std::string& gpu,
     reject(mode, "applies to CPU runs only (-g cpu or shardbench.device=cpu)",
            "default on GPU runs");
   }
-  if (launcher != "none" && launcher != "perf-launch") {
+  if (launcher != Launcher::kNone && launcher != Launcher::kPerfLaunch) {
     reject(mode, "needs perf-launch's local executor, which places the ranks itself",
-           "default under " + launcher + " (bind ranks with its own options)");
+           std::string("default under ") + launcher_name(launcher) +
+               " (bind ranks with its own options)");
   }
   // A worker perf-launch started runs on the cores and policy its launcher checked and set.
-  if (launcher == "perf-launch") return;
+  if (launcher == Launcher::kPerfLaunch) return;
   if (static_cast<int>(usable_cpus.size()) < local_ranks) {
     reject(mode,
            "needs a core per rank: " + std::to_string(local_ranks) + " ranks, " +

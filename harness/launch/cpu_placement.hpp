@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "harness/config/config.hpp"
+#include "harness/launch/launch_env.hpp"
 
 namespace shardbench {
 
@@ -37,7 +38,7 @@ CpuScheduling cpu_scheduling_of(const ConfigContainer& config);
 // `realtime_allowed` (this process may set SCHED_RR: CAP_SYS_NICE or RLIMIT_RTPRIO >= 1). The
 // last two are the launcher's to check: a worker of perf-launch's ("perf-launch") skips them.
 void check_cpu_scheduling(const ConfigContainer& config, const std::string& gpu,
-                          const std::string& launcher, int local_ranks,
+                          Launcher launcher, int local_ranks,
                           const std::vector<int>& usable_cpus, bool realtime_allowed);
 
 // The cores this process may run on (sched_getaffinity), ascending.

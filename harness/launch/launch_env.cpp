@@ -81,7 +81,7 @@ std::string below(const char* name, long long bound) {
 }
 
 // RANK, WORLD_SIZE, ... as torchrun sets them; perf-launch sets the same names for its workers.
-LaunchEnv read_torchrun_style(const EnvReader& in, const std::string& launcher) {
+LaunchEnv read_torchrun_style(const EnvReader& in, Launcher launcher) {
   LaunchEnv out;
   out.is_worker = true;
   out.launcher = launcher;
@@ -100,7 +100,7 @@ LaunchEnv read_torchrun_style(const EnvReader& in, const std::string& launcher) 
 }
 
 LaunchEnv read_perf_launch(const EnvReader& in) {
-  LaunchEnv out = read_torchrun_style(in, std::string(kPerfLaunchName));
+  LaunchEnv out = read_torchrun_style(in, Launcher::kPerfLaunch);
   out.heartbeat_fd = static_cast<int>(
       in.optional_int(kHeartbeatFdVar, -1, 0, kIntMax, "a file descriptor number >= 0"));
   return out;
@@ -109,7 +109,7 @@ LaunchEnv read_perf_launch(const EnvReader& in) {
 LaunchEnv read_slurm(const EnvReader& in) {
   LaunchEnv out;
   out.is_worker = true;
-  out.launcher = "slurm";
+  out.launcher = Launcher::kSlurm;
   const std::string ntasks_var = in.get("SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_NPROCS";
   out.world_size = static_cast<int>(in.require_int(ntasks_var, 1, kIntMax, "an integer >= 1"));
   out.rank = static_cast<int>(in.require_int("SLURM_PROCID", 0, out.world_size - 1,
@@ -194,14 +194,12 @@ LaunchEnv detect_launch_env(const std::map<std::string, std::string>& env) {
     return read_perf_launch(in);
   }
   for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"}) {
-    if (env.count(name)) return read_torchrun_style(EnvReader(env, "torchrun"), "torchrun");
+    if (env.count(name)) return read_torchrun_style(EnvReader(env, "torchrun"), Launcher::kTorchrun);
   }
   if (env.count("SLURM_PROCID") && !is_slurm_batch_step(env)) {
     return read_slurm(EnvReader(env, "slurm"));
   }
-  LaunchEnv none;
-  none.launcher = "none";
-  return none;
+  return LaunchEnv{};  // launcher kNone
 }
 
 std::map<std::string, std::string> process_environment() {
@@ -216,5 +214,19 @@ std::map<std::string, std::string> process_environment() {
 }
 
 LaunchEnv detect_launch_env() { return detect_launch_env(process_environment()); }
+
+const char* launcher_name(Launcher launcher) {
+  switch (launcher) {
+    case Launcher::kPerfLaunch:
+      return "perf-launch";
+    case Launcher::kTorchrun:
+      return "torchrun";
+    case Launcher::kSlurm:
+      return "slurm";
+    case Launcher::kNone:
+      break;
+  }
+  return "none";
+}
 
 }  // namespace shardbench

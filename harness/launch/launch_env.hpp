@@ -8,9 +8,14 @@
 
 namespace shardbench {
 
+// Who started this process: perf-launch's local executor, torchrun, Slurm's srun, or nobody.
+enum class Launcher { kNone, kPerfLaunch, kTorchrun, kSlurm };
+// "none", "perf-launch", "torchrun", "slurm": for messages.
+const char* launcher_name(Launcher launcher);
+
 struct LaunchEnv {
   bool is_worker = false;  // true when this process is one rank of a launched job
-  std::string launcher;    // "perf-launch", "torchrun", "slurm", or "none"
+  Launcher launcher = Launcher::kNone;
   int rank = 0, world_size = 1, local_rank = 0, local_world_size = 1, node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;

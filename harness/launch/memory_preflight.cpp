@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "harness/config/run_device.hpp"
 #include "harness/config/wrappers.hpp"
 #include "harness/measure/flops.hpp"
 #include "harness/measure/zero_model.hpp"
@@ -28,7 +29,7 @@ int64_t activation_bytes(const ConfigContainer& c, const DecoderDims& dims, int 
     bytes -= static_cast<double>(layers) *
              (megatron_layer_activation_bytes(dims, seq, mb, tp) - kept_input);
   }
-  bytes *= static_cast<double>(dtype_bytes(c.shardbench.compute_dtype)) / 2.0;
+  bytes *= static_cast<double>(compute_dtype_bytes(compute_dtype_of(c.shardbench))) / 2.0;
   return static_cast<int64_t>(std::max(0.0, bytes));
 }
 
@@ -41,9 +42,9 @@ RankMemoryEstimate estimate_one(const PlannedRun& run, int world_size) {
   const int dp = static_cast<int>(std::max<int64_t>(1, world_size / model_parallel));
   const DecoderDims dims = decoder_dims_of(c.model, tp);
 
-  const std::string compute = c.shardbench.compute_dtype;
+  const bool fp32 = compute_dtype_of(c.shardbench) == ComputeDtype::kFp32;
   DtypePolicy policy =
-      DtypePolicy::for_compute_dtype(compute, c.ddp.grad_reduce_in_fp32 || compute == "fp32")
+      DtypePolicy::for_compute_dtype(c.shardbench.compute_dtype, c.ddp.grad_reduce_in_fp32 || fp32)
           .value_or(DtypePolicy{});
   // The moments as the precision-aware optimizer keeps them (run_records.cpp does the same).
   policy.optimizer_state_bytes =

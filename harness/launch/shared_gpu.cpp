@@ -14,7 +14,7 @@ namespace {
 }  // namespace
 
 void check_ranks_per_gpu(const ConfigContainer& config, int world_size, const std::string& gpu,
-                         const std::string& launcher) {
+                         Launcher launcher) {
   const int64_t n = config.shardbench.ranks_per_gpu;
   if (n < 1) reject(n, "an integer >= 1 (1: one rank per GPU)");
   if (n == 1) return;
@@ -29,8 +29,8 @@ void check_ranks_per_gpu(const ConfigContainer& config, int world_size, const st
     reject(n,
            "1 with shardbench.backend=gloo: shared GPUs are an NCCL mode (backend auto or nccl)");
   }
-  if (launcher != "none" && launcher != "perf-launch") {
-    reject(n, "1 under " + launcher +
+  if (launcher != Launcher::kNone && launcher != Launcher::kPerfLaunch) {
+    reject(n, std::string("1 under ") + launcher_name(launcher) +
                   ", which places ranks on GPUs itself; perf-launch's local executor starts "
                   "shared-GPU ranks");
   }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "harness/config/config.hpp"
+#include "harness/launch/launch_env.hpp"
 
 namespace shardbench {
 
@@ -15,7 +16,7 @@ namespace shardbench {
 // shardbench.device=cpu or shardbench.backend=gloo), and perf-launch starts the ranks itself
 // (`launcher` "none" or "perf-launch": torchrun and srun place ranks on GPUs themselves).
 void check_ranks_per_gpu(const ConfigContainer& config, int world_size, const std::string& gpu,
-                         const std::string& launcher);
+                         Launcher launcher);
 
 // The console line that says a run's timings are not performance numbers; empty when
 // ranks_per_gpu is 1.

@@ -69,15 +69,16 @@ int main(int argc, char** argv) {
       throw UsageError(bad_golden.what());
     }
     const ConfigContainer& config = resolved.config;
-    check_ranks_per_gpu(config, resolved.world_size, resolved.args.gpu, slurm ? "slurm" : "none");
-    const auto check_scheduling = [&](const std::string& launcher) {
+    check_ranks_per_gpu(config, resolved.world_size, resolved.args.gpu,
+                        slurm ? Launcher::kSlurm : Launcher::kNone);
+    const auto check_scheduling = [&](Launcher launcher) {
       check_cpu_scheduling(config, resolved.args.gpu, launcher, resolved.world_size, usable_cpus(),
-                           launcher != "perf-launch" &&
+                           launcher != Launcher::kPerfLaunch &&
                                config.shardbench.cpu_scheduling == "realtime" &&
                                realtime_scheduling_allowed());
     };
     if (resolved.args.dryrun) {
-      check_scheduling(slurm ? "slurm" : "none");
+      check_scheduling(slurm ? Launcher::kSlurm : Launcher::kNone);
       std::cout << (slurm ? slurm_dryrun_text(resolved, words) : dryrun_text(resolved))
                 << moe_dryrun_text(resolved) << preflight_dryrun_text(resolved, probe_host(false));
       return 0;
@@ -89,17 +90,17 @@ int main(int argc, char** argv) {
       throw UsageError(bad_env.what());
     }
     check_ranks_per_gpu(config, resolved.world_size, resolved.args.gpu, env.launcher);
-    check_scheduling(slurm ? "slurm" : env.launcher);
+    check_scheduling(slurm ? Launcher::kSlurm : env.launcher);
     // A drill that can never fire would let a fail-fast test pass without testing anything.
     check_fault_env(resolved.world_size, config.train.train_iters);
     if (env.is_worker) {
       // perf-launch's own workers were probed by their launcher; torchrun and srun ranks were not.
       // Each node's first rank checks the node, as perf-launch does before starting workers;
       // torchrun and srun (--kill-on-bad-exit) then end the node's other ranks.
-      if (env.launcher != "perf-launch" && env.local_rank == 0) {
+      if (env.launcher != Launcher::kPerfLaunch && env.local_rank == 0) {
         preflight_this_node(resolved, env.local_world_size);
       }
-      if (env.launcher != "perf-launch" && env.rank == 0) probe_outputs(config);
+      if (env.launcher != Launcher::kPerfLaunch && env.rank == 0) probe_outputs(config);
       std::filesystem::path report;
       const int rc = run_worker(resolved, env, &report);
       return golden_gate_after_run(resolved.args, env.rank, rc, report, std::cout, std::cerr);

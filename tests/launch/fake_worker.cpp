@@ -40,7 +40,7 @@ void write_report(const std::string& dir, const shardbench::LaunchEnv& env) {
   const std::string path = dir + "/rank" + std::to_string(env.rank) + ".txt";
   {
     std::ofstream out(path + ".tmp");
-    out << "launcher=" << env.launcher << "\n"
+    out << "launcher=" << launcher_name(env.launcher) << "\n"
         << "is_worker=" << env.is_worker << "\n"
         << "rank=" << env.rank << "\n"
         << "world_size=" << env.world_size << "\n"

@@ -85,7 +85,7 @@ ConfigContainer cpu_config(const std::string& mode) {
   return c;
 }
 
-std::string refusal(const ConfigContainer& c, const std::string& gpu, const std::string& launcher,
+std::string refusal(const ConfigContainer& c, const std::string& gpu, Launcher launcher,
                     int ranks, const std::vector<int>& usable, bool realtime_allowed) {
   try {
     check_cpu_scheduling(c, gpu, launcher, ranks, usable, realtime_allowed);
@@ -96,30 +96,30 @@ std::string refusal(const ConfigContainer& c, const std::string& gpu, const std:
 }
 
 TEST(CpuScheduling, ConfigCheckNamesFieldValueAndAccepted) {
-  EXPECT_EQ(refusal(cpu_config("default"), "h200", "torchrun", 8, {0}, false), "");
-  EXPECT_EQ(refusal(cpu_config("pinned"), "cpu", "none", 2, {0, 1}, false), "");
-  EXPECT_EQ(refusal(cpu_config("realtime"), "cpu", "none", 2, {0, 1}, true), "");
+  EXPECT_EQ(refusal(cpu_config("default"), "h200", Launcher::kTorchrun, 8, {0}, false), "");
+  EXPECT_EQ(refusal(cpu_config("pinned"), "cpu", Launcher::kNone, 2, {0, 1}, false), "");
+  EXPECT_EQ(refusal(cpu_config("realtime"), "cpu", Launcher::kNone, 2, {0, 1}, true), "");
   ConfigContainer device_cpu = cpu_config("pinned");
   device_cpu.shardbench.device = "cpu";
-  EXPECT_EQ(refusal(device_cpu, "h200", "none", 2, {0, 1}, false), "");
-  EXPECT_EQ(refusal(cpu_config("bogus"), "cpu", "none", 2, {0, 1}, true),
+  EXPECT_EQ(refusal(device_cpu, "h200", Launcher::kNone, 2, {0, 1}, false), "");
+  EXPECT_EQ(refusal(cpu_config("bogus"), "cpu", Launcher::kNone, 2, {0, 1}, true),
             "shardbench.cpu_scheduling=bogus is not a scheduling mode; accepted: default, "
             "pinned, realtime");
-  EXPECT_TRUE(HasSubstr(refusal(cpu_config("pinned"), "h200", "none", 2, {0, 1}, true),
+  EXPECT_TRUE(HasSubstr(refusal(cpu_config("pinned"), "h200", Launcher::kNone, 2, {0, 1}, true),
                         "shardbench.cpu_scheduling=pinned applies to CPU runs only"));
-  EXPECT_TRUE(HasSubstr(refusal(cpu_config("pinned"), "cpu", "torchrun", 2, {0, 1}, true),
+  EXPECT_TRUE(HasSubstr(refusal(cpu_config("pinned"), "cpu", Launcher::kTorchrun, 2, {0, 1}, true),
                         "accepted: default under torchrun"));
-  EXPECT_TRUE(HasSubstr(refusal(cpu_config("realtime"), "cpu", "slurm", 2, {0, 1}, true),
+  EXPECT_TRUE(HasSubstr(refusal(cpu_config("realtime"), "cpu", Launcher::kSlurm, 2, {0, 1}, true),
                         "accepted: default under slurm"));
-  EXPECT_EQ(refusal(cpu_config("pinned"), "cpu", "none", 4, {0, 1}, true),
+  EXPECT_EQ(refusal(cpu_config("pinned"), "cpu", Launcher::kNone, 4, {0, 1}, true),
             "shardbench.cpu_scheduling=pinned needs a core per rank: 4 ranks, 2 usable core(s) "
             "(0-1); accepted: default, or -ng <= 2");
-  EXPECT_EQ(refusal(cpu_config("realtime"), "cpu", "none", 2, {0, 1}, false),
+  EXPECT_EQ(refusal(cpu_config("realtime"), "cpu", Launcher::kNone, 2, {0, 1}, false),
             "shardbench.cpu_scheduling=realtime needs permission to set SCHED_RR "
             "(CAP_SYS_NICE, or `ulimit -r` >= 1), which this process lacks; accepted: default, "
             "pinned");
   // A worker perf-launch started checks neither (it runs on one slice, under the policy).
-  EXPECT_EQ(refusal(cpu_config("realtime"), "cpu", "perf-launch", 2, {1}, false), "");
+  EXPECT_EQ(refusal(cpu_config("realtime"), "cpu", Launcher::kPerfLaunch, 2, {1}, false), "");
 }
 
 // Spawns /bin/sh through spawn_worker (the launcher's fork + exec) with `placement` and returns

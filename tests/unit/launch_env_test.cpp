@@ -42,7 +42,7 @@ Env slurm_env() {
 TEST(LaunchEnvTest, PlainShellIsNotAWorker) {
   const LaunchEnv env = detect_launch_env(Env{{"HOME", "/root"}, {"PATH", "/bin"}});
   EXPECT_FALSE(env.is_worker);
-  EXPECT_EQ(env.launcher, "none");
+  EXPECT_EQ(env.launcher, Launcher::kNone);
   EXPECT_EQ(env.rank, 0);
   EXPECT_EQ(env.world_size, 1);
   EXPECT_EQ(env.heartbeat_fd, -1);
@@ -56,7 +56,7 @@ TEST(LaunchEnvTest, PerfLaunchWorker) {
   vars["SLURM_PROCID"] = "0";  // perf-launch started inside an sbatch script
   const LaunchEnv env = detect_launch_env(vars);
   EXPECT_TRUE(env.is_worker);
-  EXPECT_EQ(env.launcher, "perf-launch");
+  EXPECT_EQ(env.launcher, Launcher::kPerfLaunch);
   EXPECT_EQ(env.rank, 5);
   EXPECT_EQ(env.world_size, 8);
   EXPECT_EQ(env.local_rank, 1);
@@ -84,7 +84,7 @@ TEST(LaunchEnvTest, TorchrunWorkerWinsOverSlurmVariables) {
   vars.merge(slurm_env());  // torchrun inside an sbatch allocation
   const LaunchEnv env = detect_launch_env(vars);
   EXPECT_TRUE(env.is_worker);
-  EXPECT_EQ(env.launcher, "torchrun");
+  EXPECT_EQ(env.launcher, Launcher::kTorchrun);
   EXPECT_EQ(env.rank, 5);
   EXPECT_EQ(env.local_rank, 1);
   EXPECT_EQ(env.node_rank, 1);
@@ -138,7 +138,7 @@ TEST(LaunchEnvTest, TorchrunBadValuesNameVariableValueAndAccepted) {
 TEST(LaunchEnvTest, SlurmTaskFromTasksPerNode) {
   const LaunchEnv env = detect_launch_env(slurm_env());
   EXPECT_TRUE(env.is_worker);
-  EXPECT_EQ(env.launcher, "slurm");
+  EXPECT_EQ(env.launcher, Launcher::kSlurm);
   EXPECT_EQ(env.rank, 6);
   EXPECT_EQ(env.world_size, 8);
   EXPECT_EQ(env.local_rank, 2);

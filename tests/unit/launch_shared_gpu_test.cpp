@@ -93,7 +93,7 @@ ConfigContainer gpu_config(int64_t ranks_per_gpu) {
 }
 
 std::string refusal(const ConfigContainer& c, int world, const std::string& gpu,
-                    const std::string& launcher) {
+                    Launcher launcher) {
   try {
     check_ranks_per_gpu(c, world, gpu, launcher);
   } catch (const UsageError& e) {
@@ -103,18 +103,18 @@ std::string refusal(const ConfigContainer& c, int world, const std::string& gpu,
 }
 
 TEST(LaunchSharedGpu, ConfigCheckNamesFieldValueAndAccepted) {
-  EXPECT_EQ(refusal(gpu_config(1), 3, "cpu", "torchrun"), "");
-  EXPECT_EQ(refusal(gpu_config(4), 4, "h200", "none"), "");
-  EXPECT_EQ(refusal(gpu_config(2), 4, "h200", "perf-launch"), "");
-  EXPECT_TRUE(HasSubstr(refusal(gpu_config(0), 4, "h200", "none"),
+  EXPECT_EQ(refusal(gpu_config(1), 3, "cpu", Launcher::kTorchrun), "");
+  EXPECT_EQ(refusal(gpu_config(4), 4, "h200", Launcher::kNone), "");
+  EXPECT_EQ(refusal(gpu_config(2), 4, "h200", Launcher::kPerfLaunch), "");
+  EXPECT_TRUE(HasSubstr(refusal(gpu_config(0), 4, "h200", Launcher::kNone),
                         "shardbench.ranks_per_gpu=0 is invalid; accepted: an integer >= 1"));
-  EXPECT_TRUE(HasSubstr(refusal(gpu_config(3), 4, "h200", "none"), "a divisor of the world size"));
-  EXPECT_TRUE(HasSubstr(refusal(gpu_config(2), 2, "cpu", "none"), "1 on CPU"));
+  EXPECT_TRUE(HasSubstr(refusal(gpu_config(3), 4, "h200", Launcher::kNone), "a divisor of the world size"));
+  EXPECT_TRUE(HasSubstr(refusal(gpu_config(2), 2, "cpu", Launcher::kNone), "1 on CPU"));
   ConfigContainer gloo = gpu_config(2);
   gloo.shardbench.backend = "gloo";
-  EXPECT_TRUE(HasSubstr(refusal(gloo, 2, "h200", "none"), "NCCL mode"));
-  EXPECT_TRUE(HasSubstr(refusal(gpu_config(2), 2, "h200", "torchrun"), "under torchrun"));
-  EXPECT_TRUE(HasSubstr(refusal(gpu_config(2), 2, "h200", "slurm"), "under slurm"));
+  EXPECT_TRUE(HasSubstr(refusal(gloo, 2, "h200", Launcher::kNone), "NCCL mode"));
+  EXPECT_TRUE(HasSubstr(refusal(gpu_config(2), 2, "h200", Launcher::kTorchrun), "under torchrun"));
+  EXPECT_TRUE(HasSubstr(refusal(gpu_config(2), 2, "h200", Launcher::kSlurm), "under slurm"));
 }
 
 TEST(LaunchSharedGpu, ConsoleNoticeSaysTimingsAreNotPerformance) {

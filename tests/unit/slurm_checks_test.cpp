@@ -223,7 +223,7 @@ Env batch_step_env() {
 TEST(SlurmLaunchEnv, BatchStepIsNotARank) {
   const LaunchEnv env = detect_launch_env(batch_step_env());
   EXPECT_FALSE(env.is_worker);
-  EXPECT_EQ(env.launcher, "none");
+  EXPECT_EQ(env.launcher, Launcher::kNone);
 }
 
 TEST(SlurmLaunchEnv, SrunTaskInsideTheBatchScriptIsARank) {
@@ -236,7 +236,7 @@ TEST(SlurmLaunchEnv, SrunTaskInsideTheBatchScriptIsARank) {
   vars["MASTER_PORT"] = "20017";
   const LaunchEnv env = detect_launch_env(vars);
   EXPECT_TRUE(env.is_worker);
-  EXPECT_EQ(env.launcher, "slurm");
+  EXPECT_EQ(env.launcher, Launcher::kSlurm);
   EXPECT_EQ(env.rank, 11);
   EXPECT_EQ(env.world_size, 16);
   EXPECT_EQ(env.local_rank, 3);
