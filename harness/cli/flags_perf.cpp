@@ -58,8 +58,11 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
        "profiling.nsys_trace", false, str_list(&LaunchArgs::nsys_trace), H},
       {"", "--nsys_extra_args", "Performance", K::kValue, "CSV", "None", "Extra nsys arguments",
        false, not_supported(kNsysLaunch), NI},
-      {"", "--use_tokendrop", "Performance", K::kValue, "BOOL", "None", "MoE token drop", false,
-       not_supported("DeepSeek only; the Llama recipes are dense"), NI},
+      {"", "--use_tokendrop", "Performance", K::kValue, "BOOL", "None",
+       "MoE token drop: true sets model.moe_expert_capacity_factor=1.0, "
+       "moe_pad_expert_input_to_capacity=true and moe_router_force_load_balancing=false; false "
+       "the dropless, forced-balance settings",
+       false, boolean(&LaunchArgs::use_tokendrop), H},
       {"", "--use_megatron_fsdp", "Performance", K::kValue, "BOOL", "None",
        "Use Megatron FSDP (applies the megatron_fsdp override set)", false,
        boolean(&LaunchArgs::use_megatron_fsdp), H},

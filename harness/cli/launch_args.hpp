@@ -83,6 +83,7 @@ struct LaunchArgs {
   std::optional<std::vector<int64_t>> profiling_ranks;
   std::optional<std::vector<std::string>> nsys_trace;
   std::optional<bool> use_megatron_fsdp;
+  std::optional<bool> use_tokendrop;  // MoE token dropping (Megatron-Bridge's set_user_overrides)
   std::optional<bool> nccl_ub;
   std::optional<std::string> cuda_graph_impl;
   std::optional<std::vector<std::string>> cuda_graph_scope;

@@ -113,6 +113,12 @@ using StringMap = std::map<std::string, std::string>;
     "Backend of the flex dispatcher")                                                            \
   X(bool, moe_grouped_gemm, false, "Routed experts as grouped GEMMs")                            \
   X(bool, moe_permute_fusion, false, "Fused token permute and unpermute")                        \
+  X(OptDouble, moe_expert_capacity_factor, std::nullopt,                                         \
+    "Token dropping: each expert's capacity over its even share; null: dropless")                \
+  X(bool, moe_pad_expert_input_to_capacity, false,                                               \
+    "Token dropping: every expert's input padded to its capacity")                               \
+  E(std::string, moe_token_drop_policy, "probs", "probs|position",                               \
+    "Token dropping: an expert keeps its highest-prob or its first tokens")                      \
   X(bool, multi_latent_attention, false, "Multi-latent attention (DeepSeek)")                    \
   X(OptInt, q_lora_rank, 512, "MLA query latent rank; null: no query down-projection")           \
   X(int64_t, kv_lora_rank, 512, "MLA key-value latent rank")                                     \

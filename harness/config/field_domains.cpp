@@ -155,6 +155,14 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.moe_grouped_gemm",
        honoured("true: at::_grouped_mm where the device and dtype allow it (bf16, compute "
                 "capability 9 or more), a loop over experts otherwise; false: the loop")},
+      {"model.moe_expert_capacity_factor",
+       honoured("capacity = ceil(tokens x top-k / experts x factor) per expert on each rank's "
+                "tokens (docs/moe.md, section 7)")
+           .above(0)
+           .at_most(1e6)},
+      {"model.moe_pad_expert_input_to_capacity",
+       honoured("needs model.moe_expert_capacity_factor; every expert gets exactly its capacity")},
+      {"model.moe_token_drop_policy", honoured(kMoe)},
       {"model.moe_permute_fusion",
        honoured("validation turns it off: the MoE model's permute and unpermute run ATen ops")},
       {"model.multi_latent_attention",

@@ -135,6 +135,15 @@ struct Resolver {
   void moe_layer_flags() {
     const auto& a = args;
     set_if(a.num_moe_experts, "--num_moe_experts", "model.num_moe_experts");
+    // apply_moe_token_drop (Megatron-Bridge's training/utils/moe_token_drop.py) with its
+    // defaults, and the forced load balancing the launcher turns off with it.
+    if (a.use_tokendrop) {
+      const bool drop = *a.use_tokendrop;
+      set_flag("--use_tokendrop", "model.moe_expert_capacity_factor",
+               drop ? nlohmann::json(1.0) : nlohmann::json(nullptr));
+      set_flag("--use_tokendrop", "model.moe_pad_expert_input_to_capacity", drop);
+      set_flag("--use_tokendrop", "model.moe_router_force_load_balancing", !drop);
+    }
     const IntList& freq = out.config.model.moe_layer_freq;
     const bool per_layer = !(freq.size() == 1 && freq[0] == 1);
     if (!a.first_k_dense_replace && !(a.num_layers && per_layer)) return;

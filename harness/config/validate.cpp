@@ -91,6 +91,22 @@ void moe_model_kernels(Rules& r) {
   }
 }
 
+// Token dropping (TransformerConfig.__post_init__, apply_moe_token_drop): padding to the capacity
+// needs a capacity, and both apply to mixtures of experts only.
+void moe_token_drop_rules(const ConfigContainer& c) {
+  const ModelConfig& m = c.model;
+  if (m.moe_pad_expert_input_to_capacity && !m.moe_expert_capacity_factor) {
+    fail(
+        "model.moe_pad_expert_input_to_capacity=true: moe_expert_capacity_factor must be set to "
+        "use moe_pad_expert_input_to_capacity; accepted: false, or a capacity factor");
+  }
+  if (m.moe_expert_capacity_factor && !m.num_moe_experts) {
+    fail("model.moe_expert_capacity_factor=" + std::to_string(*m.moe_expert_capacity_factor) +
+         ": token dropping applies to mixtures of experts (model.num_moe_experts=null); "
+         "accepted: null");
+  }
+}
+
 // DistributedDataParallelConfig.__post_init__.
 void ddp_post_init(Rules& r, const ValidationContext& ctx) {
   const auto& ddp = r.c.ddp;
@@ -538,6 +554,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   Rules r(config, provenance);
   mixed_precision_setup(r);
   moe_model_kernels(r);
+  moe_token_drop_rules(config);
   ddp_post_init(r, context);
   megatron_fsdp(r, context);
   torch_fsdp2(r);

@@ -35,6 +35,11 @@ void build_moe(RunModel& m, const ConfigContainer& config, const WorkerContext& 
   auto moe = std::make_unique<MoeModel>(dims, moe_router_from(config.model), ctx.device);
   moe->set_expert_parallel(ctx.engine_pgs.ep, ep, ep_rank);
   if (!config.model.moe_grouped_gemm) moe->force_experts_path(MoeExpertsPath::kLoop);
+  moe->set_token_dropping(config.model.moe_expert_capacity_factor,
+                          config.model.moe_token_drop_policy == "position"
+                              ? MoeDropPolicy::kPosition
+                              : MoeDropPolicy::kProbs,
+                          config.model.moe_pad_expert_input_to_capacity);
   // Megatron sums the expert-bias token counts over TP x DP x CP: the whole run here.
   if (dims.router_expert_bias) moe->set_expert_bias_group(ctx.pgs.world);
   m.moe = moe.get();

@@ -583,6 +583,28 @@ TEST(PerfLaunchMoe, ExpertParallelFsdpAndItsDdpBaselineTrainAndReportTheRouting)
   EXPECT_EQ(j["comparison"]["loss_parity"]["verdict"], "ok") << j["comparison"].dump();
 }
 
+// Token dropping through perf-launch: a capacity of half an expert's even share drops tokens on
+// every MoE layer, and the report counts them.
+TEST(PerfLaunchMoe, CapacityFactorDropsTokensAndTheReportCountsThem) {
+  const auto report = temp_report("moe_drop.json");
+  const Result r = run(
+      "-m moe -mr moe_bench_3b -g cpu -ng 2 -ep 2 -ms 2 model.num_layers=2 model.hidden_size=64 "
+      "model.ffn_hidden_size=128 model.num_attention_heads=4 model.num_query_groups=2 "
+      "model.kv_channels=16 model.moe_ffn_hidden_size=32 model.num_moe_experts=8 "
+      "model.moe_router_topk=2 model.seq_length=32 model.vocab_size=512 "
+      "train.global_batch_size=2 train.micro_batch_size=1 model.moe_expert_capacity_factor=0.5 "
+      "shardbench.report_path=" + report.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(report);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["runs"].size(), 1u);
+  for (const auto& layer : j["runs"][0]["moe"]["layers"]) {
+    // Each rank routes 32 tokens x top-2 to 8 experts: a capacity of ceil(64 / 8 x 0.5) = 4 per
+    // expert keeps at most 32 of its 64 (token, expert) pairs.
+    EXPECT_GE(layer["dropped_tokens"].get<int64_t>(), 2 * 32) << layer.dump();
+  }
+}
+
 // What a real MoE run cannot honour is refused before any worker starts, naming the field.
 TEST(PerfLaunchMoe, UnimplementedSettingsAreRefusedBeforeAnyWorkerStarts) {
   const std::string base =

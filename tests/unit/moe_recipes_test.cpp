@@ -207,6 +207,52 @@ TEST(MoeRecipes, MoeFlagsMapToTheFieldsAndEpIsRefusedForADenseModel) {
   }
 }
 
+// --use_tokendrop as Megatron-Bridge's set_user_overrides applies it (apply_moe_token_drop with
+// its defaults; forced load balancing off), and token dropping's own rules.
+TEST(MoeRecipes, UseTokendropSetsTheCapacityAndPaddingAndTheRulesHold) {
+  const std::vector<std::string> base = {"-m", "moe", "-mr", "moe_bench_3b", "-ng", "1",
+                                         "-g", "h100", "--dryrun"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return resolve_from_args(args, no_gpu());
+  };
+  const ResolvedConfig on = with({"--use_tokendrop", "true"});
+  EXPECT_EQ(on.config.model.moe_expert_capacity_factor, 1.0);
+  EXPECT_TRUE(on.config.model.moe_pad_expert_input_to_capacity);
+  EXPECT_FALSE(on.config.model.moe_router_force_load_balancing);
+  EXPECT_EQ(on.provenance.last_source("model.moe_expert_capacity_factor"),
+            "CLI flag --use_tokendrop");
+  const ResolvedConfig off = with({"--use_tokendrop", "false"});
+  EXPECT_FALSE(off.config.model.moe_expert_capacity_factor.has_value());
+  EXPECT_FALSE(off.config.model.moe_pad_expert_input_to_capacity);
+  EXPECT_TRUE(off.config.model.moe_router_force_load_balancing);
+  auto error_of = [&](std::vector<std::string> extra) {
+    try {
+      with(std::move(extra));
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(error_of({"model.moe_pad_expert_input_to_capacity=true"}),
+            "model.moe_pad_expert_input_to_capacity=true: moe_expert_capacity_factor must be set "
+            "to use moe_pad_expert_input_to_capacity; accepted: false, or a capacity factor");
+  EXPECT_NE(error_of({"model.moe_expert_capacity_factor=0"}).find(
+                "model.moe_expert_capacity_factor=0"),
+            std::string::npos);
+  std::vector<std::string> dense = {"-m", "llama", "-mr", "llama3_tiny_cpu", "-ng", "1",
+                                    "-g", "cpu", "model.moe_expert_capacity_factor=1.5"};
+  std::string error = "(accepted)";
+  try {
+    resolve_from_args(dense, no_gpu());
+  } catch (const UsageError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("token dropping applies to mixtures of experts"), std::string::npos)
+      << error;
+}
+
 TEST(MoeRecipes, DryrunFlopsOfDeepSeekV3AreMegatronsFormula) {
   const ResolvedConfig r = resolve_from_args(command(kPublished[0], true), no_gpu());
   const double flops = moe_model_flops_per_step(moe_flops_dims(deepseek_v3_dims()), 256, 4096);
