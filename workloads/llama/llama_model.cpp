@@ -1,5 +1,7 @@
 #include "workloads/llama/llama_model.hpp"
 
+#include "harness/model/generator.hpp"
+
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -24,19 +26,6 @@
 namespace shardbench {
 
 namespace {
-
-at::Generator make_generator(const at::Device& device, uint64_t seed) {
-  if (device.is_cuda()) {
-#ifdef SHARDBENCH_WITH_NCCL
-    auto gen = at::make_generator<at::CUDAGeneratorImpl>(device.index());
-    gen.set_current_seed(seed);
-    return gen;
-#else
-    throw std::runtime_error("CUDA device requested but shardbench was built without CUDA");
-#endif
-  }
-  return at::make_generator<at::CPUGeneratorImpl>(seed);
-}
 
 const nvtx::LabelTable kLayerForwardLabels{"forward/layer_", nvtx::Color::kForward};
 const nvtx::LabelTable kLayerBackwardLabels{"backward/layer_", nvtx::Color::kBackward};
@@ -135,7 +124,7 @@ void init_param(const ParamSpec& spec, int64_t spec_index, uint64_t seed, at::Te
   }
   // One generator per parameter, seeded from (seed, index): values do not depend on how the
   // engine lays parameters out or on how many ranks initialise them.
-  auto gen = make_generator(param.device(), seed * 1000003ULL + static_cast<uint64_t>(spec_index));
+  auto gen = device_generator(param.device(), seed * 1000003ULL + static_cast<uint64_t>(spec_index));
   if (param.scalar_type() == at::kFloat) {
     param.normal_(0.0, spec.init_std, gen);
   } else {

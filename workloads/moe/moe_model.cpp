@@ -1,5 +1,7 @@
 #include "workloads/moe/moe_model.hpp"
 
+#include "harness/model/generator.hpp"
+
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -36,19 +38,6 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
-}
-
-at::Generator make_generator(const at::Device& device, uint64_t seed) {
-  if (device.is_cuda()) {
-#ifdef SHARDBENCH_WITH_NCCL
-    auto gen = at::make_generator<at::CUDAGeneratorImpl>(device.index());
-    gen.set_current_seed(seed);
-    return gen;
-#else
-    throw std::runtime_error("CUDA device requested but shardbench was built without CUDA");
-#endif
-  }
-  return at::make_generator<at::CPUGeneratorImpl>(seed);
 }
 
 const nvtx::Label kRouterLabel{"moe/router", nvtx::Color::kForward};
@@ -171,7 +160,7 @@ void init_moe_param(const ParamSpec& spec, uint64_t seed, at::Tensor param) {
     param.fill_(1.0);
     return;
   }
-  auto gen = make_generator(param.device(), name_seed(seed, spec.name));
+  auto gen = device_generator(param.device(), name_seed(seed, spec.name));
   at::Tensor tmp = at::empty(spec.shape, param.options().dtype(at::kFloat));
   tmp.normal_(0.0, spec.init_std, gen);
   param.copy_(tmp.view(param.sizes()));
@@ -467,14 +456,7 @@ MoeRouting MoeModel::route(const at::Tensor& h, const at::Tensor& router_weight,
     // Random logits forward, the real logits' gradient backward (straight-through). Each EP
     // rank draws its own, as Megatron's per-rank generator does.
     if (!balance_gen_.defined()) {
-      const uint64_t seed = 42 + static_cast<uint64_t>(ep_rank_);
-#ifdef SHARDBENCH_WITH_NCCL
-      if (logits.is_cuda()) {
-        balance_gen_ = at::make_generator<at::CUDAGeneratorImpl>(logits.get_device());
-        balance_gen_.set_current_seed(seed);
-      }
-#endif
-      if (!balance_gen_.defined()) balance_gen_ = at::make_generator<at::CPUGeneratorImpl>(seed);
+      balance_gen_ = device_generator(logits.device(), 42 + static_cast<uint64_t>(ep_rank_));
     }
     const at::Tensor random = at::randn(logits.sizes(), balance_gen_, logits.options());
     logits = logits + (random - logits).detach();
