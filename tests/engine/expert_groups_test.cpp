@@ -20,6 +20,7 @@
 #include "harness/parallel/engine.hpp"
 #include "tests/engine/case_strategy.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "tests/engine/step_curve.hpp"
 
 namespace shardbench {
 namespace {
@@ -41,16 +42,9 @@ class GatheredExpertsSpec : public ModelSpec {
     std::vector<ParamSpec> s;
     auto add = [&](std::string name, std::vector<int64_t> shape, int module, int layer,
                    ReduceGroup group = ReduceGroup::kDataParallel) {
-      ParamSpec p;
-      p.name = std::move(name);
-      p.shape = shape;
-      p.full_shape = shape;
-      p.module = module;
-      p.layer = layer;
-      p.init_std = 0.3;
-      p.no_weight_decay = shape.size() == 1;
-      p.reduce_group = group;
-      s.push_back(p);
+      const bool no_decay = shape.size() == 1;
+      s.push_back(make_param_spec(std::move(name), std::move(shape), module, layer, no_decay, 0.3,
+                                  /*tp_dim=*/-1, /*tp=*/1, group));
     };
     add("embedding", {kVocab, kHidden}, 0, -1);
     const int64_t local = kExperts / ep_;
@@ -140,7 +134,7 @@ class GatheredExpertsModel : public TrainableModel {
 };
 
 struct Trained {
-  std::vector<double> losses, norms;
+  testing::StepCurve curve;
   std::vector<at::Tensor> weights;  // rank 0's full main weights after training, by spec
   std::vector<ParamSpec> specs;
 };
@@ -160,11 +154,7 @@ Trained train(int world, int ep, int instances, EngineOptions o) {
           // The same batch every step: the loss must fall.
           StepInputs in{mock_global_batch(3, 0, 4, kSeq, kVocab), 1, 5e-2};
           StepOutputs out = train_step(model, engine, in);
-          at::Tensor loss = out.loss.reshape({1}).clone();
-          wait_work(pgs.world->all_reduce(loss, Reduction::kAvg), "loss");
-          if (pgs.outer) wait_work(pgs.outer->all_reduce(loss, Reduction::kAvg), "loss");
-          mine.losses.push_back(loss.item<double>());
-          mine.norms.push_back(out.grad_norm.item<double>());
+          mine.curve.append(out, pgs);
         }
         mine.weights = engine.gather_main_weights();
         mine.specs = engine.param_specs();
@@ -178,11 +168,7 @@ Trained train(int world, int ep, int instances, EngineOptions o) {
 }
 
 void expect_like_reference(const Trained& got, const Trained& ref) {
-  ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); ++i) {
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "step " << i;
-    EXPECT_NEAR(got.norms[i], ref.norms[i], 1e-5 * std::abs(ref.norms[i])) << "step " << i;
-  }
+  testing::expect_curve_near(got.curve, ref.curve, 1e-5);
   // Rank 0 holds EP rank 0's experts; each of its weights equals the reference's of that name.
   for (size_t s = 0; s < got.specs.size(); ++s) {
     size_t r = 0;
@@ -220,7 +206,7 @@ std::string name_of(const Case& c) {
 
 TEST(ExpertGroups, Ep2TimesExpertDp2TrainsLikeOneRankUnderEveryWrapper) {
   const Trained ref = train(1, 1, 1, EngineOptions{});
-  ASSERT_LT(ref.losses.back(), ref.losses.front());
+  ASSERT_LT(ref.curve.losses.back(), ref.curve.losses.front());
   for (const Case& c : kCases) {
     SCOPED_TRACE(name_of(c));
     expect_like_reference(train(4, 2, 1, options_of(c)), ref);

@@ -16,6 +16,7 @@
 
 #include "harness/parallel/process_group.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "tests/moe_test_dims.hpp"
 #include "workloads/moe/moe_model.hpp"
 
 namespace shardbench {
@@ -24,19 +25,8 @@ namespace {
 constexpr int64_t kBatch = 2;
 
 MoeDims test_dims() {
-  MoeDims d;
-  d.num_layers = 3;
-  d.first_k_dense_replace = 1;
-  d.hidden = 32;
-  d.ffn = 48;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 8;
-  d.vocab = 64;
+  MoeDims d = testing::small_moe_dims();
   d.seq_length = 16;
-  d.num_experts = 8;
-  d.moe_ffn_hidden = 16;
-  d.router_topk = 2;
   d.init_std = 0.1;
   return d;
 }

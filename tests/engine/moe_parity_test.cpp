@@ -17,26 +17,17 @@
 #include "harness/parallel/engine.hpp"
 #include "tests/engine/case_strategy.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "tests/engine/step_curve.hpp"
+#include "tests/moe_test_dims.hpp"
 #include "workloads/moe/moe_model.hpp"
 
 namespace shardbench {
 namespace {
 
 MoeDims dims() {
-  MoeDims d;
-  d.num_layers = 3;
-  d.first_k_dense_replace = 1;
-  d.hidden = 32;
-  d.ffn = 48;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 8;
-  d.vocab = 64;
+  MoeDims d = testing::small_moe_dims();
   d.seq_length = 16;
-  d.num_experts = 8;
-  d.moe_ffn_hidden = 16;
   d.shared_expert_ffn = 16;
-  d.router_topk = 2;
   d.qk_layernorm = true;
   d.init_std = 0.1;
   return d;
@@ -70,7 +61,7 @@ MoeSetup expert_bias_setup() {
 }
 
 struct Trained {
-  std::vector<double> losses, norms;
+  testing::StepCurve curve;
   std::map<std::string, at::Tensor> weights;  // every rank's, by name
   std::vector<at::Tensor> expert_bias;
 };
@@ -102,19 +93,14 @@ Trained train(const MoeSetup& setup, int world, int ep, int instances, EngineOpt
           StepInputs in{mock_global_batch(5, 0, 4, setup.dims.seq_length, setup.dims.vocab), 1,
                         3e-2};
           StepOutputs out = train_step(model, engine, in);
-          at::Tensor loss = out.loss.reshape({1}).clone();
-          wait_work(pgs.world->all_reduce(loss, Reduction::kAvg), "loss");
-          if (pgs.outer) wait_work(pgs.outer->all_reduce(loss, Reduction::kAvg), "loss");
-          mine.losses.push_back(loss.item<double>());
-          mine.norms.push_back(out.grad_norm.item<double>());
+          mine.curve.append(out, pgs);
         }
         const std::vector<at::Tensor> w = engine.gather_main_weights();
         for (size_t s = 0; s < w.size(); ++s) mine.weights[engine.param_specs()[s].name] = w[s];
         for (const at::Tensor& b : model.expert_bias()) mine.expert_bias.push_back(b.clone());
         std::lock_guard<std::mutex> lock(mu);
         if (rank == 0) {
-          got.losses = mine.losses;
-          got.norms = mine.norms;
+          got.curve = mine.curve;
           got.expert_bias = mine.expert_bias;
         }
         for (auto& [name, t] : mine.weights) got.weights.emplace(name, t);
@@ -124,11 +110,7 @@ Trained train(const MoeSetup& setup, int world, int ep, int instances, EngineOpt
 }
 
 void expect_like_reference(const Trained& got, const Trained& ref) {
-  ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); ++i) {
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "step " << i;
-    EXPECT_NEAR(got.norms[i], ref.norms[i], 1e-5 * std::abs(ref.norms[i])) << "step " << i;
-  }
+  testing::expect_curve_near(got.curve, ref.curve, 1e-5);
   // Every expert is held by some rank: the union of the ranks' weights is the whole model. The
   // weights moved by up to 3 x lr = 0.09; they agree to 1e-5 of that (a wrong routing, dispatch or
   // reduction moves them by a learning rate; a wrong gradient scale shows in the norms, which
@@ -180,7 +162,7 @@ std::string name_of(const Case& c) {
 TEST(MoeParity, Ep2TimesDp2TrainsLikeOneRankUnderEveryWrapper) {
   const MoeSetup setup = aux_loss_setup();
   const Trained ref = train(setup, 1, 1, 1, EngineOptions{});
-  ASSERT_LT(ref.losses.back(), ref.losses.front());
+  ASSERT_LT(ref.curve.losses.back(), ref.curve.losses.front());
   for (const Case& c : kEveryWrapper) {
     SCOPED_TRACE(name_of(c));
     expect_like_reference(train(setup, 4, 2, 1, options_of(c)), ref);

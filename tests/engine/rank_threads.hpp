@@ -69,69 +69,59 @@ inline ProcessGroups create_gloo_groups(const c10::intrusive_ptr<c10d::Store>& s
   return pgs;
 }
 
-// Each rank's groups in Megatron's rank order (ParallelLayout) with `tp` tensor-parallel ranks
-// and `instances` HSDP instances: the engine's world, all-gather and reduce-scatter groups span
-// its instance (its data-parallel group with one instance), `tp` its tensor-parallel group and
-// `outer` its cross-instance group (each only where its size is above 1).
+// One rank's groups in Megatron's rank order (`layout`), created under store keys tagged `tag`:
+// the engine's world, all-gather and reduce-scatter groups span its instance (its data-parallel
+// group with one instance), `tp` its tensor-parallel group and `outer` its cross-instance group
+// (each only where its size is above 1); with `experts` also the expert groups (docs/moe.md): the
+// rank's expert-data-parallel instance, its cross-instance expert group and its EP group.
+inline ProcessGroups layout_groups(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                   const ParallelLayout& layout, const std::string& tag,
+                                   bool experts) {
+  ProcessGroupOptions po;
+  po.timeout = std::chrono::seconds(60);
+  po.connect_timeout = std::chrono::seconds(8);
+  auto group = [&](const std::vector<int>& members, const std::string& name) {
+    int me = 0;
+    while (members[static_cast<size_t>(me)] != rank) ++me;
+    const std::string key = tag + name + std::to_string(members.front());
+    store_barrier(*store, key + "/barrier", static_cast<int>(members.size()));
+    return ProcessGroup::create(store, key, me, static_cast<int>(members.size()), po);
+  };
+  const std::vector<int> instance = layout.instance_group_of(rank);
+  ProcessGroups pgs;
+  pgs.world = group(instance, "dp/world");
+  pgs.all_gather = group(instance, "dp/ag");
+  pgs.reduce_scatter = group(instance, "dp/rs");
+  if (layout.tp > 1) pgs.tp = group(layout.group_of("tp", rank), "tp/");
+  if (layout.dp_instances > 1) pgs.outer = group(layout.cross_instance_group_of(rank), "outer/");
+  if (!experts) return pgs;
+  const std::vector<int> edp = layout.expert_instance_group_of(rank);
+  pgs.expert_world = group(edp, "edp/world");
+  pgs.expert_all_gather = group(edp, "edp/ag");
+  pgs.expert_reduce_scatter = group(edp, "edp/rs");
+  if (layout.dp_instances > 1) {
+    pgs.expert_outer = group(layout.expert_cross_instance_group_of(rank), "eouter/");
+  }
+  pgs.ep = group(layout.expert_group_of("ep", rank), "ep/");
+  return pgs;
+}
+
+// Each rank's groups with `tp` tensor-parallel ranks and `instances` HSDP instances.
 inline GroupFactory layout_group_factory(int tp, int instances) {
   return [tp, instances](const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
                          int attempt) {
-    const ParallelLayout layout = ParallelLayout::make(world, tp, 1, 1, 1, instances);
-    ProcessGroupOptions po;
-    po.timeout = std::chrono::seconds(60);
-    po.connect_timeout = std::chrono::seconds(8);
-    const std::string tag = "layout_attempt" + std::to_string(attempt) + "/";
-    auto group = [&](const std::vector<int>& members, const std::string& name) {
-      int me = 0;
-      while (members[static_cast<size_t>(me)] != rank) ++me;
-      const std::string key = tag + name + std::to_string(members.front());
-      store_barrier(*store, key + "/barrier", static_cast<int>(members.size()));
-      return ProcessGroup::create(store, key, me, static_cast<int>(members.size()), po);
-    };
-    const std::vector<int> instance = layout.instance_group_of(rank);
-    ProcessGroups pgs;
-    pgs.world = group(instance, "dp/world");
-    pgs.all_gather = group(instance, "dp/ag");
-    pgs.reduce_scatter = group(instance, "dp/rs");
-    if (tp > 1) pgs.tp = group(layout.group_of("tp", rank), "tp/");
-    if (instances > 1) pgs.outer = group(layout.cross_instance_group_of(rank), "outer/");
-    return pgs;
+    return layout_groups(store, rank, ParallelLayout::make(world, tp, 1, 1, 1, instances),
+                         "layout_attempt" + std::to_string(attempt) + "/", false);
   };
 }
 
-// Each rank's groups in Megatron's layout with `ep` expert-parallel ranks and `instances` HSDP
-// instances (docs/moe.md): the dense groups span the instance, the expert ones the rank's
-// expert-data-parallel instance, `ep` its EP group.
+// Each rank's groups, expert groups included, with `ep` expert-parallel ranks and `instances`
+// HSDP instances.
 inline GroupFactory expert_layout_group_factory(int ep, int instances) {
   return [ep, instances](const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
                          int attempt) {
-    const ParallelLayout layout = ParallelLayout::make(world, 1, 1, ep, 1, instances);
-    ProcessGroupOptions po;
-    po.timeout = std::chrono::seconds(60);
-    po.connect_timeout = std::chrono::seconds(8);
-    const std::string tag = "expert_attempt" + std::to_string(attempt) + "/";
-    auto group = [&](const std::vector<int>& members, const std::string& name) {
-      int me = 0;
-      while (members[static_cast<size_t>(me)] != rank) ++me;
-      const std::string key = tag + name + std::to_string(members.front());
-      store_barrier(*store, key + "/barrier", static_cast<int>(members.size()));
-      return ProcessGroup::create(store, key, me, static_cast<int>(members.size()), po);
-    };
-    ProcessGroups pgs;
-    const std::vector<int> instance = layout.instance_group_of(rank);
-    pgs.world = group(instance, "dp/world");
-    pgs.all_gather = group(instance, "dp/ag");
-    pgs.reduce_scatter = group(instance, "dp/rs");
-    if (instances > 1) pgs.outer = group(layout.cross_instance_group_of(rank), "outer/");
-    const std::vector<int> edp = layout.expert_instance_group_of(rank);
-    pgs.expert_world = group(edp, "edp/world");
-    pgs.expert_all_gather = group(edp, "edp/ag");
-    pgs.expert_reduce_scatter = group(edp, "edp/rs");
-    if (instances > 1) {
-      pgs.expert_outer = group(layout.expert_cross_instance_group_of(rank), "eouter/");
-    }
-    pgs.ep = group(layout.expert_group_of("ep", rank), "ep/");
-    return pgs;
+    return layout_groups(store, rank, ParallelLayout::make(world, 1, 1, ep, 1, instances),
+                         "expert_attempt" + std::to_string(attempt) + "/", true);
   };
 }
 

@@ -11,6 +11,7 @@
 
 #include "workloads/moe/moe_models.hpp"
 #include "workloads/moe/moe_specs.hpp"
+#include "tests/moe_test_dims.hpp"
 
 namespace shardbench {
 namespace {
@@ -18,19 +19,8 @@ namespace {
 // Small models with every part the specs can hold: dense first layers, shared experts, QK-norm,
 // MLA with and without a query down-projection.
 MoeDims tiny_gqa() {
-  MoeDims d;
-  d.num_layers = 3;
-  d.hidden = 32;
-  d.ffn = 48;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 8;
-  d.vocab = 64;
-  d.num_experts = 8;
-  d.moe_ffn_hidden = 16;
-  d.router_topk = 2;
+  MoeDims d = testing::small_moe_dims();
   d.shared_expert_ffn = 24;
-  d.first_k_dense_replace = 1;
   d.qk_layernorm = true;
   return d;
 }

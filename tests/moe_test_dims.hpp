@@ -1,0 +1,26 @@
+// The small mixture of experts the MoE tests share (torch-free): 3 layers of hidden 32, the first
+// dense, 8 experts of width 16, top-2, GQA 4/2 heads of 8, a 64-token vocabulary. Each test sets
+// what it studies on top (shared experts, QK-norm, sequence length, init std).
+#pragma once
+
+#include "workloads/moe/moe_specs.hpp"
+
+namespace shardbench::testing {
+
+inline MoeDims small_moe_dims() {
+  MoeDims d;
+  d.num_layers = 3;
+  d.first_k_dense_replace = 1;
+  d.hidden = 32;
+  d.ffn = 48;
+  d.heads = 4;
+  d.kv_heads = 2;
+  d.head_dim = 8;
+  d.vocab = 64;
+  d.num_experts = 8;
+  d.moe_ffn_hidden = 16;
+  d.router_topk = 2;
+  return d;
+}
+
+}  // namespace shardbench::testing
