@@ -340,6 +340,20 @@ using StringMap = std::map<std::string, std::string>;
 SHARDBENCH_CONFIG_SECTIONS(SHARDBENCH_DECLARE_SECTION)
 #undef SHARDBENCH_DECLARE_SECTION
 
+// The model widths Megatron's TransformerConfig derives when they are left null
+// (megatron/core/transformer/transformer_config.py): ffn_hidden_size 4 x hidden_size,
+// num_query_groups = num_attention_heads, kv_channels = hidden_size / num_attention_heads.
+inline int64_t ffn_hidden_of(const ModelConfig& m) {
+  return m.ffn_hidden_size.value_or(4 * m.hidden_size);
+}
+inline int64_t query_groups_of(const ModelConfig& m) {
+  return m.num_query_groups.value_or(m.num_attention_heads);
+}
+inline int64_t head_dim_of(const ModelConfig& m) {
+  return m.kv_channels.value_or(m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads
+                                                          : 0);
+}
+
 struct ConfigContainer {
 #define SHARDBENCH_SECTION_MEMBER(member, Struct, FIELDS) Struct member;
   SHARDBENCH_CONFIG_SECTIONS(SHARDBENCH_SECTION_MEMBER)

@@ -156,7 +156,8 @@ void nccl_user_buffers(const ConfigContainer& c, const Provenance& p, const Fiel
     if (c.train.train_iters < 2) {
       refuse("ddp.fsdp_manual_registration", true, p,
              "the buffers are registered at the start of the second iteration, and "
-             "train.train_iters=" + std::to_string(c.train.train_iters) + " has none",
+             "train.train_iters=" +
+                 std::to_string(c.train.train_iters) + " has none",
              "train.train_iters >= 2 (ddp.nccl_ub under Megatron FSDP registers manually)");
     }
   }
@@ -230,8 +231,9 @@ void backend_relations(const ConfigContainer& c, const Provenance& p,
   }
   nccl_user_buffers(c, p, ctx, run_backend);
   const DeviceChoice device = device_choice(s);
-  const bool needs_gpu = device == DeviceChoice::kCuda ||
-                         (backend_choice(s) == BackendChoice::kNccl && device != DeviceChoice::kCpu);
+  const bool needs_gpu =
+      device == DeviceChoice::kCuda ||
+      (backend_choice(s) == BackendChoice::kNccl && device != DeviceChoice::kCpu);
   if (needs_gpu && ctx.probe_gpus) {
     const int count = ctx.cuda_device_count ? ctx.cuda_device_count() : visible_cuda_devices();
     if (count < 1) {
@@ -240,6 +242,56 @@ void backend_relations(const ConfigContainer& c, const Provenance& p,
       refuse(key, get_field(c, key), p, "no CUDA device is visible on this machine",
              cuda ? "cpu or auto" : "gloo or auto");
     }
+  }
+}
+
+// FP8 compute (-c fp8_cs, docs/fp8.md): the linears' GEMMs take bf16 activations and, on a GPU,
+// run in cuBLASLt, whose FP8 GEMMs need compute capability 8.9 or above and dimensions that are
+// multiples of 16. The GPU rules apply where the run will use one: shardbench.device=cuda, or
+// auto with a device visible (the engine's choice, harness/engine/device_runtime.cpp).
+void fp8_compute_rules(const ConfigContainer& c, const FieldCheckContext& ctx) {
+  const auto& fp8 = c.mixed_precision.fp8;
+  if (!fp8) return;
+  const auto cannot = [](const std::string& field, const std::string& value,
+                         const std::string& accepted) {
+    throw UsageError(field + "=" + value + " cannot run FP8 compute; accepted: " + accepted);
+  };
+  if (compute_dtype_of(c.shardbench) != ComputeDtype::kBf16) {
+    cannot("shardbench.compute_dtype", c.shardbench.compute_dtype,
+           "bf16 with mixed_precision.fp8 (FP8 GEMMs take bf16 activations)");
+  }
+  const DeviceChoice device = device_choice(c.shardbench);
+  if (device == DeviceChoice::kCpu) return;
+  const int count = ctx.probe_gpus
+                        ? (ctx.cuda_device_count ? ctx.cuda_device_count() : visible_cuda_devices())
+                        : 0;
+  if (device == DeviceChoice::kAuto && count < 1) return;  // auto picks the CPU
+  // The devices' compute capabilities: injected, or asked of the driver unless the count was.
+  std::vector<CudaDeviceInfo> gpus;
+  if (count > 0 && ctx.cuda_device_list) {
+    gpus = ctx.cuda_device_list();
+  } else if (count > 0 && !ctx.cuda_device_count) {
+    gpus = visible_cuda_device_list();
+  }
+  for (const CudaDeviceInfo& gpu : gpus) {
+    if (gpu.compute_major * 10 + gpu.compute_minor < 89) {
+      cannot("mixed_precision.fp8", *fp8,
+             "null on this device (" + gpu.name + " has compute capability " +
+                 std::to_string(gpu.compute_major) + "." + std::to_string(gpu.compute_minor) +
+                 "; FP8 GEMMs need a GPU of compute capability >= 8.9, or the CPU)");
+    }
+  }
+  const ModelConfig& m = c.model;
+  const int64_t q_width = m.num_attention_heads * head_dim_of(m);
+  const std::pair<const char*, int64_t> dims[] = {
+      {"model.hidden_size", m.hidden_size},
+      {"model.ffn_hidden_size", ffn_hidden_of(m)},
+      {"attention width (heads x kv_channels)", q_width},
+      {"qkv width", q_width + 2 * query_groups_of(m) * head_dim_of(m)},
+      {"tokens per micro-batch (micro_batch_size x seq_length)",
+       c.train.micro_batch_size * m.seq_length}};
+  for (const auto& [name, v] : dims) {
+    if (v % 16 != 0) cannot(name, std::to_string(v), "a multiple of 16");
   }
 }
 
@@ -289,12 +341,7 @@ void relations(const ConfigContainer& c, const Provenance& p, const FieldCheckCo
            "a fusion, and shardbench.fused_kernels=false turns every fusion off",
            "0 with shardbench.fused_kernels=false");
   }
-  if (c.mixed_precision.fp8 && compute_dtype_of(c.shardbench) != ComputeDtype::kBf16) {
-    // Same words as the engine's refusal (run_build.cpp), now before any worker starts.
-    throw UsageError("shardbench.compute_dtype=" + c.shardbench.compute_dtype +
-                     " cannot run FP8 compute; accepted: bf16 with mixed_precision.fp8 (FP8 GEMMs "
-                     "take bf16 activations)");
-  }
+  fp8_compute_rules(c, ctx);
   if (c.dist.use_torch_fsdp2) {
     if (c.ddp.fsdp_double_buffer) {
       refuse("ddp.fsdp_double_buffer", true, p, "a Megatron FSDP knob",

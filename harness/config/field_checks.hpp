@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/config/field_registry.hpp"
+#include "harness/config/gpu_probe.hpp"
 #include "harness/config/provenance.hpp"
 
 namespace shardbench {
@@ -24,6 +25,9 @@ struct FieldCheckContext {
   bool probe_gpus = true;
   // Number of visible CUDA devices; empty: visible_cuda_devices() (gpu_probe.hpp).
   std::function<int()> cuda_device_count;
+  // The visible devices, for the FP8 rule's compute capability; empty: visible_cuda_device_list()
+  // (gpu_probe.hpp) unless cuda_device_count is set, then no capability is checked.
+  std::function<std::vector<CudaDeviceInfo>()> cuda_device_list;
 };
 
 // Ranges, finiteness and `only` values of every field, then the relations between fields.

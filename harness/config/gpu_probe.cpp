@@ -15,6 +15,10 @@ using CountFn = int (*)(int*);
 using GetFn = int (*)(int*, int);
 using NameFn = int (*)(char*, int, int);
 using TotalMemFn = int (*)(std::size_t*, int);
+using AttributeFn = int (*)(int*, int, int);
+// CUdevice_attribute values of cuda.h.
+constexpr int kComputeCapabilityMajor = 75;
+constexpr int kComputeCapabilityMinor = 76;
 
 // The driver library stays loaded: unloading it after cuInit is not supported by the driver.
 // nullptr when the driver is missing or cuInit fails (no device, or a broken driver).
@@ -44,9 +48,10 @@ std::vector<CudaDeviceInfo> visible_cuda_device_list() {
   const auto get = reinterpret_cast<GetFn>(dlsym(driver, "cuDeviceGet"));
   const auto name = reinterpret_cast<NameFn>(dlsym(driver, "cuDeviceGetName"));
   const auto total = reinterpret_cast<TotalMemFn>(dlsym(driver, "cuDeviceTotalMem_v2"));
+  const auto attribute = reinterpret_cast<AttributeFn>(dlsym(driver, "cuDeviceGetAttribute"));
   int devices = 0;
   if (count == nullptr || get == nullptr || name == nullptr || total == nullptr ||
-      count(&devices) != 0) {
+      attribute == nullptr || count(&devices) != 0) {
     return {};
   }
   std::vector<CudaDeviceInfo> list;
@@ -54,12 +59,15 @@ std::vector<CudaDeviceInfo> visible_cuda_device_list() {
     int device = 0;
     std::array<char, 256> text{};
     std::size_t bytes = 0;
+    int major = 0;
+    int minor = 0;
     if (get(&device, ordinal) != 0 ||
         name(text.data(), static_cast<int>(text.size()), device) != 0 ||
-        total(&bytes, device) != 0) {
+        total(&bytes, device) != 0 || attribute(&major, kComputeCapabilityMajor, device) != 0 ||
+        attribute(&minor, kComputeCapabilityMinor, device) != 0) {
       return {};
     }
-    list.push_back({std::string(text.data()), static_cast<int64_t>(bytes)});
+    list.push_back({std::string(text.data()), static_cast<int64_t>(bytes), major, minor});
   }
   return list;
 }

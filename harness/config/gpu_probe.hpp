@@ -17,6 +17,9 @@ int visible_cuda_devices();
 struct CudaDeviceInfo {
   std::string name;         // cuDeviceGetName, e.g. "NVIDIA H100 80GB HBM3"
   int64_t total_bytes = 0;  // cuDeviceTotalMem: the device's whole memory, before the context
+  // cuDeviceGetAttribute's COMPUTE_CAPABILITY_MAJOR and _MINOR: 9 and 0 for an H100 or H200.
+  int compute_major = 0;
+  int compute_minor = 0;
 };
 
 // Every visible device in CUDA_VISIBLE_DEVICES order; empty when the driver is missing or

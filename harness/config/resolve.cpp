@@ -306,6 +306,7 @@ ResolvedConfig resolve(const LaunchArgs& args, const ValidationContext& context)
   checks.num_gpus = args.num_gpus;
   checks.probe_gpus = args.executor != "slurm";
   checks.cuda_device_count = context.cuda_device_count;
+  checks.cuda_device_list = context.cuda_device_list;
   check_field_domains(r.out.config, r.out.provenance, checks);
   check_field_support(r.out.config, r.out.provenance);
   // Mixtures of experts and pipeline parallelism: described by --dryrun, refused for a run

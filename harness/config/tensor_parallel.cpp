@@ -62,10 +62,8 @@ void check_tensor_parallel(const ConfigContainer& c, const Provenance& p) {
            "true with tensor_model_parallel_size > 1 (-tp N sets sequence_parallel = N > 1)");
   }
   divisible("model.num_attention_heads", m.num_attention_heads, tp, "attention heads", p);
-  divisible("model.num_query_groups", m.num_query_groups.value_or(m.num_attention_heads), tp,
-            "query groups", p);
-  divisible("model.ffn_hidden_size", m.ffn_hidden_size.value_or(4 * m.hidden_size), tp,
-            "the MLP's columns", p);
+  divisible("model.num_query_groups", query_groups_of(m), tp, "query groups", p);
+  divisible("model.ffn_hidden_size", ffn_hidden_of(m), tp, "the MLP's columns", p);
   // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP
   // (padded_vocab_size), so only an unpadded vocabulary can fail to split.
   const int64_t vocab = m.vocab_size.value_or(0);
@@ -78,8 +76,7 @@ void check_tensor_parallel(const ConfigContainer& c, const Provenance& p) {
            "a vocabulary whose size is a multiple of " + std::to_string(tp) +
                ", model.should_pad_vocab=true, or model.tensor_model_parallel_size=1");
   }
-  divisible("model.seq_length", m.seq_length, tp,
-            "each sequence's tokens", p);
+  divisible("model.seq_length", m.seq_length, tp, "each sequence's tokens", p);
 
   if (c.mixed_precision.fp8) {
     not_with_tp("mixed_precision.fp8", *c.mixed_precision.fp8, tp, "FP8 compute",
@@ -129,8 +126,8 @@ std::optional<std::string> tp_fsdp_connections_warning(const ConfigContainer& c,
   return "Using tensor model parallelism or context parallelism with " + impl +
          " together. Try not to using them together since they require different "
          "CUDA_MAX_CONNECTIONS settings for best performance. sequence parallelism requires "
-         "setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1 while " + impl +
-         " requires not setting CUDA_DEVICE_MAX_CONNECTIONS=1 for better parallelization.";
+         "setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1 while " +
+         impl + " requires not setting CUDA_DEVICE_MAX_CONNECTIONS=1 for better parallelization.";
 }
 
 void check_hsdp(const ConfigContainer& c, int64_t num_gpus, const Provenance& p) {

@@ -5,12 +5,12 @@
 
 #include "harness/config/errors.hpp"
 #include "harness/config/field_registry.hpp"
+#include "harness/config/run_device.hpp"
+#include "harness/config/step_injection_rules.hpp"
 #include "harness/config/tensor_parallel.hpp"
 #include "harness/config/text.hpp"
-#include "harness/config/run_device.hpp"
 #include "harness/config/wrapper.hpp"
 #include "harness/config/wrappers.hpp"
-#include "harness/config/step_injection_rules.hpp"
 
 namespace shardbench {
 namespace {
@@ -74,9 +74,9 @@ void mixed_precision_setup(Rules& r) {
 void moe_model_kernels(Rules& r) {
   if (!r.c.model.num_moe_experts.has_value()) return;
   std::vector<std::string> changed;
-  for (const char* key : {"model.apply_rope_fusion", "model.cross_entropy_loss_fusion",
-                          "model.moe_router_fusion", "model.moe_permute_fusion",
-                          "model.gradient_accumulation_fusion"}) {
+  for (const char* key :
+       {"model.apply_rope_fusion", "model.cross_entropy_loss_fusion", "model.moe_router_fusion",
+        "model.moe_permute_fusion", "model.gradient_accumulation_fusion"}) {
     if (r.force(key, false, "moe_model_kernels (the MoE model has no fused kernel for it)")) {
       changed.push_back(key);
     }
@@ -431,8 +431,25 @@ void shardbench_rules(const ConfigContainer& c) {
   }
 }
 
-// Megatron's precision-aware optimizer (MCore OptimizerConfig; docs/precision_aware_optimizer.md),
-// checked here so that --dryrun refuses what the engine would refuse.
+// Without optimizer.use_precision_aware_optimizer, Megatron's OptimizerConfig accepts only fp32
+// for main_grads_dtype, main_params_dtype, exp_avg_dtype and exp_avg_sq_dtype: the first that is
+// not, as ("optimizer.<field>", value); nullopt when they all are, or when the optimizer is on.
+std::optional<std::pair<std::string, std::string>> non_fp32_without_precision_aware_optimizer(
+    const OptimizerConfig& opt) {
+  if (opt.use_precision_aware_optimizer) return std::nullopt;
+  const std::pair<const char*, const std::string*> dtypes[] = {
+      {"main_grads_dtype", &opt.main_grads_dtype},
+      {"main_params_dtype", &opt.main_params_dtype},
+      {"exp_avg_dtype", &opt.exp_avg_dtype},
+      {"exp_avg_sq_dtype", &opt.exp_avg_sq_dtype}};
+  for (const auto& [name, value] : dtypes) {
+    if (*value != "fp32") return std::make_pair(std::string("optimizer.") + name, *value);
+  }
+  return std::nullopt;
+}
+
+// Megatron's precision-aware optimizer (MCore OptimizerConfig; docs/precision_aware_optimizer.md):
+// its one home of rules (the moments' fp16 refusal is field_domains.cpp's).
 void precision_aware_optimizer_rules(const ConfigContainer& c) {
   const auto& opt = c.optimizer;
   if (const auto bad = non_fp32_without_precision_aware_optimizer(opt)) {
@@ -452,8 +469,9 @@ void precision_aware_optimizer_rules(const ConfigContainer& c) {
 
 // ddp.fp8_param_gather (docs/fp8-param-gather.md): the engine gathers FP8 weights for Megatron
 // FSDP units with sharded weights and for the distributed optimizer's parameter all-gather, with
-// FP8 compute only; anywhere else the field is refused, not ignored. -c fp8_cs turns it on (mixed_precision.fp8_param_gather, copied onto ddp above), so a
-// DDP or FSDP2 run with -c fp8_cs says how to turn it off.
+// FP8 compute only; anywhere else the field is refused, not ignored. -c fp8_cs turns it on
+// (mixed_precision.fp8_param_gather, copied onto ddp above), so a DDP or FSDP2 run with -c fp8_cs
+// says how to turn it off.
 void fp8_param_gather_rules(const ConfigContainer& c) {
   if (!c.ddp.fp8_param_gather) return;
   const std::string head = "ddp.fp8_param_gather=true";
@@ -474,8 +492,10 @@ void fp8_param_gather_rules(const ConfigContainer& c) {
     const std::string run = wrapper == Wrapper::kMegatronFsdp
                                 ? "megatron_fsdp/" + c.ddp.data_parallel_sharding_strategy
                                 : std::string(label(wrapper));
-    fail(head + " is implemented for Megatron FSDP with optim_grads_params and DDP with the "
-                "distributed optimizer only (this run: " + run + "); accepted: " + off +
+    fail(head +
+         " is implemented for Megatron FSDP with optim_grads_params and DDP with the "
+         "distributed optimizer only (this run: " +
+         run + "); accepted: " + off +
          ", or --use_megatron_fsdp true with optim_grads_params, or "
          "ddp.use_distributed_optimizer=true");
   }
@@ -587,20 +607,6 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   deterministic_rules(config, context);
   comparison_runs_rules(config, context);
   return r.notices;
-}
-
-std::optional<std::pair<std::string, std::string>> non_fp32_without_precision_aware_optimizer(
-    const OptimizerConfig& opt) {
-  if (opt.use_precision_aware_optimizer) return std::nullopt;
-  const std::pair<const char*, const std::string*> dtypes[] = {
-      {"main_grads_dtype", &opt.main_grads_dtype},
-      {"main_params_dtype", &opt.main_params_dtype},
-      {"exp_avg_dtype", &opt.exp_avg_dtype},
-      {"exp_avg_sq_dtype", &opt.exp_avg_sq_dtype}};
-  for (const auto& [name, value] : dtypes) {
-    if (*value != "fp32") return std::make_pair(std::string("optimizer.") + name, *value);
-  }
-  return std::nullopt;
 }
 
 }  // namespace shardbench

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "harness/config/gpu_probe.hpp"
 #include "harness/config/provenance.hpp"
 
 namespace shardbench {
@@ -29,14 +30,9 @@ struct ValidationContext {
   // Visible CUDA devices for the shardbench.device=cuda check; empty: ask the driver (tests set
   // it so that the check behaves the same on machines with and without GPUs).
   std::function<int()> cuda_device_count;
+  // The visible devices with their compute capabilities (FieldCheckContext::cuda_device_list).
+  std::function<std::vector<CudaDeviceInfo>()> cuda_device_list;
 };
-
-// Without optimizer.use_precision_aware_optimizer, Megatron's OptimizerConfig accepts only fp32
-// for main_grads_dtype, main_params_dtype, exp_avg_dtype and exp_avg_sq_dtype: the first that is
-// not, as ("optimizer.<field>", value); nullopt when they all are, or when the optimizer is on.
-// Validation and the engine's options read this one list.
-std::optional<std::pair<std::string, std::string>> non_fp32_without_precision_aware_optimizer(
-    const OptimizerConfig& opt);
 
 // Validates and completes `config` in place. Returns notices (forced values, warnings).
 std::vector<std::string> validate_config(ConfigContainer& config, Provenance& provenance,

@@ -43,31 +43,14 @@
 namespace shardbench {
 namespace {
 
-void reject(bool unsupported, const std::string& field, const std::string& value,
-            const std::string& accepted) {
-  if (unsupported) {
-    throw std::invalid_argument(
-        field + "=" + value +
-        " is not implemented by the shardbench engine yet; accepted: " + accepted);
-  }
-}
-
-void invalid_unless(bool ok, const std::string& field, const std::string& value,
-                    const std::string& accepted) {
-  if (!ok) throw std::invalid_argument(field + "=" + value + " is invalid; accepted: " + accepted);
-}
+// The configuration reaching this file passed resolution's checks (harness/config/field_checks.cpp,
+// field_domains.cpp, validate.cpp), which refuse every value the engine does not implement before
+// any worker starts: what follows translates it and checks nothing again.
 
 int64_t recompute_layers_from(const ConfigContainer& c, const LlamaDims& dims) {
   const auto& m = c.model;
-  if (!m.recompute_granularity || *m.recompute_granularity == "selective") return 0;
-  reject(*m.recompute_granularity != "full", "model.recompute_granularity",
-         *m.recompute_granularity, "null, full or selective");
-  reject(m.recompute_method.value_or("block") != "block", "model.recompute_method",
-         m.recompute_method.value_or(""), "block (-rl N sets it; uniform is not implemented)");
-  const int64_t n = m.recompute_num_layers.value_or(dims.num_layers);
-  reject(n < 0 || n > dims.num_layers, "model.recompute_num_layers", std::to_string(n),
-         "0.." + std::to_string(dims.num_layers) + " (the model's layers)");
-  return n;
+  if (m.recompute_granularity.value_or("") != "full") return 0;  // selective: set_output_recompute
+  return m.recompute_num_layers.value_or(dims.num_layers);
 }
 
 // FP8 compute (-c fp8_cs): Transformer Engine's "hybrid" format (e4m3 forward, e5m2 gradients)
@@ -77,41 +60,9 @@ struct Fp8Choice {
   bool keep_transpose_cache = false;
 };
 
-Fp8Choice fp8_from(const ConfigContainer& c, const EngineOptions& o, const LlamaDims& d,
-                   int64_t micro_batch) {
+Fp8Choice fp8_from(const ConfigContainer& c, const EngineOptions& o) {
   Fp8Choice f;
-  const auto& mp = c.mixed_precision;
-  if (!mp.fp8) return f;
-  reject(*mp.fp8 != "hybrid", "mixed_precision.fp8", *mp.fp8,
-         "null or hybrid (e4m3 forward, e5m2 gradients; -c fp8_cs sets it)");
-  reject(mp.fp8_recipe != "tensorwise", "mixed_precision.fp8_recipe", mp.fp8_recipe,
-         "tensorwise (per-tensor current scaling, -c fp8_cs); delayed, mxfp8 and blockwise are "
-         "not implemented");
-  const auto invalid = [](const std::string& field, const std::string& value,
-                          const std::string& accepted) {
-    throw std::invalid_argument(field + "=" + value +
-                                " cannot run FP8 compute; accepted: " + accepted);
-  };
-  if (o.compute_dtype != at::kBFloat16) {
-    invalid("shardbench.compute_dtype", c.shardbench.compute_dtype,
-            "bf16 with mixed_precision.fp8 (FP8 GEMMs take bf16 activations)");
-  }
-  if (!fp8::device_supported(o.device)) {
-    invalid("mixed_precision.fp8", *mp.fp8,
-            "null on this device (FP8 GEMMs need a GPU of compute capability >= 8.9, or the CPU)");
-  }
-  if (o.device.is_cuda()) {
-    // cuBLASLt's FP8 GEMMs take dimensions that are multiples of 16.
-    const std::pair<const char*, int64_t> dims[] = {
-        {"model.hidden_size", d.hidden},
-        {"model.ffn_hidden_size", d.ffn},
-        {"attention width (heads x kv_channels)", d.q_dim()},
-        {"qkv width", d.q_dim() + 2 * d.kv_dim()},
-        {"tokens per micro-batch (micro_batch_size x seq_length)", micro_batch * d.seq_length}};
-    for (const auto& [name, v] : dims) {
-      if (v % 16 != 0) invalid(name, std::to_string(v), "a multiple of 16");
-    }
-  }
+  if (!c.mixed_precision.fp8) return f;
   f.on = true;
   // Megatron FSDP's knob: with DDP and FSDP2 Transformer Engine keeps the transpose made in
   // forward, so only the Megatron FSDP wrapper can drop it.
@@ -119,32 +70,16 @@ Fp8Choice fp8_from(const ConfigContainer& c, const EngineOptions& o, const Llama
   return f;
 }
 
-// Megatron's precision-aware optimizer fields (docs/precision_aware_optimizer.md).
+// Megatron's precision-aware optimizer fields (docs/precision_aware_optimizer.md): the moments'
+// dtypes (fp32 or bf16; field_domains.cpp refuses fp16).
 void precision_aware_optimizer_from(const ConfigContainer& c, EngineOptions& o) {
   const auto& opt = c.optimizer;
-  // MCore's OptimizerConfig: "<field> can only be fp32 when not using precision-aware optimizer".
-  if (const auto bad = non_fp32_without_precision_aware_optimizer(opt)) {
-    invalid_unless(false, bad->first, bad->second,
-                   "fp32 without optimizer.use_precision_aware_optimizer=true");
-  }
   if (!opt.use_precision_aware_optimizer) return;
-  reject(opt.main_params_dtype != "fp32", "optimizer.main_params_dtype", opt.main_params_dtype,
-         "fp32 (fp16 main weights with Transformer Engine's remainders are not implemented)");
-  const auto moment = [](const char* field, const std::string& value) {
-    reject(value == "fp16", std::string("optimizer.") + field, value,
-           "fp32, bf16 (fp16 moments need Transformer Engine's per-tensor scaling)");
+  const auto moment = [](const std::string& value) {
     return value == "bf16" ? at::kBFloat16 : at::kFloat;
   };
-  o.exp_avg_dtype = moment("exp_avg_dtype", opt.exp_avg_dtype);
-  o.exp_avg_sq_dtype = moment("exp_avg_sq_dtype", opt.exp_avg_sq_dtype);
-  // The optimizer reads the reduced main grads in their buffer's dtype: bf16 exactly when the
-  // compute dtype is bf16 and the reduction is not in fp32 (Megatron-LM: main_grads_dtype can
-  // only be fp32 when grads are accumulated and reduced in fp32).
-  if (opt.main_grads_dtype == "bf16") {
-    invalid_unless(o.compute_dtype == at::kBFloat16 && !o.grad_reduce_in_fp32,
-                   "optimizer.main_grads_dtype", "bf16",
-                   "fp32 with ddp.grad_reduce_in_fp32=true or shardbench.compute_dtype=fp32");
-  }
+  o.exp_avg_dtype = moment(opt.exp_avg_dtype);
+  o.exp_avg_sq_dtype = moment(opt.exp_avg_sq_dtype);
 }
 
 }  // namespace
@@ -160,42 +95,9 @@ LlamaModel::FusedKernels fused_kernels_from(const ConfigContainer& c) {
 }
 
 EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext& ctx) {
-  // -ol N offloads activations only (Megatron-Bridge's recompute_offload set).
-  reject(c.model.cpu_offloading && c.model.cpu_offloading_weights, "model.cpu_offloading_weights",
-         "true", "false (weights stay with the data-parallel engine; -ol offloads activations)");
-  reject(c.model.cpu_offloading && !c.model.cpu_offloading_activations,
-         "model.cpu_offloading_activations", "false", "true (what -ol offloads)");
-  reject(c.optimizer.optimizer != "adam", "optimizer.optimizer", c.optimizer.optimizer, "adam");
-  invalid_unless(c.logger.log_interval >= 1, "logger.log_interval",
-                 std::to_string(c.logger.log_interval), "1 or more");
-  invalid_unless(c.train.empty_unused_memory_level >= 0 && c.train.empty_unused_memory_level <= 2,
-                 "train.empty_unused_memory_level",
-                 std::to_string(c.train.empty_unused_memory_level),
-                 "0 (never), 1 (after forward/backward), 2 (also after the optimizer step)");
-  // Knobs the engine does not implement yet are refused rather than reported as measured.
-  reject(c.ddp.num_buckets.has_value(), "ddp.num_buckets",
-         std::to_string(c.ddp.num_buckets.value_or(0)), "null (use ddp.bucket_size)");
-  reject(c.ddp.reduce_scatter_with_fp32_accumulation, "ddp.reduce_scatter_with_fp32_accumulation",
-         "true", "false");
-  reject(c.ddp.megatron_fsdp_main_params_dtype.value_or("") != "fp32",
-         "ddp.megatron_fsdp_main_params_dtype",
-         c.ddp.megatron_fsdp_main_params_dtype.value_or("null"), "fp32");
-  reject(c.ddp.megatron_fsdp_main_grads_dtype.has_value(), "ddp.megatron_fsdp_main_grads_dtype",
-         c.ddp.megatron_fsdp_main_grads_dtype.value_or(""),
-         "null (grads follow ddp.grad_reduce_in_fp32)");
-  reject(c.ddp.megatron_fsdp_grad_comm_dtype.has_value(), "ddp.megatron_fsdp_grad_comm_dtype",
-         c.ddp.megatron_fsdp_grad_comm_dtype.value_or(""), "null (the main grads dtype)");
   EngineOptions o;
   o.wrapper = wrapper_of(c);
   if (o.wrapper == Wrapper::kTorchFsdp2) {
-    // Megatron FSDP's prefetch and buffer knobs have no FSDP2 meaning: FSDP2 prefetches one
-    // block ahead and allocates each gather from the caching allocator.
-    reject(c.ddp.fsdp_double_buffer, "ddp.fsdp_double_buffer", "true",
-           "false with dist.use_torch_fsdp2=true (a Megatron FSDP knob)");
-    reject(c.ddp.suggested_communication_unit_size.has_value(),
-           "ddp.suggested_communication_unit_size",
-           std::to_string(c.ddp.suggested_communication_unit_size.value_or(0)),
-           "null with dist.use_torch_fsdp2=true (a Megatron FSDP knob)");
     o.reshard_after_forward = c.dist.torch_fsdp2_reshard_after_forward;
   }
   o.strategy = fsdp_strategy(c.ddp.data_parallel_sharding_strategy);
@@ -241,9 +143,8 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
 
 // The model's kernels, recompute, FP8 and activation offload, as the config asks; FP8's choices
 // go into the report and the console.
-void configure_model(LlamaModel& model, const ConfigContainer& config,
-                     const EngineOptions& options, const LlamaDims& dims,
-                     const WorkerContext& ctx, RunRecord& rec) {
+void configure_model(LlamaModel& model, const ConfigContainer& config, const EngineOptions& options,
+                     const LlamaDims& dims, const WorkerContext& ctx, RunRecord& rec) {
   const int64_t gbs = config.train.global_batch_size;
   const int64_t mbs = config.train.micro_batch_size;
   model.set_fused_kernels(fused_kernels_from(config));
@@ -253,7 +154,7 @@ void configure_model(LlamaModel& model, const ConfigContainer& config,
   model.set_output_recompute(config.model.recompute_granularity.value_or("") == "selective",
                              config.shardbench.recompute_swiglu);
   model.set_recompute_fc1_layers(config.shardbench.recompute_fc1_layers);
-  const Fp8Choice fp8_choice = fp8_from(config, options, dims, mbs);
+  const Fp8Choice fp8_choice = fp8_from(config, options);
   // Weights that stay put for the step are cast to FP8 once per step when the step has several
   // micro-batches (keeping the copies costs memory and buys nothing with one); gathered weights
   // are cast after each gather.

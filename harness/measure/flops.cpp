@@ -49,10 +49,11 @@ DecoderParamCounts decoder_param_counts(const DecoderDims& d, int tp) {
     throw std::invalid_argument("tensor-parallel size " + std::to_string(tp) +
                                 ": accepted 1 or more");
   }
-  const std::pair<const char*, int64_t> split[] = {{"model.num_attention_heads", d.num_attention_heads},
-                                                   {"model.num_query_groups", d.num_query_groups},
-                                                   {"model.ffn_hidden_size", d.ffn_hidden_size},
-                                                   {"model.vocab_size", d.vocab_size}};
+  const std::pair<const char*, int64_t> split[] = {
+      {"model.num_attention_heads", d.num_attention_heads},
+      {"model.num_query_groups", d.num_query_groups},
+      {"model.ffn_hidden_size", d.ffn_hidden_size},
+      {"model.vocab_size", d.vocab_size}};
   for (const auto& [field, value] : split) {
     if (value % tp != 0) {
       throw std::invalid_argument(std::string(field) + "=" + std::to_string(value) +
@@ -84,8 +85,8 @@ double megatron_layer_activation_bytes(const DecoderDims& d, int64_t seq, int64_
 double megatron_activation_bytes(const DecoderDims& d, int64_t seq, int64_t micro_batch, int tp) {
   const double sb = static_cast<double>(seq) * static_cast<double>(micro_batch);
   const double h = static_cast<double>(d.hidden_size);
-  double bytes = megatron_layer_activation_bytes(d, seq, micro_batch, 1) *
-                 static_cast<double>(d.num_layers);
+  double bytes =
+      megatron_layer_activation_bytes(d, seq, micro_batch, 1) * static_cast<double>(d.num_layers);
   bytes += 8 * sb;  // the embedding's input (token ids)
   bytes += sb * h;  // the embedding's output (Megatron counts its dropout mask)
   bytes += sb * h * 4 * (1 + static_cast<double>(d.vocab_size) / h);  // output layer and loss
@@ -96,11 +97,10 @@ DecoderDims decoder_dims_of(const ModelConfig& m, int tp) {
   DecoderDims d;
   d.num_layers = m.num_layers;
   d.hidden_size = m.hidden_size;
-  d.ffn_hidden_size = m.ffn_hidden_size.value_or(4 * m.hidden_size);
+  d.ffn_hidden_size = ffn_hidden_of(m);
   d.num_attention_heads = m.num_attention_heads;
-  d.num_query_groups = m.num_query_groups.value_or(m.num_attention_heads);
-  d.kv_channels =
-      m.kv_channels.value_or(m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);
+  d.num_query_groups = query_groups_of(m);
+  d.kv_channels = head_dim_of(m);
   d.vocab_size = padded_vocab_size(m.vocab_size.value_or(0), m.make_vocab_size_divisible_by,
                                    m.should_pad_vocab, tp);
   return d;

@@ -13,9 +13,13 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "harness/config/errors.hpp"
+#include "harness/config/resolve.hpp"
+#include "harness/config/validate.hpp"
 #include "harness/engine/bench_run.hpp"
 #include "harness/engine/worker_context.hpp"
 #include "harness/parallel/flat_adamw.hpp"
@@ -93,42 +97,59 @@ TEST(PrecisionAwareOptimizer, EngineMemoryCountsTheMomentBytes) {
   EXPECT_EQ(low_state, main_elems_total * 6);
 }
 
-std::string options_error(const ConfigContainer& c) {
+// Resolution's refusal of the tiny CPU recipe with `overrides`, "" when it resolves.
+std::string resolve_error(const std::vector<std::string>& overrides) {
+  std::vector<std::string> args = {"-m",  "llama", "-mr", "llama3_tiny_cpu",
+                                   "-ng", "1",     "-g",  "cpu"};
+  args.insert(args.end(), overrides.begin(), overrides.end());
+  ValidationContext ctx;
+  ctx.cuda_device_count = [] { return 0; };
   try {
-    engine_options_from(c, WorkerContext{});
-  } catch (const std::invalid_argument& e) {
+    resolve_from_args(args, ctx);
+  } catch (const UsageError& e) {
     return e.what();
   }
   return "";
 }
 
+// Refused at resolution (field_domains.cpp and validate.cpp), before any worker starts.
 TEST(PrecisionAwareOptimizer, RefusalsNameTheField) {
-  ConfigContainer c;
-  c.optimizer.exp_avg_dtype = "bf16";
-  EXPECT_EQ(options_error(c),
-            "optimizer.exp_avg_dtype=bf16 is invalid; accepted: fp32 without "
-            "optimizer.use_precision_aware_optimizer=true");
-  c.optimizer.use_precision_aware_optimizer = true;
-  EXPECT_EQ(options_error(c), "");
-  c.optimizer.exp_avg_sq_dtype = "fp16";
-  EXPECT_EQ(options_error(c),
-            "optimizer.exp_avg_sq_dtype=fp16 is not implemented by the shardbench engine yet; "
-            "accepted: fp32, bf16 (fp16 moments need Transformer Engine's per-tensor scaling)");
-  c.optimizer.exp_avg_sq_dtype = "fp32";
-  c.optimizer.main_params_dtype = "fp16";
-  EXPECT_EQ(options_error(c),
-            "optimizer.main_params_dtype=fp16 is not implemented by the shardbench engine yet; "
-            "accepted: fp32 (fp16 main weights with Transformer Engine's remainders are not "
-            "implemented)");
-  c.optimizer.main_params_dtype = "fp32";
-  c.optimizer.main_grads_dtype = "bf16";
-  c.shardbench.compute_dtype = "bf16";
-  c.ddp.grad_reduce_in_fp32 = false;
-  EXPECT_EQ(options_error(c), "");
-  c.ddp.grad_reduce_in_fp32 = true;
-  EXPECT_EQ(options_error(c),
-            "optimizer.main_grads_dtype=bf16 is invalid; accepted: fp32 with "
-            "ddp.grad_reduce_in_fp32=true or shardbench.compute_dtype=fp32");
+  const std::string on = "optimizer.use_precision_aware_optimizer=true";
+  // Megatron-Bridge's post_overrides set turns the optimizer on after every user override, so
+  // only validation of a configuration built by hand reaches this refusal.
+  ValidationContext ctx;
+  ctx.cuda_device_count = [] { return 0; };
+  ResolvedConfig r =
+      resolve_from_args({"-m", "llama", "-mr", "llama3_tiny_cpu", "-ng", "1", "-g", "cpu"}, ctx);
+  r.config.optimizer.use_precision_aware_optimizer = false;
+  r.config.optimizer.exp_avg_dtype = "bf16";
+  try {
+    validate_config(r.config, r.provenance, ctx);
+    ADD_FAILURE() << "exp_avg_dtype=bf16 without the precision-aware optimizer was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "optimizer.exp_avg_dtype=bf16: accepted: fp32 without "
+              "optimizer.use_precision_aware_optimizer=true");
+  }
+  EXPECT_EQ(resolve_error({on, "optimizer.exp_avg_dtype=bf16"}), "");
+  EXPECT_EQ(resolve_error({on, "optimizer.exp_avg_sq_dtype=fp16"}),
+            "optimizer.exp_avg_sq_dtype=fp16 (from override optimizer.exp_avg_sq_dtype=fp16): not "
+            "implemented: Megatron's precision-aware optimizer "
+            "(docs/precision_aware_optimizer.md); fp16 moments are not implemented; accepted: "
+            "fp32, bf16");
+  EXPECT_EQ(
+      resolve_error({on, "optimizer.main_params_dtype=fp16"}),
+      "optimizer.main_params_dtype=fp16 (from override optimizer.main_params_dtype=fp16): not "
+      "implemented: Megatron's precision-aware optimizer "
+      "(docs/precision_aware_optimizer.md); fp16 main params are not implemented; accepted: "
+      "fp32");
+  EXPECT_EQ(resolve_error({on, "optimizer.main_grads_dtype=bf16", "shardbench.compute_dtype=bf16",
+                           "ddp.grad_reduce_in_fp32=false"}),
+            "");
+  EXPECT_EQ(resolve_error({on, "optimizer.main_grads_dtype=bf16", "shardbench.compute_dtype=bf16",
+                           "ddp.grad_reduce_in_fp32=true"}),
+            "optimizer.main_grads_dtype=bf16: accepted: fp32 with ddp.grad_reduce_in_fp32=true or "
+            "shardbench.compute_dtype=fp32");
 }
 
 TEST(PrecisionAwareOptimizer, ReportPredictsTheMomentBytes) {

@@ -11,9 +11,12 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "harness/config/errors.hpp"
+#include "harness/config/resolve.hpp"
 #include "harness/engine/bench_run.hpp"
 #include "harness/engine/worker_context.hpp"
 #include "tests/perf_launch_process.hpp"
@@ -58,26 +61,31 @@ TEST(StepKnobs, LogIntervalPrintsEveryNthIterationAndTheReportRecordsTheKnobs) {
   EXPECT_EQ(run0["identity"]["deterministic"], false);
 }
 
-std::string options_error(const ConfigContainer& c) {
+// Resolution's refusal of the tiny CPU recipe with `overrides`, "" when it resolves.
+std::string resolve_error(const std::vector<std::string>& overrides) {
+  std::vector<std::string> args = {"-m",  "llama", "-mr", "llama3_tiny_cpu",
+                                   "-ng", "1",     "-g",  "cpu"};
+  args.insert(args.end(), overrides.begin(), overrides.end());
+  ValidationContext ctx;
+  ctx.cuda_device_count = [] { return 0; };
   try {
-    engine_options_from(c, WorkerContext{});
-  } catch (const std::invalid_argument& e) {
+    resolve_from_args(args, ctx);
+  } catch (const UsageError& e) {
     return e.what();
   }
   return "";
 }
 
+// Refused at resolution (the field table, harness/config/field_domains.cpp), before any worker
+// starts; the run code only translates what passed.
 TEST(StepKnobs, OutOfDomainValuesAreRefusedNamingTheField) {
-  ConfigContainer c;
-  c.logger.log_interval = 0;
-  EXPECT_EQ(options_error(c), "logger.log_interval=0 is invalid; accepted: 1 or more");
-  c.logger.log_interval = 1;
-  c.train.empty_unused_memory_level = 3;
-  EXPECT_EQ(options_error(c),
-            "train.empty_unused_memory_level=3 is invalid; accepted: 0 (never), 1 (after "
-            "forward/backward), 2 (also after the optimizer step)");
-  c.train.empty_unused_memory_level = 2;
-  EXPECT_EQ(options_error(c), "");
+  EXPECT_EQ(resolve_error({"logger.log_interval=0"}),
+            "logger.log_interval=0 (from override logger.log_interval=0): out of range; accepted: "
+            "an integer from 1 to 2147483647");
+  EXPECT_EQ(resolve_error({"train.empty_unused_memory_level=3"}),
+            "train.empty_unused_memory_level=3 (from override train.empty_unused_memory_level=3): "
+            "out of range; accepted: an integer from 0 to 2");
+  EXPECT_EQ(resolve_error({"train.empty_unused_memory_level=2"}), "");
 }
 
 TEST(StepKnobs, FusionFieldsPickKernelsWithinTheMasterSwitch) {

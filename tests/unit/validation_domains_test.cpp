@@ -283,6 +283,52 @@ TEST(FieldDomains, CpuGpuTypeRefusesAnotherDevice) {
   EXPECT_EQ(error_of({"--device", "cpu"}), "(accepted)");
 }
 
+// FP8 compute on a GPU (field_checks.cpp's fp8_compute_rules): refused at resolution, before any
+// worker starts, on a GPU older than compute capability 8.9 and for a width cuBLASLt's FP8 GEMMs
+// cannot take; the CPU path has neither limit.
+std::string fp8_error_on(const CudaDeviceInfo& gpu, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"-m",
+                                   "llama",
+                                   "-mr",
+                                   "llama3_tiny_cpu",
+                                   "-ng",
+                                   "1",
+                                   "-g",
+                                   "h100",
+                                   "-c",
+                                   "fp8_cs",
+                                   "shardbench.compute_dtype=bf16",
+                                   "shardbench.device=auto"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  ValidationContext ctx = context_with_gpus(1);
+  ctx.cuda_device_list = [gpu] { return std::vector<CudaDeviceInfo>{gpu}; };
+  try {
+    resolve_from_args(args, ctx);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(FieldDomains, Fp8OnGpuNeedsItsCapabilityAndWidths) {
+  const CudaDeviceInfo h100{"NVIDIA H100 80GB HBM3", int64_t{80} << 30, 9, 0};
+  const CudaDeviceInfo a100{"NVIDIA A100-SXM4-80GB", int64_t{80} << 30, 8, 0};
+  EXPECT_EQ(fp8_error_on(h100, {}), "(accepted)");
+  EXPECT_EQ(fp8_error_on(a100, {}),
+            "mixed_precision.fp8=hybrid cannot run FP8 compute; accepted: null on this device "
+            "(NVIDIA A100-SXM4-80GB has compute capability 8.0; FP8 GEMMs need a GPU of compute "
+            "capability >= 8.9, or the CPU)");
+  // The tiny recipe's ffn_hidden_size (176) is a multiple of 16; 184 is not.
+  EXPECT_EQ(fp8_error_on(h100, {"model.ffn_hidden_size=184"}),
+            "model.ffn_hidden_size=184 cannot run FP8 compute; accepted: a multiple of 16");
+  EXPECT_EQ(fp8_error_on(h100, {"-mb", "1", "model.seq_length=24"}),
+            "tokens per micro-batch (micro_batch_size x seq_length)=24 cannot run FP8 compute; "
+            "accepted: a multiple of 16");
+  // On the CPU neither rule applies.
+  EXPECT_EQ(fp8_error_on(a100, {"model.ffn_hidden_size=184", "shardbench.device=cpu"}),
+            "(accepted)");
+}
+
 TEST(FieldDomains, OverrideSetFilesAreBounded) {
   EXPECT_EQ(error_of({"--override_set", "/dev/zero"}),
             "override set file '/dev/zero' is not a regular file; accepted: a text file of at "
@@ -309,8 +355,8 @@ namespace {
 // records gloo (its recipe's nccl is not held against the user), a user's gloo is accepted, and
 // a user's nccl on a gloo run is refused.
 TEST(FieldDomains, RecordedBackendFollowsTheRunsBackend) {
-  const std::vector<std::string> cpu_8b = {"-m", "llama", "-mr", "llama3_8b", "-g", "cpu",
-                                           "-ng", "2"};
+  const std::vector<std::string> cpu_8b = {"-m", "llama", "-mr", "llama3_8b",
+                                           "-g", "cpu",   "-ng", "2"};
   ResolvedConfig r = resolve_from_args(cpu_8b, context_with_gpus(0));
   EXPECT_EQ(r.config.dist.distributed_backend, "gloo");
   EXPECT_EQ(r.provenance.last_source("dist.distributed_backend"),

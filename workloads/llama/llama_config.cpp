@@ -16,10 +16,10 @@ LlamaDims llama_dims_from(const ConfigContainer& c) {
   LlamaDims d;
   d.num_layers = m.num_layers;
   d.hidden = m.hidden_size;
-  d.ffn = m.ffn_hidden_size.value_or(4 * m.hidden_size);
+  d.ffn = ffn_hidden_of(m);
   d.heads = m.num_attention_heads;
-  d.kv_heads = m.num_query_groups.value_or(m.num_attention_heads);
-  d.head_dim = m.kv_channels.value_or(m.hidden_size / std::max<int64_t>(1, m.num_attention_heads));
+  d.kv_heads = query_groups_of(m);
+  d.head_dim = head_dim_of(m);
   const int64_t vocab = m.vocab_size.value_or(0);
   // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by * TP.
   d.vocab = padded_vocab_size(vocab, m.make_vocab_size_divisible_by, m.should_pad_vocab,

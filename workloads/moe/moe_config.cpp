@@ -58,14 +58,13 @@ MoeDims moe_dims_from(const ModelConfig& m, int tp) {
   MoeDims d;
   d.num_layers = m.num_layers;
   d.hidden = m.hidden_size;
-  d.ffn = m.ffn_hidden_size.value_or(4 * m.hidden_size);
+  d.ffn = ffn_hidden_of(m);
   d.heads = m.num_attention_heads;
-  d.kv_heads = m.num_query_groups.value_or(m.num_attention_heads);
-  d.head_dim = m.kv_channels.value_or(m.num_attention_heads > 0
-                                          ? m.hidden_size / m.num_attention_heads
-                                          : 0);
+  d.kv_heads = query_groups_of(m);
+  d.head_dim = head_dim_of(m);
   if (!m.vocab_size) bad("vocab_size", "null", "an MoE model needs its vocabulary");
-  d.vocab = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, m.should_pad_vocab, tp);
+  d.vocab =
+      padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, m.should_pad_vocab, tp);
   d.seq_length = m.seq_length;
   d.num_experts = *m.num_moe_experts;
   d.moe_ffn_hidden = m.moe_ffn_hidden_size.value_or(d.ffn);
@@ -92,8 +91,8 @@ MoeDims moe_dims_from(const ModelConfig& m, int tp) {
 
 MoeRouterSettings moe_router_from(const ModelConfig& m) {
   MoeRouterSettings r;
-  r.score_function =
-      m.moe_router_score_function == "sigmoid" ? MoeRouterScore::kSigmoid : MoeRouterScore::kSoftmax;
+  r.score_function = m.moe_router_score_function == "sigmoid" ? MoeRouterScore::kSigmoid
+                                                              : MoeRouterScore::kSoftmax;
   r.pre_softmax = m.moe_router_pre_softmax;
   r.num_groups = m.moe_router_num_groups.value_or(0);
   r.group_topk = m.moe_router_group_topk.value_or(0);
