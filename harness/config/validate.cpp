@@ -504,28 +504,9 @@ void fp8_param_gather_rules(const ConfigContainer& c) {
 // --deterministic (docs/determinism.md): the choices without a deterministic path are refused
 // before any worker starts; the worker checks the environment it really got once more.
 void deterministic_rules(const ConfigContainer& c, const ValidationContext& ctx) {
-  if (!c.model.deterministic_mode) return;
-  const std::string suffix = " has no deterministic path with model.deterministic_mode=true";
-  if (c.model.cross_entropy_loss_fusion) {
-    fail("model.cross_entropy_loss_fusion=true" + suffix + "; accepted: false");
-  }
-  const std::string& sdpa = c.shardbench.sdpa_backend;
-  if (sdpa == "flash" || sdpa == "cudnn") {
-    fail("shardbench.sdpa_backend=" + sdpa + suffix + "; accepted: auto, efficient, math");
-  }
-  if (is_cpu_run(c.shardbench)) return;
-  if (const auto ws = effective_env(c, ctx, "CUBLAS_WORKSPACE_CONFIG");
-      ws && *ws != ":4096:8" && *ws != ":16:8") {
-    fail("env.CUBLAS_WORKSPACE_CONFIG=" + *ws + suffix + "; accepted: :4096:8 or :16:8");
-  }
-  if (backend_choice(c.shardbench) == BackendChoice::kGloo) return;
-  if (const auto algo = effective_env(c, ctx, "NCCL_ALGO")) {
-    const std::string allowed[] = {"Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS"};
-    if (std::find(std::begin(allowed), std::end(allowed), *algo) == std::end(allowed)) {
-      fail("env.NCCL_ALGO=" + *algo + suffix +
-           "; accepted: Tree, Ring, CollnetDirect, CollnetChain, ^NVLS");
-    }
-  }
+  const bool cuda = !is_cpu_run(c.shardbench);
+  check_deterministic_config(c, cuda, cuda && backend_choice(c.shardbench) != BackendChoice::kGloo,
+                             ctx);
 }
 
 // Each comparison run's derived config must pass the same rules as a requested one, so that a
@@ -535,6 +516,43 @@ void comparison_runs_rules(const ConfigContainer& c, const ValidationContext& ct
 }
 
 }  // namespace
+
+void check_deterministic_config(const ConfigContainer& c, bool cuda, bool nccl,
+                                const ValidationContext& context) {
+  if (!c.model.deterministic_mode) return;
+  const auto refuse = [](const std::string& field, const std::string& value,
+                         const std::string& accepted) {
+    fail(field + "=" + value +
+         " has no deterministic path with model.deterministic_mode=true; accepted: " + accepted);
+  };
+  // Megatron-LM (arguments.py): "Cross Entropy Fusion is currently not deterministic."
+  if (c.model.cross_entropy_loss_fusion) {
+    refuse("model.cross_entropy_loss_fusion", "true", "false (the deterministic set sets it)");
+  }
+  // Megatron-LM refuses flash attention in deterministic mode; cuDNN's SDPA backward is not
+  // deterministic (ATen excludes it itself). The memory-efficient kernel runs its backward
+  // without key splits under deterministic algorithms, and math is deterministic.
+  const std::string& sdpa = c.shardbench.sdpa_backend;
+  if (sdpa == "flash" || sdpa == "cudnn") {
+    refuse("shardbench.sdpa_backend", sdpa, "auto, efficient, math");
+  }
+  if (cuda) {
+    // ATen refuses cuBLAS calls under deterministic algorithms without a fixed workspace.
+    const auto ws = effective_env(c, context, "CUBLAS_WORKSPACE_CONFIG");
+    if (!ws || (*ws != ":4096:8" && *ws != ":16:8")) {
+      refuse("env.CUBLAS_WORKSPACE_CONFIG", ws.value_or("(unset)"), ":4096:8 or :16:8");
+    }
+  }
+  if (nccl) {
+    // Megatron-LM's list: a fixed algorithm, never NVLS (its reduction order varies).
+    const std::string allowed[] = {"Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS"};
+    const auto algo = effective_env(c, context, "NCCL_ALGO");
+    if (!algo || std::find(std::begin(allowed), std::end(allowed), *algo) == std::end(allowed)) {
+      refuse("env.NCCL_ALGO", algo.value_or("(unset)"),
+             "Tree, Ring, CollnetDirect, CollnetChain, ^NVLS");
+    }
+  }
+}
 
 std::optional<std::string> effective_env(const ConfigContainer& config,
                                          const ValidationContext& context,

@@ -42,6 +42,13 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
 // divisibility errors.
 int64_t data_parallel_size(const ConfigContainer& config, int64_t num_gpus);
 
+// model.deterministic_mode (--deterministic, docs/determinism.md): throws UsageError naming the
+// field, the value and what is accepted when the mode asks for something without a deterministic
+// path on a run on `cuda` devices communicating over `nccl`; environment variables as
+// effective_env reads them. A no-op when the mode is off. Validation calls it.
+void check_deterministic_config(const ConfigContainer& config, bool cuda, bool nccl,
+                                const ValidationContext& context);
+
 // The value a run will see for an environment variable: the process's if set, else config.env's.
 std::optional<std::string> effective_env(const ConfigContainer& config,
                                          const ValidationContext& context, const std::string& name);

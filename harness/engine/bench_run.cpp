@@ -297,8 +297,6 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
                         const std::string& recipe, WorkerContext& ctx) {
   RunModel model = describe_model(config);
   const EngineOptions options = engine_options_from(config, ctx);
-  check_deterministic_config(config, ctx.device.is_cuda(), ctx.backend == CommBackend::kNccl,
-                             [](const char* name) { return std::getenv(name); });
   // Until this run returns: ATen's deterministic algorithms and SDPA backends.
   const DeterministicScope deterministic(config);
   RunCheckpoints checkpoints(config, provenance);

@@ -4,13 +4,16 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <ATen/Context.h>
 
+#include "harness/config/errors.hpp"
 #include "harness/config/resolve.hpp"
+#include "harness/config/validate.hpp"
 #include "harness/engine/bench_run.hpp"
 #include "harness/engine/determinism.hpp"
 #include "harness/engine/mock_data.hpp"
@@ -22,17 +25,22 @@
 namespace shardbench {
 namespace {
 
-GetEnv env_of(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const char* name) -> const char* {
+// The launching shell's environment, as validation reads it.
+ValidationContext env_of(std::map<std::string, std::string> vars) {
+  ValidationContext ctx;
+  ctx.getenv = [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
     auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
   };
+  return ctx;
 }
 
-std::string refusal(const ConfigContainer& c, bool cuda, bool nccl, const GetEnv& env) {
+// Resolution's refusal (harness/config/validate.cpp), before any worker starts.
+std::string refusal(const ConfigContainer& c, bool cuda, bool nccl, const ValidationContext& env) {
   try {
     check_deterministic_config(c, cuda, nccl, env);
-  } catch (const std::invalid_argument& e) {
+  } catch (const UsageError& e) {
     return e.what();
   }
   return "";

@@ -7,6 +7,7 @@
 
 #include <ATen/Context.h>
 
+#include "harness/config/validate.hpp"
 #include "harness/engine/determinism.hpp"
 #include "harness/engine/device_runtime.hpp"
 #include "harness/engine/mock_data.hpp"
@@ -57,7 +58,7 @@ TEST(GpuDeterminism, TwoRunsGiveBitwiseEqualLossesAndWeights) {
   setenv("NCCL_ALGO", "Ring", 1);
   ConfigContainer c;
   c.model.deterministic_mode = true;
-  check_deterministic_config(c, true, true, [](const char* n) { return std::getenv(n); });
+  check_deterministic_config(c, true, true, ValidationContext{});
   const DeterministicScope on(c);
   const std::string sdpa = sdpa_backend_name(dims(), 2, at::kBFloat16, at::Device(at::kCUDA, 0));
   EXPECT_TRUE(sdpa == "efficient" || sdpa == "math") << sdpa;

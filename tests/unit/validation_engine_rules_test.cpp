@@ -62,7 +62,7 @@ TEST(EngineRulesAtResolution, DeterministicModeRefusesNondeterministicChoices) {
   EXPECT_EQ(error_of({"--deterministic"}), "(accepted)");
   EXPECT_EQ(error_of({"--deterministic", "model.cross_entropy_loss_fusion=true"}),
             "model.cross_entropy_loss_fusion=true has no deterministic path with "
-            "model.deterministic_mode=true; accepted: false");
+            "model.deterministic_mode=true; accepted: false (the deterministic set sets it)");
   EXPECT_EQ(error_of({"--deterministic", "shardbench.sdpa_backend=flash"}),
             "shardbench.sdpa_backend=flash has no deterministic path with "
             "model.deterministic_mode=true; accepted: auto, efficient, math");
