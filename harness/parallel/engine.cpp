@@ -34,22 +34,29 @@ struct GradReadyHook : torch::autograd::PostAccumulateGradHook {
 DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions options,
                                        ProcessGroups groups)
     : model_(model.clone()), options_(std::move(options)), pgs_(std::move(groups)) {
-  dp_ = pgs_.world->world();
-  rank_ = pgs_.world->rank();
+  // The dense parameters' groups; setup_comms adds the gradient pre-scale and the expert groups.
+  dense_comm_.world = pgs_.world.get();
+  dense_comm_.all_gather = pgs_.all_gather.get();
+  dense_comm_.reduce_scatter = pgs_.reduce_scatter.get();
+  dense_comm_.dp = pgs_.world->world();
+  dense_comm_.rank = pgs_.world->rank();
   if (pgs_.tp) {
     tp_ = pgs_.tp->world();
     tp_rank_ = pgs_.tp->rank();
   }
   if (pgs_.outer) {
-    outer_ = pgs_.outer->world();
-    outer_rank_ = pgs_.outer->rank();
+    dense_comm_.outer_size = pgs_.outer->world();
+    dense_comm_.outer_rank = pgs_.outer->rank();
+    if (dense_comm_.outer_size > 1) dense_comm_.outer = pgs_.outer.get();
   }
   spec_ = &strategy_row(options_.wrapper, options_.strategy, options_.use_distributed_optimizer);
   // HSDP: the instances replicate what each shards, which needs a sharded optimizer (Megatron's
   // partial distributed optimizer; Megatron FSDP's inner strategies other than no_shard).
-  if (outer_ > 1 && (options_.wrapper == Wrapper::kTorchFsdp2 || !spec_->main_weights_sharded)) {
+  if (dense_comm_.outer_size > 1 &&
+      (options_.wrapper == Wrapper::kTorchFsdp2 || !spec_->main_weights_sharded)) {
     throw std::invalid_argument(
-        "ddp.num_distributed_optimizer_instances=" + std::to_string(outer_) + " with " + label() +
+        "ddp.num_distributed_optimizer_instances=" + std::to_string(dense_comm_.outer_size) +
+        " with " + label() +
         "; accepted: 1, or more with the distributed optimizer or Megatron FSDP optim, "
         "optim_grads or optim_grads_params");
   }
@@ -59,16 +66,18 @@ DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions opt
   // DP-Shard").
   if (options_.outer_shard_optimizer) {
     const std::string head = "ddp.outer_dp_sharding_strategy=optim with " + label();
-    if (options_.wrapper != Wrapper::kMegatronFsdp || options_.strategy != FsdpStrategy::kOptimGradsParams) {
+    if (options_.wrapper != Wrapper::kMegatronFsdp ||
+        options_.strategy != FsdpStrategy::kOptimGradsParams) {
       throw std::invalid_argument(
           head +
           ": optimizer fully-sharded HFSDP is only supported with full sharding inside "
           "each instance; accepted: no_shard, or optim with Megatron FSDP "
           "optim_grads_params");
     }
-    if (outer_ < 2) {
+    if (dense_comm_.outer_size < 2) {
       throw std::invalid_argument(
-          head + " and ddp.num_distributed_optimizer_instances=" + std::to_string(outer_) +
+          head +
+          " and ddp.num_distributed_optimizer_instances=" + std::to_string(dense_comm_.outer_size) +
           ": there are no instances to shard across; accepted: no_shard, or optim with more "
           "than one instance");
     }
@@ -78,7 +87,7 @@ DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions opt
           " and ddp.fp8_param_gather=true: the FP8 parameter all-gather is not "
           "implemented across instances; accepted: ddp.fp8_param_gather=false");
     }
-    hfsdp_ = true;
+    dense_comm_.hfsdp = true;
   }
   grad_checker_ = GradChecker(options_.check_for_nan_in_grad, options_.check_for_large_grads);
   if (options_.wrapper == Wrapper::kTorchFsdp2 && options_.prefetch_blocks < 0) {
@@ -90,8 +99,7 @@ DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions opt
   const bool fp8_gather_path =
       (options_.wrapper == Wrapper::kMegatronFsdp && spec_->model_weights_sharded) ||
       (options_.wrapper == Wrapper::kDdp && options_.use_distributed_optimizer);
-  if (options_.fp8_param_gather &&
-      !(fp8_gather_path && options_.compute_dtype == at::kBFloat16)) {
+  if (options_.fp8_param_gather && !(fp8_gather_path && options_.compute_dtype == at::kBFloat16)) {
     throw std::invalid_argument(
         "ddp.fp8_param_gather=true is not implemented for " + label() + " with " +
         std::string(options_.compute_dtype == at::kBFloat16 ? "bf16" : "fp32") +
@@ -111,9 +119,8 @@ DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions opt
           ": NCCL user buffers are CUDA memory registered with NCCL; accepted: false on CPU");
     }
     if (options_.nccl_ub_manual_registration && options_.wrapper != Wrapper::kMegatronFsdp) {
-      throw std::invalid_argument(
-          "ddp.fsdp_manual_registration=true with " + label() +
-          ": manual registration is Megatron FSDP's; accepted: false");
+      throw std::invalid_argument("ddp.fsdp_manual_registration=true with " + label() +
+                                  ": manual registration is Megatron FSDP's; accepted: false");
     }
     comm_pool_ = std::make_unique<CommBufferPool>(*pgs_.world, options_.device.index(),
                                                   options_.nccl_ub_symmetric);
@@ -163,8 +170,8 @@ DataParallelEngine::~DataParallelEngine() {
 std::vector<ProcessGroup*> DataParallelEngine::communicators() const {
   std::vector<ProcessGroup*> distinct;
   for (const GroupComms* c : {&dense_comm_, &expert_comm_}) {
-    for (ProcessGroup* pg : {c->world, c->all_gather, c->reduce_scatter,
-                             c->hfsdp ? c->outer : nullptr}) {
+    for (ProcessGroup* pg :
+         {c->world, c->all_gather, c->reduce_scatter, c->hfsdp ? c->outer : nullptr}) {
       if (pg != nullptr && std::find(distinct.begin(), distinct.end(), pg) == distinct.end()) {
         distinct.push_back(pg);
       }
@@ -261,11 +268,8 @@ void DataParallelEngine::check_param_specs() const {
 }
 
 void DataParallelEngine::setup_comms() {
-  const int total_dp = dp_ * outer_;
-  dense_comm_ = {pgs_.world.get(), pgs_.all_gather.get(), pgs_.reduce_scatter.get(),
-                 outer_ > 1 ? pgs_.outer.get() : nullptr,
-                 dp_, rank_, outer_, outer_rank_, hfsdp_,
-                 options_.average_in_collective ? 1.0 : 1.0 / total_dp, false};
+  const int total_dp = dense_comm_.dp * dense_comm_.outer_size;
+  dense_comm_.grad_prescale = options_.average_in_collective ? 1.0 : 1.0 / total_dp;
   has_experts_ = std::any_of(specs_.begin(), specs_.end(), [](const ParamSpec& s) {
     return s.reduce_group == ReduceGroup::kExpertDataParallel;
   });
@@ -286,17 +290,17 @@ void DataParallelEngine::setup_comms() {
   const int expert_outer = pgs_.expert_outer ? pgs_.expert_outer->world() : 1;
   // Megatron cuts EP out of the data-parallel ranks and splits the expert-data-parallel group
   // into the same number of instances as the dense one (parallel_state.py).
-  if (expert_outer != outer_ || ep_ * e.dp != dp_) {
+  if (expert_outer != dense_comm_.outer_size || ep_ * e.dp != dense_comm_.dp) {
     throw std::logic_error(
         "engine: expert parallelism " + std::to_string(ep_) + " x expert data parallelism " +
         std::to_string(e.dp) + " x " + std::to_string(expert_outer) +
-        " instances does not cover the data-parallel group of " + std::to_string(dp_) + " x " +
-        std::to_string(outer_) + " instances");
+        " instances does not cover the data-parallel group of " + std::to_string(dense_comm_.dp) +
+        " x " + std::to_string(dense_comm_.outer_size) + " instances");
   }
   e.outer = expert_outer > 1 ? pgs_.expert_outer.get() : nullptr;
   e.outer_size = expert_outer;
   e.outer_rank = pgs_.expert_outer ? pgs_.expert_outer->rank() : 0;
-  e.hfsdp = hfsdp_;
+  e.hfsdp = dense_comm_.hfsdp;
   e.grad_prescale = options_.average_in_collective
                         ? static_cast<double>(e.dp * expert_outer) / total_dp
                         : 1.0 / total_dp;
@@ -534,7 +538,7 @@ void DataParallelEngine::build_views(EngineGroup& g) {
   g.owned_grad = g.spec.main_weights_sharded && !g.spec.grads_sharded
                      ? g.grad.narrow(0, lo, g.layout.shard_elems)
                  : g.comm->hfsdp ? g.grad.narrow(0, own_in_shard, g.owned_elems)
-                          : g.grad;
+                                 : g.grad;
   // Where the TP-split parameters lie in owned_grad (tensor parallelism's gradient norm).
   g.tp_split_ranges.clear();
   const bool owned_is_shard = g.layout.per_param_dim0 || g.spec.main_weights_sharded;

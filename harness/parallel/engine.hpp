@@ -24,13 +24,13 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "harness/measure/phase_timer.hpp"
+#include "harness/measure/sharding.hpp"
 #include "harness/measure/unit_timer.hpp"
+#include "harness/model/model.hpp"
 #include "harness/parallel/flat_adamw.hpp"
 #include "harness/parallel/flat_layout.hpp"
 #include "harness/parallel/grad_check.hpp"
 #include "harness/parallel/process_group.hpp"
-#include "harness/measure/sharding.hpp"
-#include "harness/model/model.hpp"
 #include "harness/report/run_record.hpp"
 
 namespace shardbench {
@@ -38,7 +38,7 @@ namespace shardbench {
 struct EngineOptions {
   Wrapper wrapper = Wrapper::kDdp;
   FsdpStrategy strategy = FsdpStrategy::kNoShard;  // FSDP: ddp.data_parallel_sharding_strategy
-  bool use_distributed_optimizer = false;  // DDP only (FSDP always shards the optimizer)
+  bool use_distributed_optimizer = false;          // DDP only (FSDP always shards the optimizer)
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = false;
   bool average_in_collective = false;  // ReduceOp.AVG instead of pre-scaling by 1/DP
@@ -171,11 +171,11 @@ struct NcclUserBufferState {
   // Optimizer steps taken when the pool was registered: 0 = before the first step, 1 = before
   // the second (manual registration); -1 = not registered.
   int64_t registered_after_steps = -1;
-  int registered_groups = 0;     // distinct communicators the pool is registered with
-  int64_t pool_segments = 0;     // the pool's segments (ncclMemAlloc allocations) and bytes
+  int registered_groups = 0;  // distinct communicators the pool is registered with
+  int64_t pool_segments = 0;  // the pool's segments (ncclMemAlloc allocations) and bytes
   int64_t pool_bytes = 0;
-  int64_t buffers_checked = 0;   // communication buffers that exist now
-  int64_t buffers_outside = 0;   // of those, buffers not inside a pool segment (must be 0)
+  int64_t buffers_checked = 0;  // communication buffers that exist now
+  int64_t buffers_outside = 0;  // of those, buffers not inside a pool segment (must be 0)
 };
 
 class DataParallelEngine final : public ModuleHooks {
@@ -199,12 +199,14 @@ class DataParallelEngine final : public ModuleHooks {
   int64_t num_parameters() const { return num_parameters_; }
   // Whether the optimizer step runs shardbench's flat AdamW kernel (else ATen's fused AdamW).
   bool optimizer_uses_kernel() const;
-  int dp() const { return dp_; }
-  int rank() const { return rank_; }  // in the data-parallel group
+  int dp() const { return dense_comm_.dp; }
+  int rank() const { return dense_comm_.rank; }  // in the data-parallel group
   // The ranks that split the global batch and this rank's place among them: the instance's
   // ranks times the instances (HSDP), the instance being its data-parallel group otherwise.
-  int data_parallel_size() const { return dp_ * outer_; }
-  int data_parallel_rank() const { return outer_rank_ * dp_ + rank_; }
+  int data_parallel_size() const { return dense_comm_.dp * dense_comm_.outer_size; }
+  int data_parallel_rank() const {
+    return dense_comm_.outer_rank * dense_comm_.dp + dense_comm_.rank;
+  }
   // Expert parallelism: the expert-parallel ranks (1 without expert parameters) and the size of
   // a rank's expert-data-parallel group inside its instance.
   int ep() const { return ep_; }
@@ -214,8 +216,8 @@ class DataParallelEngine final : public ModuleHooks {
   // HSDP instances (1 without HSDP), and whether the optimizer is sharded across them too
   // (HFSDP, EngineOptions::outer_shard_optimizer): then a rank's main weights and moments are
   // 1 / instances of its shard.
-  int instances() const { return outer_; }
-  bool shards_across_instances() const { return hfsdp_; }
+  int instances() const { return dense_comm_.outer_size; }
+  bool shards_across_instances() const { return dense_comm_.hfsdp; }
 
   // Micro-batch `index` of `count` is about to run forward and backward.
   void begin_microbatch(int index, int count);
@@ -420,15 +422,11 @@ class DataParallelEngine final : public ModuleHooks {
   std::unique_ptr<const ModelSpec> model_;
   EngineOptions options_;
   ProcessGroups pgs_;
-  int dp_ = 1;
-  int rank_ = 0;
   int tp_ = 1;
   int tp_rank_ = 0;
-  int outer_ = 1;  // HSDP instances
-  int outer_rank_ = 0;
-  bool hfsdp_ = false;  // outer optim: the optimizer is sharded across the instances
-  // The dense parameters' communicators and the expert parameters' (expert parallelism; unused
-  // without expert parameters). Each group points at one of them.
+  // The dense parameters' communicators and sizes (the data-parallel group, its rank, the HSDP
+  // instances, HFSDP) and the expert parameters' (expert parallelism; unused without expert
+  // parameters). Each group points at one of them.
   GroupComms dense_comm_;
   GroupComms expert_comm_;
   bool has_experts_ = false;

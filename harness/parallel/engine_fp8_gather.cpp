@@ -73,7 +73,7 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
   {
     const CommAllocScope comm(comm_pool_.get());
     g.fp8_shard = at::zeros({shard}, bytes);
-    g.fp8_full = dp_ > 1 ? at::zeros({g.layout.padded_elems}, bytes) : g.fp8_shard;
+    g.fp8_full = dense_comm_.dp > 1 ? at::zeros({g.layout.padded_elems}, bytes) : g.fp8_shard;
   }
   // One scale per 16 bytes. cuBLASLt's FP8 GEMMs run on 16-byte aligned operands; a 0-dim view
   // 4 bytes into a packed scale vector made the H100 refuse the second weight's GEMM
@@ -91,7 +91,7 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
     check_gemm_aligned(q.scale_inv, "FP8 weight scale");
     g.fp8_weights.push_back(q);
   }
-  if (dp_ == 1) return;  // one rank: the shard is the whole group, nothing is gathered
+  if (dense_comm_.dp == 1) return;  // one rank: the shard is the whole group, nothing is gathered
 
   // Units: the norm leaves move from model_full (whose storage a unit gather no longer fills)
   // to norm_full. Distributed-optimizer buckets keep their compute weights whole: the other
@@ -100,7 +100,7 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
   g.fp8_into_model = !g.transient_weights;
   const CommAllocScope comm(comm_pool_.get());
   if (!g.fp8_into_model) g.norm_full = at::zeros({norm_elems}, g.model_full.options());
-  std::vector<int64_t> packed(static_cast<size_t>(dp_), 0);
+  std::vector<int64_t> packed(static_cast<size_t>(dense_comm_.dp), 0);
   int64_t norm_at = 0;
   for (const auto& slot : g.layout.slots) {
     const auto& spec = specs_[static_cast<size_t>(slot.spec_index)];
@@ -109,7 +109,7 @@ void DataParallelEngine::setup_fp8_gather(EngineGroup& g) {
       at::Tensor& leaf = leaves_[static_cast<size_t>(slot.spec_index)];
       leaf.set_(g.norm_full.storage(), norm_at, spec.shape);
     }
-    for (int r = 0; r < dp_; ++r) {
+    for (int r = 0; r < dense_comm_.dp; ++r) {
       const int64_t lo = g.shard_offset(r);
       const int64_t a = std::max(slot.offset, lo);
       const int64_t b = std::min(slot.offset + slot.numel, lo + shard);
@@ -141,7 +141,8 @@ void DataParallelEngine::launch_fp8_param_syncs() {
 void DataParallelEngine::launch_fp8_param_sync(EngineGroup& g) {
   at::NoGradGuard no_grad;
   // This rank's bf16 values of its shard: what the optimizer wrote (or refresh copied).
-  const at::Tensor mine = g.model_full.narrow(0, g.shard_offset(rank_), g.layout.shard_elems);
+  const at::Tensor mine =
+      g.model_full.narrow(0, g.shard_offset(dense_comm_.rank), g.layout.shard_elems);
   g.param_sync_work = start_fp8_gathers(g, mine, param_sync_stats_);
 }
 
@@ -162,13 +163,12 @@ c10::intrusive_ptr<c10d::Work> DataParallelEngine::start_fp8_gathers(EngineGroup
   // Pack this rank's non-FP8 elements of `shard` (its bf16 shard of the group) for the second
   // gather; finish_fp8_gather unpacks them.
   for (const auto& p : g.norm_pieces) {
-    if (p.rank != rank_) continue;
-    g.norm_send.narrow(0, p.packed_offset, p.numel)
-        .copy_(shard.narrow(0, p.shard_offset, p.numel));
+    if (p.rank != dense_comm_.rank) continue;
+    g.norm_send.narrow(0, p.packed_offset, p.numel).copy_(shard.narrow(0, p.shard_offset, p.numel));
   }
   {
     const CommAllocScope comm(comm_pool_.get());
-    g.norm_recv = at::empty({dp_ * g.norm_send.numel()}, g.norm_send.options());
+    g.norm_recv = at::empty({dense_comm_.dp * g.norm_send.numel()}, g.norm_send.options());
   }
   track_temp(tensor_bytes(g.norm_recv));
   const int64_t fp8_bytes = tensor_bytes(g.fp8_full);
@@ -219,7 +219,7 @@ void DataParallelEngine::cast_fp8_shards() {
   for (auto& gp : groups_) {
     EngineGroup& g = *gp;
     if (!g.fp8_gather) continue;
-    const int64_t lo = g.shard_offset(rank_), shard = g.layout.shard_elems;
+    const int64_t lo = g.shard_offset(dense_comm_.rank), shard = g.layout.shard_elems;
     for (size_t s = 0; s < g.layout.slots.size(); ++s) {
       if (g.fp8_index[s] < 0) continue;
       const auto& slot = g.layout.slots[s];
@@ -239,7 +239,8 @@ void DataParallelEngine::cast_fp8_shards() {
     at::linalg_vector_norm_out(out, p.g->main.narrow(0, p.shard_offset, p.numel),
                                std::numeric_limits<double>::infinity());
   }
-  if (dp_ > 1) wait_comm(pgs_.world->all_reduce(amax, Reduction::kMax), "FP8 amax all-reduce");
+  if (dense_comm_.dp > 1)
+    wait_comm(pgs_.world->all_reduce(amax, Reduction::kMax), "FP8 amax all-reduce");
   // quantize()'s current scaling: max_finite / amax, 1 for an all-zero tensor.
   const at::Tensor scale = at::where(amax == 0, at::ones_like(amax), kE4m3MaxFinite / amax);
   const at::Tensor scale_inv = scale.reciprocal();

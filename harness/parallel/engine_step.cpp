@@ -363,7 +363,7 @@ void DataParallelEngine::launch_grad_reduce(EngineGroup& g) {
   if (g.layout.per_param_dim0 && g.transient_grads) reduce_scatter_copy_in(g);
   at::Tensor src = g.transient_grads ? g.grad_full : g.grad;
   // Megatron checks the bucket's local grads before the collective (and before the 1/DP scale).
-  grad_checker_.check(src, g.index, optimizer_steps() + 1, rank_);
+  grad_checker_.check(src, g.index, optimizer_steps() + 1, dense_comm_.rank);
   // Megatron: average_in_collective uses ReduceOp.AVG, otherwise grads are pre-scaled by 1/DP
   // and summed. DP counts every instance under HSDP (the cross-instance all-reduce in
   // finish_backward sums or averages the rest); expert groups are pre-scaled so that their
@@ -487,7 +487,7 @@ void DataParallelEngine::finish_backward() {
   // HFSDP (outer optim): each group's reduce-scatter across the instances started when its
   // last reduction completed (drain_reductions; here where there was none to wait for, with
   // one rank per instance); each rank now holds its piece's gradient summed over every rank.
-  if (last && hfsdp_) {
+  if (last && dense_comm_.hfsdp) {
     at::NoGradGuard no_grad;
     for (auto& g : groups_) launch_outer_grad_reduce(*g);
     for (auto& g : groups_) {
@@ -503,7 +503,7 @@ void DataParallelEngine::finish_backward() {
   // HSDP, outer no_shard: the instances hold the same shards; after the step's last
   // micro-batch each rank's reduced gradient is summed (averaged) with its replicas' in the
   // other instances, as Megatron's partial distributed optimizer all-reduces across instances.
-  if (last && outer_ > 1) {
+  if (last && dense_comm_.outer_size > 1) {
     at::NoGradGuard no_grad;
     const Reduction op = options_.average_in_collective ? Reduction::kAvg : Reduction::kSum;
     for (auto& g : groups_) {
