@@ -2,6 +2,7 @@
 // from reading the engine (harness/engine, harness/parallel, workloads): "honoured" fields are
 // read there, by the launcher or by the report; docs/field-support.md lists the reasons.
 #include "harness/config/field_domain.hpp"
+#include "harness/enum_names.hpp"
 
 namespace shardbench {
 namespace {
@@ -77,7 +78,8 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.params_dtype", info(kComputeDtype)},
       {"model.tensor_model_parallel_size",
        honoured(kTensorParallel).at_least(1).at_most(kMaxCount)},
-      {"model.pipeline_model_parallel_size", dryrun_only(kNoPipeline).at_least(1).at_most(kMaxCount)},
+      {"model.pipeline_model_parallel_size",
+       dryrun_only(kNoPipeline).at_least(1).at_most(kMaxCount)},
       {"model.context_parallel_size", not_impl(kNoContextParallel)},
       {"model.virtual_pipeline_model_parallel_size",
        dryrun_only(kNoPipeline).at_least(1).at_most(kMaxCount)},
@@ -123,10 +125,10 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       // ---- model: mixture of experts, MLA, MTP (docs/moe-recipes.md)
       {"model.moe_ffn_hidden_size", honoured(kMoe).at_least(1).at_most(kMaxWidth)},
       {"model.moe_router_topk", honoured(kMoe).at_least(1).at_most(kMaxCount)},
-      {"model.moe_shared_expert_intermediate_size",
-       honoured(kMoe).at_least(1).at_most(kMaxWidth)},
+      {"model.moe_shared_expert_intermediate_size", honoured(kMoe).at_least(1).at_most(kMaxWidth)},
       {"model.moe_shared_expert_overlap",
-       not_impl("shared experts run before the router, on the compute stream").only_values({false})},
+       not_impl("shared experts run before the router, on the compute stream")
+           .only_values({false})},
       {"model.moe_layer_freq", honoured(kMoe + ": K zeros then ones").at_least(0).at_most(1)},
       {"model.moe_router_score_function", honoured(kMoe)},
       {"model.moe_router_pre_softmax", honoured(kMoe)},
@@ -165,23 +167,18 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.moe_token_drop_policy", honoured(kMoe)},
       {"model.moe_permute_fusion",
        honoured("validation turns it off: the MoE model's permute and unpermute run ATen ops")},
-      {"model.multi_latent_attention",
-       dryrun_only("multi-latent attention is not implemented (the MoE model builds grouped-query attention)")},
-      {"model.q_lora_rank", dryrun_only("multi-latent attention is not implemented")
-                                .at_least(1)
-                                .at_most(kMaxWidth)},
-      {"model.kv_lora_rank", dryrun_only("multi-latent attention is not implemented")
-                                 .at_least(1)
-                                 .at_most(kMaxWidth)},
-      {"model.qk_head_dim", dryrun_only("multi-latent attention is not implemented")
-                                .at_least(1)
-                                .at_most(kMaxWidth)},
-      {"model.qk_pos_emb_head_dim", dryrun_only("multi-latent attention is not implemented")
-                                        .at_least(1)
-                                        .at_most(kMaxWidth)},
-      {"model.v_head_dim", dryrun_only("multi-latent attention is not implemented")
-                               .at_least(1)
-                               .at_most(kMaxWidth)},
+      {"model.multi_latent_attention", dryrun_only("multi-latent attention is not implemented (the "
+                                                   "MoE model builds grouped-query attention)")},
+      {"model.q_lora_rank",
+       dryrun_only("multi-latent attention is not implemented").at_least(1).at_most(kMaxWidth)},
+      {"model.kv_lora_rank",
+       dryrun_only("multi-latent attention is not implemented").at_least(1).at_most(kMaxWidth)},
+      {"model.qk_head_dim",
+       dryrun_only("multi-latent attention is not implemented").at_least(1).at_most(kMaxWidth)},
+      {"model.qk_pos_emb_head_dim",
+       dryrun_only("multi-latent attention is not implemented").at_least(1).at_most(kMaxWidth)},
+      {"model.v_head_dim",
+       dryrun_only("multi-latent attention is not implemented").at_least(1).at_most(kMaxWidth)},
       {"model.qk_layernorm",
        honoured("per-head RMSNorm of queries and keys, in the MoE model (Qwen3-MoE); the Llama "
                 "model has none")},
@@ -393,21 +390,13 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
 }  // namespace
 
 const char* support_name(Support support) {
-  switch (support) {
-    case Support::kUnset:
-      return "unset";
-    case Support::kHonoured:
-      return "honoured";
-    case Support::kInformational:
-      return "informational";
-    case Support::kNotImplemented:
-      return "not_implemented";
-    case Support::kBuiltinOnly:
-      return "builtin_only";
-    case Support::kDryrunOnly:
-      return "dryrun_only";
-  }
-  return "unset";
+  static constexpr EnumName<Support> kNames[] = {{Support::kUnset, "unset"},
+                                                 {Support::kHonoured, "honoured"},
+                                                 {Support::kInformational, "informational"},
+                                                 {Support::kNotImplemented, "not_implemented"},
+                                                 {Support::kBuiltinOnly, "builtin_only"},
+                                                 {Support::kDryrunOnly, "dryrun_only"}};
+  return enum_name(kNames, support);
 }
 
 const std::vector<std::pair<std::string, FieldDomain>>& field_domain_table() {

@@ -13,10 +13,11 @@
 #include <utility>
 #include <vector>
 
-#include "harness/config/gpu_probe.hpp"
 #include "harness/config/provenance.hpp"
 
 namespace shardbench {
+
+struct CudaDeviceInfo;  // harness/config/gpu_probe.hpp
 
 struct ValidationContext {
   int64_t num_gpus = 1;

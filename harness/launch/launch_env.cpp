@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "harness/enum_names.hpp"
 #include "harness/launch/heartbeat_protocol.hpp"
 #include "harness/launch/slurm_hostlist.hpp"
 
@@ -194,7 +195,8 @@ LaunchEnv detect_launch_env(const std::map<std::string, std::string>& env) {
     return read_perf_launch(in);
   }
   for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"}) {
-    if (env.count(name)) return read_torchrun_style(EnvReader(env, "torchrun"), Launcher::kTorchrun);
+    if (env.count(name))
+      return read_torchrun_style(EnvReader(env, "torchrun"), Launcher::kTorchrun);
   }
   if (env.count("SLURM_PROCID") && !is_slurm_batch_step(env)) {
     return read_slurm(EnvReader(env, "slurm"));
@@ -216,17 +218,11 @@ std::map<std::string, std::string> process_environment() {
 LaunchEnv detect_launch_env() { return detect_launch_env(process_environment()); }
 
 const char* launcher_name(Launcher launcher) {
-  switch (launcher) {
-    case Launcher::kPerfLaunch:
-      return "perf-launch";
-    case Launcher::kTorchrun:
-      return "torchrun";
-    case Launcher::kSlurm:
-      return "slurm";
-    case Launcher::kNone:
-      break;
-  }
-  return "none";
+  static constexpr EnumName<Launcher> kNames[] = {{Launcher::kPerfLaunch, "perf-launch"},
+                                                  {Launcher::kTorchrun, "torchrun"},
+                                                  {Launcher::kSlurm, "slurm"},
+                                                  {Launcher::kNone, "none"}};
+  return enum_name(kNames, launcher);
 }
 
 }  // namespace shardbench

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "harness/measure/enum_names.hpp"
+#include "harness/enum_names.hpp"
 
 namespace shardbench {
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "harness/measure/enum_names.hpp"
+#include "harness/enum_names.hpp"
 
 namespace shardbench {
 

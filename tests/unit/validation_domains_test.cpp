@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "harness/config/errors.hpp"
+#include "harness/config/gpu_probe.hpp"
 #include "harness/config/resolve.hpp"
 
 namespace shardbench {
