@@ -1,16 +1,47 @@
 #include "harness/cli/flag_relations.hpp"
 
+#include <span>
+
+#include "harness/cli/flag_store.hpp"
 #include "harness/config/errors.hpp"
+#include "harness/config/gate_thresholds.hpp"
+#include "harness/config/text.hpp"
 
 namespace shardbench {
 
+namespace {
+
+template <class S>
+void add_launch_flags(std::vector<std::string>& flags, std::span<const GateNumber<S>> numbers) {
+  for (const GateNumber<S>& number : numbers) {
+    if (number.launch_flag) flags.push_back(std::string("--") + number.key);
+  }
+}
+
+// A given gate flag outside its range (harness/config/gate_thresholds.hpp): the same message its
+// flag's store gives for a value that is not a number.
+template <class S>
+void check_ranges(const LaunchArgs& a, const S& settings, std::span<const GateNumber<S>> numbers) {
+  for (const GateNumber<S>& number : numbers) {
+    const auto it = a.given.find(std::string("--") + number.key);
+    if (!number.launch_flag || it == a.given.end()) continue;
+    if (!number.range.contains(settings.*number.value)) {
+      flag_store::bad_value(it->second.first, it->second.second,
+                            std::string(kNumberSyntax) + " " + number.range.bounds());
+    }
+  }
+}
+
+}  // namespace
+
 const std::vector<std::string>& golden_gate_flags() {
-  static const std::vector<std::string> flags = {
-      "--timing_threshold",        "--skip_first_percent_time", "--correlation_threshold",
-      "--high_loss_tolerance",     "--medium_loss_tolerance",   "--low_loss_tolerance",
-      "--final_loss_tolerance",    "--max_outlier_ratio",       "--outlier_threshold",
-      "--skip_first_percent_loss", "--memory_threshold",        "--eval_time_start_step",
-      "--eval_time_end_step"};
+  static const std::vector<std::string> flags = [] {
+    std::vector<std::string> out;
+    add_launch_flags(out, threshold_numbers());
+    add_launch_flags(out, loss_tolerance_fields());
+    out.insert(out.end(), {"--eval_time_start_step", "--eval_time_end_step"});
+    return out;
+  }();
   return flags;
 }
 
@@ -20,7 +51,7 @@ void check_flag_relations(const LaunchArgs& a) {
     return it->second.first + " " + it->second.second;
   };
   // Pearson's r lies in [-1, 1]: a threshold above 1 fails every run.
-  if (a.given.count("--correlation_threshold") && a.correlation_threshold > 1) {
+  if (a.given.count("--correlation_threshold") && a.loss_tolerances.correlation_threshold > 1) {
     throw UsageError(given("--correlation_threshold") +
                      ": a loss-curve correlation (Pearson's r) is at most 1, so no run could "
                      "pass; accepted: a number from 0 to 1");
@@ -31,6 +62,8 @@ void check_flag_relations(const LaunchArgs& a) {
                      given("--eval_time_end_step") +
                      ": the timing window would be empty; accepted: a start step <= the end step");
   }
+  check_ranges(a, a.thresholds, threshold_numbers());
+  check_ranges(a, a.loss_tolerances, loss_tolerance_fields());
   if (a.golden_values_path) return;
   for (const std::string& flag : golden_gate_flags()) {
     if (!a.given.count(flag)) continue;

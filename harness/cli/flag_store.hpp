@@ -11,6 +11,7 @@
 
 #include "harness/cli/flags.hpp"
 #include "harness/config/errors.hpp"
+#include "harness/config/gate_thresholds.hpp"
 #include "harness/config/text.hpp"
 
 namespace shardbench::flag_store {
@@ -88,6 +89,19 @@ Store real(M LaunchArgs::*member, std::optional<double> min = std::nullopt,
       bad_value(flag, v, accepted);
     }
     a.*member = *d;
+  };
+}
+
+// A number of the golden-values gate (harness/config/gate_thresholds.hpp), kept in the settings
+// struct `settings` of LaunchArgs. Here the value must be a finite number; its range is checked
+// with the flags' relations (check_flag_relations), after the correlation threshold's own rule,
+// so that the same range is checked in one place for every gate flag.
+template <class S>
+Store gate_number(S LaunchArgs::*settings, const GateNumber<S>& number) {
+  return [=](LaunchArgs& a, const std::string& flag, const std::string& v) {
+    const auto d = parse_double(v);
+    if (!d) bad_value(flag, v, std::string(kNumberSyntax) + " " + number.range.bounds());
+    (a.*settings).*number.value = *d;
   };
 }
 

@@ -1,5 +1,8 @@
 // Second half of the flag table: Performance, Logging/testing and shardbench's own flags.
+#include <span>
+
 #include "harness/cli/flag_store.hpp"
+#include "harness/config/gate_thresholds.hpp"
 
 namespace shardbench::flag_store {
 namespace {
@@ -12,11 +15,22 @@ const std::string kNsysLaunch =
     "perf-launch ... -en` yourself";
 const std::string kVariants = "config variants are not implemented; use --override_set FILE";
 
+template <class S>
+void add_gate_number_flags(std::vector<FlagSpec>& flags, std::span<const GateNumber<S>> numbers,
+                           S LaunchArgs::*settings) {
+  for (const GateNumber<S>& number : numbers) {
+    if (!number.launch_flag) continue;
+    flags.push_back({"", std::string("--") + number.key, "Logging/testing", FlagKind::kValue,
+                     "FLOAT", gate_default_text(number), gate_flag_help(number), false,
+                     gate_number(settings, number), H});
+  }
+}
+
 }  // namespace
 
 std::vector<FlagSpec> performance_logging_shardbench_flags() {
   using K = FlagKind;
-  return {
+  std::vector<FlagSpec> flags = {
       // ---- Performance
       {"-g", "--gpu", "Performance", K::kValue, "{h100,b200,b300,gb200,gb300,vr200,r100,h200,cpu}",
        "", "GPU type (h200: 8 per node; cpu: CPU ranks, gpus-per-node = -ng)", true,
@@ -125,30 +139,12 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
        not_supported("perf-launch does not re-run a failed golden-value check"), NI},
       {"", "--golden_values_path", "Logging/testing", K::kValue, "PATH", "None",
        "Golden values JSON to compare against", false, text(&LaunchArgs::golden_values_path), H},
-      {"", "--timing_threshold", "Logging/testing", K::kValue, "FLOAT", "0.05",
-       "Relative TFLOP/s/GPU band", false, real(&LaunchArgs::timing_threshold, 0.0), H},
-      {"", "--skip_first_percent_time", "Logging/testing", K::kValue, "FLOAT", "0.70",
-       "Fraction of steps skipped before timing", false,
-       real(&LaunchArgs::skip_first_percent_time, 0.0, 1.0), H},
-      {"", "--correlation_threshold", "Logging/testing", K::kValue, "FLOAT", "0.95",
-       "Loss-curve correlation", false, real(&LaunchArgs::correlation_threshold, 0.0), H},
-      {"", "--high_loss_tolerance", "Logging/testing", K::kValue, "FLOAT", "0.10",
-       "Loss tolerance, early steps", false, real(&LaunchArgs::high_loss_tolerance, 0.0), H},
-      {"", "--medium_loss_tolerance", "Logging/testing", K::kValue, "FLOAT", "0.05",
-       "Loss tolerance, middle steps", false, real(&LaunchArgs::medium_loss_tolerance, 0.0), H},
-      {"", "--low_loss_tolerance", "Logging/testing", K::kValue, "FLOAT", "0.02",
-       "Loss tolerance, late steps", false, real(&LaunchArgs::low_loss_tolerance, 0.0), H},
-      {"", "--final_loss_tolerance", "Logging/testing", K::kValue, "FLOAT", "0.05",
-       "Final loss tolerance", false, real(&LaunchArgs::final_loss_tolerance, 0.0), H},
-      {"", "--max_outlier_ratio", "Logging/testing", K::kValue, "FLOAT", "0.1",
-       "Allowed outlier fraction", false, real(&LaunchArgs::max_outlier_ratio, 0.0), H},
-      {"", "--outlier_threshold", "Logging/testing", K::kValue, "FLOAT", "3.0",
-       "Outlier threshold (std devs)", false, real(&LaunchArgs::outlier_threshold, 0.0), H},
-      {"", "--skip_first_percent_loss", "Logging/testing", K::kValue, "FLOAT", "0.20",
-       "Fraction of steps skipped before loss checks", false,
-       real(&LaunchArgs::skip_first_percent_loss, 0.0, 1.0), H},
-      {"", "--memory_threshold", "Logging/testing", K::kValue, "FLOAT", "0.05",
-       "Relative memory band", false, real(&LaunchArgs::memory_threshold, 0.0), H},
+  };
+  // The golden-values gate's numbers: one row per GateNumber with launch_flag (key, default, range
+  // and help from harness/config/gate_thresholds.hpp, which perf-compare reads too).
+  add_gate_number_flags(flags, threshold_numbers(), &LaunchArgs::thresholds);
+  add_gate_number_flags(flags, loss_tolerance_fields(), &LaunchArgs::loss_tolerances);
+  const std::vector<FlagSpec> rest = {
       {"", "--eval_time_start_step", "Logging/testing", K::kValue, "INT", "None",
        "First step of the timing window", false, integer(&LaunchArgs::eval_time_start_step, 0), H},
       {"", "--eval_time_end_step", "Logging/testing", K::kValue, "INT", "None",
@@ -185,6 +181,8 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
        "Attention kernel (shardbench.sdpa_backend)", false,
        choice(&LaunchArgs::sdpa_backend, {"auto", "flash", "efficient", "cudnn", "math"}), H},
   };
+  flags.insert(flags.end(), rest.begin(), rest.end());
+  return flags;
 }
 
 }  // namespace shardbench::flag_store

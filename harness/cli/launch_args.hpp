@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/config/gate_thresholds.hpp"
+
 namespace shardbench {
 
 struct LaunchArgs {
@@ -96,17 +98,11 @@ struct LaunchArgs {
   std::optional<std::string> log_dir;
   std::optional<std::string> golden_values_path;
   bool retry_on_testing_failure = false;
-  double timing_threshold = 0.05;
-  double skip_first_percent_time = 0.70;
-  double correlation_threshold = 0.95;
-  double high_loss_tolerance = 0.10;
-  double medium_loss_tolerance = 0.05;
-  double low_loss_tolerance = 0.02;
-  double final_loss_tolerance = 0.05;
-  double max_outlier_ratio = 0.1;
-  double outlier_threshold = 3.0;
-  double skip_first_percent_loss = 0.20;
-  double memory_threshold = 0.05;
+  // The golden-values gate's numbers (--timing_threshold, --correlation_threshold, ..): the
+  // flags whose GateNumber has launch_flag set (harness/config/gate_thresholds.hpp) set them;
+  // the rest keep perf-compare's defaults.
+  Thresholds thresholds;
+  LossTolerances loss_tolerances;
   std::optional<int64_t> eval_time_start_step;
   std::optional<int64_t> eval_time_end_step;
 

@@ -4,16 +4,15 @@
 #include <cstdlib>
 #include <iostream>
 #include <stdexcept>
-#include <string_view>
 #include <utility>
 
+#include "harness/atomic_write.hpp"
 #include "harness/cli/cli11_program.hpp"
 #include "harness/compare/compare_sides.hpp"
 #include "harness/compare/history.hpp"
 #include "harness/compare/loss_check.hpp"
 #include "harness/compare/render.hpp"
 #include "harness/compare/report_reader.hpp"
-#include "harness/atomic_write.hpp"
 #include "harness/report/golden_values.hpp"
 
 namespace shardbench {
@@ -32,35 +31,17 @@ constexpr const char* kDescription =
     "      lm loss off golden values, 2 bad input, 3 inconclusive (too noisy to tell a\n"
     "      timing_threshold change from none).";
 
-// The help of the flags named after a field of Thresholds (threshold_numbers) or LossTolerances
-// (loss_tolerance_fields).
-constexpr std::pair<std::string_view, const char*> kThresholdHelp[] = {
-    {"timing_threshold", "Relative band of the median step time after warm-up (default: 0.05)"},
-    {"memory_threshold", "Relative band of each memory figure (default: 0.05)"},
-    {"skip_first_percent_time", "Fraction of steps skipped before the timing mean (default: 0.70)"},
-    {"alpha", "1 - confidence of the step-time bootstrap interval (default: 0.05)"},
-};
+// --help of a gate number's flag, as perf-launch prints it: help, range and default, all from
+// harness/config/gate_thresholds.hpp.
+template <class S>
+std::string help_of(const GateNumber<S>& number) {
+  return gate_flag_help(number) + " (default: " + gate_default_text(number) + ")";
+}
 
-constexpr std::pair<std::string_view, const char*> kLossToleranceHelp[] = {
-    {"correlation_threshold", "Lowest Pearson r of the loss curves (default: 0.95)"},
-    {"high_loss_tolerance", "Relative loss band where the golden loss > 2.0 (default: 0.10)"},
-    {"medium_loss_tolerance",
-     "Relative loss band where the golden loss is in (0.5, 2.0] (default: 0.05)"},
-    {"low_loss_tolerance", "Relative loss band where the golden loss <= 0.5 (default: 0.02)"},
-    {"final_loss_tolerance", "Relative band of the last step's loss (default: 0.05)"},
-    {"max_outlier_ratio",
-     "Share of steps allowed outside the loss band / as outliers (default: 0.1)"},
-    {"outlier_threshold", "Residual outlier: beyond this many standard deviations (default: 3.0)"},
-    {"skip_first_percent_loss", "Leading fraction of loss points left out (default: 0.20)"},
-};
-
-template <std::size_t N>
-const char* help_of(const std::pair<std::string_view, const char*> (&help)[N],
-                    std::string_view key) {
-  for (const auto& [name, text] : help) {
-    if (name == key) return text;
-  }
-  throw std::logic_error("perf-compare has no help for --" + std::string(key));
+std::string thresholds_file_help() {
+  std::string keys;
+  for (const std::string& key : threshold_keys()) keys += (keys.empty() ? "" : ", ") + key;
+  return "JSON file with any of " + keys + "; flags given here win";
 }
 
 struct Options {
@@ -262,13 +243,9 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
       ->allow_extra_args(false);
   app.add_option("--head", o.head, "A head-side report or folder; repeatable")
       ->allow_extra_args(false);
-  app.add_option(
-      "--thresholds", o.thresholds_file,
-      "JSON file with any of timing_threshold, memory_threshold, skip_first_percent_time, "
-      "alpha, utest, fail_on_improvement, allow_unmatched, paired; flags given here win");
+  app.add_option("--thresholds", o.thresholds_file, thresholds_file_help());
   for (const ThresholdNumber& number : threshold_numbers()) {
-    app.add_option(std::string("--") + number.key, o.numbers.*number.value,
-                   help_of(kThresholdHelp, number.key));
+    app.add_option(std::string("--") + number.key, o.numbers.*number.value, help_of(number));
   }
   app.add_flag("--no_utest", o.no_utest,
                "The threshold alone decides (no bootstrap interval, never inconclusive)");
@@ -280,8 +257,7 @@ int perf_compare_main(const std::vector<std::string>& args, std::ostream& out, s
                "A run on one side only is listed but does not make the exit code 1");
   const std::string loss_group = "lm loss against golden values (evaluate.py's convergence check)";
   for (const LossToleranceField& field : loss_tolerance_fields()) {
-    app.add_option(std::string("--") + field.key, o.loss.*field.value,
-                   help_of(kLossToleranceHelp, field.key))
+    app.add_option(std::string("--") + field.key, o.loss.*field.value, help_of(field))
         ->group(loss_group);
   }
   app.add_flag("--fail_on_improvement", o.fail_on_improvement,

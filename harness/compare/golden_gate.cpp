@@ -2,8 +2,8 @@
 
 #include <cstdio>
 #include <ostream>
+#include <span>
 #include <sstream>
-#include <utility>
 
 #include "harness/cli/launch_args.hpp"
 #include "harness/compare/compare_cli.hpp"
@@ -23,22 +23,15 @@ std::string exact(double value) {
   return buffer;
 }
 
-// perf-launch keeps each loss tolerance in a flag of its own.
-constexpr std::pair<double LaunchArgs::*, double LossTolerances::*> kLossToleranceFlags[] = {
-    {&LaunchArgs::correlation_threshold, &LossTolerances::correlation_threshold},
-    {&LaunchArgs::high_loss_tolerance, &LossTolerances::high_loss_tolerance},
-    {&LaunchArgs::medium_loss_tolerance, &LossTolerances::medium_loss_tolerance},
-    {&LaunchArgs::low_loss_tolerance, &LossTolerances::low_loss_tolerance},
-    {&LaunchArgs::final_loss_tolerance, &LossTolerances::final_loss_tolerance},
-    {&LaunchArgs::max_outlier_ratio, &LossTolerances::max_outlier_ratio},
-    {&LaunchArgs::outlier_threshold, &LossTolerances::outlier_threshold},
-    {&LaunchArgs::skip_first_percent_loss, &LossTolerances::skip_first_percent_loss},
-};
-
-LossTolerances loss_tolerances_of(const LaunchArgs& args) {
-  LossTolerances loss;
-  for (const auto& [flag, field] : kLossToleranceFlags) loss.*field = args.*flag;
-  return loss;
+// "--key value" for each number perf-launch has a flag for, value exact.
+template <class S>
+void add_numbers(std::vector<std::string>& args, const S& settings,
+                 std::span<const GateNumber<S>> numbers) {
+  for (const GateNumber<S>& number : numbers) {
+    if (!number.launch_flag) continue;
+    args.push_back(std::string("--") + number.key);
+    args.push_back(exact(settings.*number.value));
+  }
 }
 
 }  // namespace
@@ -53,12 +46,8 @@ void check_golden_gate_inputs(const LaunchArgs& args) {
         " is not implemented by the golden-values gate; accepted: leave it unset "
         "(--skip_first_percent_time chooses the timing window)");
   }
-  Thresholds t;
-  t.timing_threshold = args.timing_threshold;
-  t.memory_threshold = args.memory_threshold;
-  t.skip_first_percent_time = args.skip_first_percent_time;
-  validate_thresholds(t, "perf-launch flags");
-  validate_loss_tolerances(loss_tolerances_of(args), "perf-launch flags");
+  validate_thresholds(args.thresholds, "perf-launch flags");
+  validate_loss_tolerances(args.loss_tolerances, "perf-launch flags");
 
   const std::string& path = *args.golden_values_path;
   const std::string accepted =
@@ -78,15 +67,9 @@ void check_golden_gate_inputs(const LaunchArgs& args) {
 
 std::vector<std::string> golden_gate_compare_args(const LaunchArgs& a,
                                                   const std::filesystem::path& report) {
-  std::vector<std::string> args = {*a.golden_values_path,       report.string(),
-                                   "--timing_threshold",        exact(a.timing_threshold),
-                                   "--memory_threshold",        exact(a.memory_threshold),
-                                   "--skip_first_percent_time", exact(a.skip_first_percent_time)};
-  const LossTolerances loss = loss_tolerances_of(a);
-  for (const LossToleranceField& field : loss_tolerance_fields()) {
-    args.push_back(std::string("--") + field.key);
-    args.push_back(exact(loss.*field.value));
-  }
+  std::vector<std::string> args = {*a.golden_values_path, report.string()};
+  add_numbers(args, a.thresholds, threshold_numbers());
+  add_numbers(args, a.loss_tolerances, loss_tolerance_fields());
   // evaluate.py's rules: the threshold alone decides, an improvement fails too; plain text.
   for (const char* arg : {"--no_utest", "--fail_on_improvement", "--color", "never"}) {
     args.emplace_back(arg);

@@ -27,39 +27,15 @@ struct Point {
   double golden = 0;
 };
 
-constexpr LossToleranceField kLossToleranceFields[] = {
-    {"correlation_threshold", &LossTolerances::correlation_threshold},
-    {"high_loss_tolerance", &LossTolerances::high_loss_tolerance},
-    {"medium_loss_tolerance", &LossTolerances::medium_loss_tolerance},
-    {"low_loss_tolerance", &LossTolerances::low_loss_tolerance},
-    {"final_loss_tolerance", &LossTolerances::final_loss_tolerance},
-    {"max_outlier_ratio", &LossTolerances::max_outlier_ratio},
-    {"outlier_threshold", &LossTolerances::outlier_threshold},
-    {"skip_first_percent_loss", &LossTolerances::skip_first_percent_loss},
-};
-
 }  // namespace
 
-std::span<const LossToleranceField> loss_tolerance_fields() { return kLossToleranceFields; }
-
 void validate_loss_tolerances(const LossTolerances& t, const std::string& where) {
-  auto fail = [&](const char* name, double value, const char* accepted) {
-    throw InputError(where + ": " + name + " is " + fixed(value, 6) + "; accepted: " + accepted);
-  };
-  for (const auto& [name, value] : {std::pair{"high_loss_tolerance", t.high_loss_tolerance},
-                                    std::pair{"medium_loss_tolerance", t.medium_loss_tolerance},
-                                    std::pair{"low_loss_tolerance", t.low_loss_tolerance},
-                                    std::pair{"final_loss_tolerance", t.final_loss_tolerance},
-                                    std::pair{"outlier_threshold", t.outlier_threshold}}) {
-    if (!std::isfinite(value) || value < 0) fail(name, value, "a finite number >= 0");
-  }
-  for (const auto& [name, value] :
-       {std::pair{"max_outlier_ratio", t.max_outlier_ratio},
-        std::pair{"skip_first_percent_loss", t.skip_first_percent_loss}}) {
-    if (!(value >= 0 && value < 1)) fail(name, value, "a fraction in [0, 1)");
-  }
-  if (!(t.correlation_threshold >= -1 && t.correlation_threshold <= 1)) {
-    fail("correlation_threshold", t.correlation_threshold, "a number in [-1, 1]");
+  for (const LossToleranceField& field : loss_tolerance_fields()) {
+    const double value = t.*field.value;
+    if (!field.range.contains(value)) {
+      throw InputError(where + ": " + field.key + " is " + fixed(value, 6) +
+                       "; accepted: " + field.range.described());
+    }
   }
 }
 

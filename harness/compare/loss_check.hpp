@@ -3,39 +3,19 @@
 #pragma once
 
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
 #include "harness/compare/run_view.hpp"
 #include "harness/compare/verdict.hpp"
+#include "harness/config/gate_thresholds.hpp"
 
 namespace shardbench {
 
-// Defaults: Megatron-Bridge's perf launcher flags (scripts/performance/argument_parser.py).
-struct LossTolerances {
-  double correlation_threshold = 0.95;    // Pearson r of the two curves must reach this
-  double high_loss_tolerance = 0.10;      // relative, where the golden loss is > 2.0
-  double medium_loss_tolerance = 0.05;    // relative, golden loss in (0.5, 2.0]
-  double low_loss_tolerance = 0.02;       // relative, golden loss <= 0.5
-  double final_loss_tolerance = 0.05;     // relative, last step
-  double max_outlier_ratio = 0.1;         // share of points allowed beyond the point tolerance
-  double outlier_threshold = 3.0;         // residual outlier: beyond this many standard deviations
-  double skip_first_percent_loss = 0.20;  // leading fraction of points left out
-};
-
-// One tolerance: its key, which is also the name of its perf-compare and perf-launch flag
-// ("--" + key), and the field it sets.
-struct LossToleranceField {
-  const char* key;
-  double LossTolerances::*value;
-};
-
-// Every field of LossTolerances, in the order perf-compare lists and passes them.
-std::span<const LossToleranceField> loss_tolerance_fields();
-
-// Throws InputError naming `where`, the field and its value when a tolerance is negative or not
-// finite, a ratio / fraction is outside [0, 1), or the correlation threshold outside [-1, 1].
+// The tolerances (LossTolerances, their keys, defaults and ranges: harness/config/
+// gate_thresholds.hpp). Throws InputError naming `where`, the field and its value when one is
+// outside its range (loss_tolerance_fields): a tolerance negative or not finite, a ratio /
+// fraction outside [0, 1), the correlation threshold outside [-1, 1].
 void validate_loss_tolerances(const LossTolerances& tolerances, const std::string& where);
 
 struct LossCheck {

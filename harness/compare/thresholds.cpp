@@ -1,6 +1,7 @@
 #include "harness/compare/thresholds.hpp"
 
 #include <fstream>
+#include <span>
 #include <sstream>
 
 #include "harness/compare/report_reader.hpp"
@@ -16,31 +17,6 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
-void check_range(double value, double low, bool low_open, double high, const std::string& where,
-                 const char* key) {
-  const bool ok = (low_open ? value > low : value >= low) && value < high;
-  if (!ok) {
-    std::ostringstream os;
-    os << where << ": " << key << " = " << value << "; accepted: " << (low_open ? "(" : "[") << low
-       << ", " << high << ")";
-    throw InputError(os.str());
-  }
-}
-
-constexpr ThresholdNumber kNumbers[] = {
-    {"timing_threshold", &Thresholds::timing_threshold, 0, false, 10},
-    {"memory_threshold", &Thresholds::memory_threshold, 0, false, 10},
-    {"skip_first_percent_time", &Thresholds::skip_first_percent_time, 0, false, 1},
-    {"alpha", &Thresholds::alpha, 0, true, 1},
-};
-
-constexpr ThresholdSwitch kSwitches[] = {
-    {"utest", &Thresholds::utest},
-    {"fail_on_improvement", &Thresholds::fail_on_improvement},
-    {"allow_unmatched", &Thresholds::allow_unmatched},
-    {"paired", &Thresholds::paired},
-};
-
 template <class Row>
 const Row* find_key(std::span<const Row> rows, const std::string& key) {
   for (const Row& row : rows) {
@@ -51,14 +27,10 @@ const Row* find_key(std::span<const Row> rows, const std::string& key) {
 
 }  // namespace
 
-std::span<const ThresholdNumber> threshold_numbers() { return kNumbers; }
-
-std::span<const ThresholdSwitch> threshold_switches() { return kSwitches; }
-
 std::vector<std::string> threshold_keys() {
   std::vector<std::string> keys;
-  for (const ThresholdNumber& n : kNumbers) keys.emplace_back(n.key);
-  for (const ThresholdSwitch& s : kSwitches) keys.emplace_back(s.key);
+  for (const ThresholdNumber& n : threshold_numbers()) keys.emplace_back(n.key);
+  for (const ThresholdSwitch& s : threshold_switches()) keys.emplace_back(s.key);
   return keys;
 }
 
@@ -93,15 +65,20 @@ void apply_thresholds_file(const std::filesystem::path& path, Thresholds& t) {
 }
 
 void validate_thresholds(const Thresholds& t, const std::string& where) {
-  for (const ThresholdNumber& n : kNumbers) {
-    check_range(t.*n.value, n.low, n.low_open, n.high, where, n.key);
+  for (const ThresholdNumber& n : threshold_numbers()) {
+    const double value = t.*n.value;
+    if (!n.range.contains(value)) {
+      std::ostringstream os;
+      os << where << ": " << n.key << " = " << value << "; accepted: " << n.range.interval();
+      throw InputError(os.str());
+    }
   }
 }
 
 json thresholds_to_json(const Thresholds& t) {
   json out = json::object();
-  for (const ThresholdNumber& n : kNumbers) out[n.key] = t.*n.value;
-  for (const ThresholdSwitch& s : kSwitches) out[s.key] = t.*s.value;
+  for (const ThresholdNumber& n : threshold_numbers()) out[n.key] = t.*n.value;
+  for (const ThresholdSwitch& s : threshold_switches()) out[s.key] = t.*s.value;
   return out;
 }
 

@@ -45,7 +45,7 @@ TEST(CliParse, RequiredGeneralFlagsAndDefaults) {
   EXPECT_TRUE(a.record_memory_history);
   EXPECT_FALSE(a.use_megatron_fsdp.has_value());
   EXPECT_FALSE(a.vp_given);
-  EXPECT_DOUBLE_EQ(a.skip_first_percent_time, 0.70);
+  EXPECT_DOUBLE_EQ(a.thresholds.skip_first_percent_time, 0.70);
   EXPECT_EQ(a.executor, "local");
   EXPECT_FALSE(a.dryrun);
 }
@@ -219,7 +219,7 @@ TEST(CliParse, PerformanceAndShardbenchFlags) {
   EXPECT_EQ(a.report, "r.json");
   EXPECT_EQ(a.override_sets, (std::vector<std::string>{"a.set", "b.set"}));
   EXPECT_EQ(a.sdpa_backend, "flash");
-  EXPECT_DOUBLE_EQ(a.timing_threshold, 0.1);
+  EXPECT_DOUBLE_EQ(a.thresholds.timing_threshold, 0.1);
 }
 
 TEST(CliParse, TrailingOverridesAreCollectedInOrder) {

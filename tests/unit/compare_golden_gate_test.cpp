@@ -178,7 +178,7 @@ TEST_F(GoldenGate, ThroughputRaisedTwentyPercentFailsNamingTheMetric) {
   EXPECT_NE(line.find("regression"), std::string::npos) << line;
   EXPECT_NE(line.find("-16.7%"), std::string::npos) << line;
   // Within a 20% band the same file passes: the threshold is honoured.
-  args_.timing_threshold = 0.2;
+  args_.thresholds.timing_threshold = 0.2;
   EXPECT_EQ(gate(args_).code, 0);
 }
 
@@ -207,8 +207,8 @@ TEST_F(GoldenGate, LossOutsideToleranceFails) {
       << r.out;
   EXPECT_NE(r.out.find("FAIL lm loss final (step 19)"), std::string::npos) << r.out;
   // A wider band accepts it: the tolerance flags are honoured.
-  args_.high_loss_tolerance = 0.2;
-  args_.final_loss_tolerance = 0.2;
+  args_.loss_tolerances.high_loss_tolerance = 0.2;
+  args_.loss_tolerances.final_loss_tolerance = 0.2;
   EXPECT_EQ(gate(args_).code, 0) << gate(args_).out;
   // perf-compare judges the same way, with the same flags.
   EXPECT_EQ(compare({args_.golden_values_path.value(), report_}).code, 1);
@@ -264,10 +264,10 @@ TEST_F(GoldenGate, BadInputsAreRefusedBeforeTheRun) {
   EXPECT_EQ(refusal(a).find("accepted: a Megatron-Bridge"), std::string::npos) << "two accepted";
 
   a = args_;
-  a.timing_threshold = -0.1;
+  a.thresholds.timing_threshold = -0.1;
   EXPECT_NE(refusal(a).find("timing_threshold"), std::string::npos) << refusal(a);
   a = args_;
-  a.low_loss_tolerance = std::numeric_limits<double>::quiet_NaN();
+  a.loss_tolerances.low_loss_tolerance = std::numeric_limits<double>::quiet_NaN();
   EXPECT_NE(refusal(a).find("low_loss_tolerance is nan"), std::string::npos) << refusal(a);
   a = args_;
   a.eval_time_end_step = 10;
@@ -279,10 +279,10 @@ TEST_F(GoldenGate, BadInputsAreRefusedBeforeTheRun) {
 
 TEST_F(GoldenGate, CompareArgumentsCarryEveryThreshold) {
   LaunchArgs a = args_;
-  a.timing_threshold = 0.07;
-  a.skip_first_percent_time = 0.5;
-  a.memory_threshold = 0.03;
-  a.outlier_threshold = 2.5;
+  a.thresholds.timing_threshold = 0.07;
+  a.thresholds.skip_first_percent_time = 0.5;
+  a.thresholds.memory_threshold = 0.03;
+  a.loss_tolerances.outlier_threshold = 2.5;
   const std::vector<std::string> args = golden_gate_compare_args(a, "r.json");
   auto value_of = [&](const std::string& flag) {
     auto it = std::find(args.begin(), args.end(), flag);
