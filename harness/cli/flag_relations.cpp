@@ -26,8 +26,10 @@ void check_ranges(const LaunchArgs& a, const S& settings, std::span<const GateNu
     const auto it = a.given.find(std::string("--") + number.key);
     if (!number.launch_flag || it == a.given.end()) continue;
     if (!number.range.contains(settings.*number.value)) {
-      flag_store::bad_value(it->second.first, it->second.second,
-                            std::string(kNumberSyntax) + " " + number.range.bounds());
+      std::string expected = kNumberSyntax;
+      expected += ' ';
+      expected += number.range.bounds();
+      flag_store::bad_value(it->second.first, it->second.second, expected);
     }
   }
 }
@@ -54,7 +56,7 @@ void check_flag_relations(const LaunchArgs& a) {
   if (a.given.count("--correlation_threshold") && a.loss_tolerances.correlation_threshold > 1) {
     throw UsageError(given("--correlation_threshold") +
                      ": a loss-curve correlation (Pearson's r) is at most 1, so no run could "
-                     "pass; accepted: a number from 0 to 1");
+                     "pass; accepted: a number from -1 to 1");
   }
   if (a.eval_time_start_step && a.eval_time_end_step &&
       *a.eval_time_start_step > *a.eval_time_end_step) {

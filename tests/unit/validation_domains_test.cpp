@@ -56,7 +56,7 @@ TEST(FieldDomains, IssueCasesAreRefusedWithOneLine) {
       // Issue 43: thresholds nothing reads, and ones no run could meet.
       {{"--correlation_threshold", "2", "--golden_values_path", "g.json"},
        "--correlation_threshold 2: a loss-curve correlation (Pearson's r) is at most 1, so no run "
-       "could pass; accepted: a number from 0 to 1"},
+       "could pass; accepted: a number from -1 to 1"},
       {{"--correlation_threshold", "0.5"},
        "--correlation_threshold 0.5: only the golden-values check reads it, and no "
        "--golden_values_path was given; accepted: --golden_values_path FILE with it, or leave it "
