@@ -50,6 +50,34 @@ DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions opt
     if (dense_comm_.outer_size > 1) dense_comm_.outer = pgs_.outer.get();
   }
   spec_ = &strategy_row(options_.wrapper, options_.strategy, options_.use_distributed_optimizer);
+  check_options();
+  grad_checker_ = GradChecker(options_.check_for_nan_in_grad, options_.check_for_large_grads);
+  if (options_.nccl_ub) {
+    comm_pool_ = std::make_unique<CommBufferPool>(*pgs_.world, options_.device.index(),
+                                                  options_.nccl_ub_symmetric);
+  }
+  specs_ = model_->param_specs(tp_);
+  check_param_specs();
+  setup_comms();
+  for (const auto& s : specs_) num_parameters_ += s.numel();
+  leaves_.resize(specs_.size());
+  build_groups();
+  for (auto& g : groups_) allocate_and_init(*g);
+  // Without manual registration the pool is registered as soon as the buffers exist, as
+  // Megatron's DDP does when it allocates them; segments the pool grows later (gathered units,
+  // reduce-scatter inputs) are registered as they appear.
+  if (comm_pool_ && !options_.nccl_ub_manual_registration) register_comm_pool();
+  set_schedule_budgets();
+  // The FP8 weights exist before the first forward, cast from the initial main weights; the
+  // distributed optimizer's buckets gather theirs now (units gather at each forward).
+  cast_fp8_shards();
+  launch_fp8_param_syncs();
+}
+
+// What the engine cannot combine, refused with the field, the value and what is accepted (the
+// engine is a library: resolution refuses the same configurations before any worker starts).
+// Sets dense_comm_.hfsdp where the optimizer is sharded across the instances.
+void DataParallelEngine::check_options() {
   // HSDP: the instances replicate what each shards, which needs a sharded optimizer (Megatron's
   // partial distributed optimizer; Megatron FSDP's inner strategies other than no_shard).
   if (dense_comm_.outer_size > 1 &&
@@ -89,7 +117,6 @@ DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions opt
     }
     dense_comm_.hfsdp = true;
   }
-  grad_checker_ = GradChecker(options_.check_for_nan_in_grad, options_.check_for_large_grads);
   if (options_.wrapper == Wrapper::kTorchFsdp2 && options_.prefetch_blocks < 0) {
     throw std::invalid_argument("torch_fsdp2 prefetch_blocks=" +
                                 std::to_string(options_.prefetch_blocks) + "; accepted: >= 0");
@@ -122,22 +149,12 @@ DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions opt
       throw std::invalid_argument("ddp.fsdp_manual_registration=true with " + label() +
                                   ": manual registration is Megatron FSDP's; accepted: false");
     }
-    comm_pool_ = std::make_unique<CommBufferPool>(*pgs_.world, options_.device.index(),
-                                                  options_.nccl_ub_symmetric);
   }
-  specs_ = model_->param_specs(tp_);
-  check_param_specs();
-  setup_comms();
-  for (const auto& s : specs_) num_parameters_ += s.numel();
-  leaves_.resize(specs_.size());
-  build_groups();
-  for (auto& g : groups_) allocate_and_init(*g);
-  // Without manual registration the pool is registered as soon as the buffers exist, as
-  // Megatron's DDP does when it allocates them; segments the pool grows later (gathered units,
-  // reduce-scatter inputs) are registered as they appear.
-  if (comm_pool_ && !options_.nccl_ub_manual_registration) register_comm_pool();
-  // Megatron-FSDP's communication unit and the prefetch budget and queue capacity derived from
-  // it (schedule.hpp).
+}
+
+// Megatron-FSDP's communication unit and the prefetch budget and queue capacity derived from it
+// (schedule.hpp).
+void DataParallelEngine::set_schedule_budgets() {
   schedule::BudgetInputs budget_in;
   budget_in.suggested_communication_unit_elems = options_.suggested_communication_unit_elems;
   budget_in.ag_prefetch_override_elems = options_.ag_prefetch_elems;
@@ -152,10 +169,6 @@ DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions opt
   const schedule::Budgets budgets = schedule::derive_budgets(budget_in);
   ag_prefetch_elems_ = budgets.ag_prefetch_elems;
   rs_queue_capacity_elems_ = budgets.rs_queue_capacity_elems;
-  // The FP8 weights exist before the first forward, cast from the initial main weights; the
-  // distributed optimizer's buckets gather theirs now (units gather at each forward).
-  cast_fp8_shards();
-  launch_fp8_param_syncs();
 }
 
 DataParallelEngine::~DataParallelEngine() {
@@ -307,14 +320,17 @@ void DataParallelEngine::setup_comms() {
   e.expert = true;
 }
 
-void DataParallelEngine::build_groups() {
-  const int modules = model_->module_count();
-  module_groups_.assign(static_cast<size_t>(modules), {});
-  std::vector<std::vector<int64_t>> members;
-  std::vector<bool> is_unit;
-  std::vector<const GroupComms*> comms;
+// The engine's groups in order, each with its parameters (indices into specs_), whether it is
+// an FSDP unit, and the communicators it is sharded and reduced over.
+struct DataParallelEngine::GroupPlan {
+  std::vector<int64_t> members;
+  bool is_unit = false;
+  const GroupComms* comm = nullptr;
+};
+
+std::vector<DataParallelEngine::GroupPlan> DataParallelEngine::plan_groups() const {
+  std::vector<GroupPlan> plans;
   const bool fsdp = wrapper_spec(options_.wrapper).fsdp_units;  // same units and root for both
-  const bool per_param = spec_->cut == ShardCut::kPerParamDim0;
   // Dense and expert parameters never share a group: each group is sharded and reduced over
   // its own communicators, as Megatron keys its buffers by is_expert_parallel.
   auto comm_of = [&](int64_t i) {
@@ -339,14 +355,11 @@ void DataParallelEngine::build_groups() {
     for (size_t u = 0; u < units; ++u) {
       for (auto* part : {&dense[u], &expert[u]}) {
         if (part->empty()) continue;
-        comms.push_back(comm_of(part->front()));
-        members.push_back(std::move(*part));
-        is_unit.push_back(true);
+        const GroupComms* comm = comm_of(part->front());
+        plans.push_back({std::move(*part), true, comm});
       }
     }
-    members.push_back(root);
-    is_unit.push_back(false);
-    comms.push_back(&dense_comm_);
+    plans.push_back({std::move(root), false, &dense_comm_});
   } else {
     // Megatron DDP buckets: parameters in reverse execution order, a bucket closes once it
     // holds at least bucket_size elements (schedule.hpp); dense and expert parameters each in
@@ -363,81 +376,91 @@ void DataParallelEngine::build_groups() {
                                                        options_.overlap_grad_reduce);
       for (auto& bucket : schedule::ddp_buckets(param_elems, limit)) {
         for (auto& m : bucket) m = ids[static_cast<size_t>(m)];
-        members.push_back(std::move(bucket));
-        is_unit.push_back(false);
-        comms.push_back(comm);
+        plans.push_back({std::move(bucket), false, comm});
       }
     }
   }
-  for (size_t gi = 0; gi < members.size(); ++gi) {
-    auto g = std::make_unique<EngineGroup>();
-    g->index = static_cast<int>(gi);
-    g->is_unit = is_unit[gi];
-    g->is_root = fsdp && !is_unit[gi];
-    g->comm = comms[gi];
-    const GroupComms& c = *g->comm;
-    g->spec = *spec_;
-    // Megatron FSDP: modules outside units stay persistently unsharded in compute weights;
-    // their main weights, grads and optimizer state follow the strategy. FSDP2 shards the root
-    // like any block (fully_shard on the root module).
-    if (g->is_root && !per_param) g->spec.model_weights_sharded = false;
-    FlatLayoutOptions lo;
-    lo.dp = c.dp;
-    lo.align_elems = options_.align_elems;
-    lo.row_aligned_shards = fsdp;
-    // HFSDP: each shard holds one piece per instance (padded as for dp x instances ranks).
-    lo.shard_pieces = c.hfsdp ? c.outer_size : 1;
-    g->layout = per_param ? make_per_param_layout(specs_, members[gi], lo)
-                          : make_flat_layout(specs_, members[gi], lo);
-    // The region this rank's optimizer owns (engine_group.hpp).
-    if (!g->spec.main_weights_sharded) {
-      g->owned_offset = 0;
-      g->owned_elems = g->layout.padded_elems;
-    } else if (c.hfsdp) {
-      g->owned_offset = g->my_shard_offset() + c.outer_rank * g->layout.piece_elems;
-      g->owned_elems = g->layout.piece_elems;
-    } else {
-      g->owned_offset = g->my_shard_offset();
-      g->owned_elems = g->layout.shard_elems;
-    }
-    // With one rank the shard is the whole group (engine_group.hpp). FSDP2's parameters can
-    // then be its fp32 shard itself when they have its dtype and its element offsets.
-    const bool one_rank = c.dp == 1;
-    const bool fp32_shard_is_params =
-        options_.compute_dtype == at::kFloat && g->layout.unsharded_elems == g->layout.shard_elems;
-    g->transient_weights =
-        g->spec.model_weights_sharded && !(one_rank && (!per_param || fp32_shard_is_params));
-    g->transient_grads = g->spec.grads_sharded && !one_rank;
-    if (per_param) {
-      g->reshard_after_forward =
-          g->transient_weights &&
-          (g->is_unit ? options_.reshard_after_forward : options_.root_reshard_after_forward);
-    } else {
-      g->reshard_after_forward = g->is_unit && g->transient_weights;
-    }
-    gathers_units_ = gathers_units_ || (g->is_unit && g->transient_weights);
-    for (const auto& slot : g->layout.slots) {
-      const int module = specs_[static_cast<size_t>(slot.spec_index)].module;
-      g->last_forward_module = std::max(g->last_forward_module, module);
-      auto& mg = module_groups_[static_cast<size_t>(module)];
-      if (std::find(mg.begin(), mg.end(), g->index) == mg.end()) mg.push_back(g->index);
-    }
-    // Weight-decay segments of the flat buffer; padding joins the segment before it. (FSDP2's
-    // segments live in shard coordinates: allocate_and_init_per_param.)
-    for (size_t s = 0; s < g->layout.slots.size() && !per_param; ++s) {
-      const auto& slot = g->layout.slots[s];
-      const bool nowd = specs_[static_cast<size_t>(slot.spec_index)].no_weight_decay;
-      const int64_t end =
-          s + 1 < g->layout.slots.size() ? g->layout.slots[s + 1].offset : g->layout.padded_elems;
-      const int64_t begin = s == 0 ? 0 : slot.offset;
-      if (!g->segments.empty() && g->segments.back().no_weight_decay == nowd) {
-        g->segments.back().numel = end - g->segments.back().offset;
-      } else {
-        g->segments.push_back({begin, end - begin, nowd});
-      }
-    }
-    groups_.push_back(std::move(g));
+  return plans;
+}
+
+void DataParallelEngine::build_groups() {
+  const int modules = model_->module_count();
+  module_groups_.assign(static_cast<size_t>(modules), {});
+  for (const GroupPlan& plan : plan_groups()) add_group(plan);
+}
+
+// One engine group of `plan`: its flat layout, the region this rank's optimizer owns, which of
+// its buffers are transient, the modules that read it, and its weight-decay segments.
+void DataParallelEngine::add_group(const GroupPlan& plan) {
+  const bool fsdp = wrapper_spec(options_.wrapper).fsdp_units;
+  const bool per_param = spec_->cut == ShardCut::kPerParamDim0;
+  auto g = std::make_unique<EngineGroup>();
+  g->index = static_cast<int>(groups_.size());
+  g->is_unit = plan.is_unit;
+  g->is_root = fsdp && !plan.is_unit;
+  g->comm = plan.comm;
+  const GroupComms& c = *g->comm;
+  g->spec = *spec_;
+  // Megatron FSDP: modules outside units stay persistently unsharded in compute weights;
+  // their main weights, grads and optimizer state follow the strategy. FSDP2 shards the root
+  // like any block (fully_shard on the root module).
+  if (g->is_root && !per_param) g->spec.model_weights_sharded = false;
+  FlatLayoutOptions lo;
+  lo.dp = c.dp;
+  lo.align_elems = options_.align_elems;
+  lo.row_aligned_shards = fsdp;
+  // HFSDP: each shard holds one piece per instance (padded as for dp x instances ranks).
+  lo.shard_pieces = c.hfsdp ? c.outer_size : 1;
+  g->layout = per_param ? make_per_param_layout(specs_, plan.members, lo)
+                        : make_flat_layout(specs_, plan.members, lo);
+  // The region this rank's optimizer owns (engine_group.hpp).
+  if (!g->spec.main_weights_sharded) {
+    g->owned_offset = 0;
+    g->owned_elems = g->layout.padded_elems;
+  } else if (c.hfsdp) {
+    g->owned_offset = g->my_shard_offset() + c.outer_rank * g->layout.piece_elems;
+    g->owned_elems = g->layout.piece_elems;
+  } else {
+    g->owned_offset = g->my_shard_offset();
+    g->owned_elems = g->layout.shard_elems;
   }
+  // With one rank the shard is the whole group (engine_group.hpp). FSDP2's parameters can
+  // then be its fp32 shard itself when they have its dtype and its element offsets.
+  const bool one_rank = c.dp == 1;
+  const bool fp32_shard_is_params =
+      options_.compute_dtype == at::kFloat && g->layout.unsharded_elems == g->layout.shard_elems;
+  g->transient_weights =
+      g->spec.model_weights_sharded && !(one_rank && (!per_param || fp32_shard_is_params));
+  g->transient_grads = g->spec.grads_sharded && !one_rank;
+  if (per_param) {
+    g->reshard_after_forward =
+        g->transient_weights &&
+        (g->is_unit ? options_.reshard_after_forward : options_.root_reshard_after_forward);
+  } else {
+    g->reshard_after_forward = g->is_unit && g->transient_weights;
+  }
+  gathers_units_ = gathers_units_ || (g->is_unit && g->transient_weights);
+  for (const auto& slot : g->layout.slots) {
+    const int module = specs_[static_cast<size_t>(slot.spec_index)].module;
+    g->last_forward_module = std::max(g->last_forward_module, module);
+    auto& mg = module_groups_[static_cast<size_t>(module)];
+    if (std::find(mg.begin(), mg.end(), g->index) == mg.end()) mg.push_back(g->index);
+  }
+  // Weight-decay segments of the flat buffer; padding joins the segment before it. (FSDP2's
+  // segments live in shard coordinates: allocate_and_init_per_param.)
+  for (size_t s = 0; s < g->layout.slots.size() && !per_param; ++s) {
+    const auto& slot = g->layout.slots[s];
+    const bool nowd = specs_[static_cast<size_t>(slot.spec_index)].no_weight_decay;
+    const int64_t end =
+        s + 1 < g->layout.slots.size() ? g->layout.slots[s + 1].offset : g->layout.padded_elems;
+    const int64_t begin = s == 0 ? 0 : slot.offset;
+    if (!g->segments.empty() && g->segments.back().no_weight_decay == nowd) {
+      g->segments.back().numel = end - g->segments.back().offset;
+    } else {
+      g->segments.push_back({begin, end - begin, nowd});
+    }
+  }
+  groups_.push_back(std::move(g));
 }
 
 void DataParallelEngine::allocate_and_init(EngineGroup& g) {

@@ -333,7 +333,9 @@ class DataParallelEngine final : public ModuleHooks {
  private:
   // Every parameter's module and unit lie inside the model's; every group is one this engine
   // reduces over.
+  void check_options();
   void check_param_specs() const;
+  void set_schedule_budgets();
   // The dense and expert GroupComms from the process groups (after specs_).
   void setup_comms();
   // The global gradient norm before clipping (a device scalar; collective).
@@ -341,7 +343,10 @@ class DataParallelEngine final : public ModuleHooks {
   // Every distinct communicator the groups' buffers are used with (NCCL user-buffer
   // registration).
   std::vector<ProcessGroup*> communicators() const;
+  struct GroupPlan;
+  std::vector<GroupPlan> plan_groups() const;
   void build_groups();
+  void add_group(const GroupPlan& plan);
   void allocate_and_init(EngineGroup& g);
   void bind_leaves(EngineGroup& g);
   void ensure_gathered(EngineGroup& g);
