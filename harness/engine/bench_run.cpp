@@ -27,6 +27,7 @@
 #include "harness/engine/step_checks.hpp"
 #include "harness/engine/train_step_phases.hpp"
 #include "harness/engine/unit_timing.hpp"
+#include "harness/launch/fault_spec.hpp"
 #include "harness/launch/heartbeat.hpp"
 #include "harness/measure/flops.hpp"
 #include "harness/measure/nsys_capture.hpp"
@@ -43,23 +44,39 @@
 namespace shardbench {
 namespace {
 
-// Failure drills for the launcher's fail-fast path: SHARDBENCH_FAULT="kill:<rank>:<step>" makes
-// that rank SIGKILL itself when the step starts, "hang:<rank>:<step>" makes it stop forever.
-void maybe_inject_fault(int rank, int64_t step) {
-  const char* spec = std::getenv("SHARDBENCH_FAULT");
-  if (!spec) return;
-  char kind[8] = {0};
-  int fault_rank = -1;
-  long long fault_step = -1;
-  if (std::sscanf(spec, "%7[a-z]:%d:%lld", kind, &fault_rank, &fault_step) != 3) {
-    throw std::invalid_argument(std::string("SHARDBENCH_FAULT=\"") + spec +
-                                "\" is invalid; accepted: kill:<rank>:<step>, hang:<rank>:<step>");
+// The SHARDBENCH_FAULT drill (harness/launch/fault_spec.hpp), fired at `step` of the run
+// `label` on `rank`: the launcher checked the spec before any worker started.
+void maybe_inject_fault(int rank, int64_t step, int64_t micro_batch, const std::string& label,
+                        int world_size, int64_t train_iters) {
+  const std::optional<FaultSpec> fault = check_fault_env(world_size, train_iters);
+  if (!fault || fault->rank != rank) return;
+  if (fault->kind == "oom") {
+    if (step != 1 || micro_batch < fault->micro_batch || label.rfind(fault->label_prefix, 0) != 0) {
+      return;
+    }
+    throw c10::OutOfMemoryError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                                "CUDA out of memory (SHARDBENCH_FAULT drill: micro-batch " +
+                                    std::to_string(micro_batch) + " of " + label + ")");
   }
-  if (fault_rank != rank || fault_step != step) return;
-  if (std::string(kind) == "kill") std::raise(SIGKILL);
-  if (std::string(kind) == "hang") {
+  if (step != fault->step) return;
+  if (fault->kind == "kill") std::raise(SIGKILL);
+  if (fault->kind == "hang") {
     for (;;) pause();
   }
+}
+
+// What the caching allocator said and held when a run ran out of device memory.
+OutOfMemoryAttempt out_of_memory_attempt(const c10::OutOfMemoryError& e, int64_t micro_batch,
+                                         const WorkerContext& ctx) {
+  OutOfMemoryAttempt a;
+  a.micro_batch_size = micro_batch;
+  const std::string what = e.what_without_backtrace();
+  a.error = what.substr(0, what.find('\n'));
+  const AllocatorSnapshot s = allocator_snapshot(ctx.device, "out_of_memory", ctx.rank);
+  a.allocated_bytes = s.allocated_bytes;
+  a.max_allocated_bytes = s.max_allocated_bytes;
+  a.device_total_bytes = device_total_bytes(ctx.device);
+  return a;
 }
 
 // The loop's own host synchronisations with the GPU (the engine's are not counted here). Each
@@ -160,10 +177,9 @@ class StepProbes {
         // --capture-range-end=stop keeps the first, repeat keeps both.
         nsys_(profiles_this_rank(config, ctx), config.profiling.profile_step_start,
               config.profiling.profile_step_end),
-        torch_profiler_(torch_profiles_this_rank(config, ctx),
-                        config.profiling.profile_step_start, config.profiling.profile_step_end,
-                        ctx.device.is_cuda(), config.profiling.record_shapes,
-                        config.profiling.record_memory_history,
+        torch_profiler_(torch_profiles_this_rank(config, ctx), config.profiling.profile_step_start,
+                        config.profiling.profile_step_end, ctx.device.is_cuda(),
+                        config.profiling.record_shapes, config.profiling.record_memory_history,
                         torch_profiler_files_for(config, rec, ctx.rank),
                         // The collectives the step left running end their profiler events first.
                         [&engine] { engine.wait_in_flight(); }),
@@ -283,9 +299,9 @@ void log_step(const ConfigContainer& config, const RunRecord& rec, int64_t itera
   std::cout << format_iteration_line(iteration_log(rec, step, 0)) << "\n";
   // Ranks sharing a GPU time-slice it: their step time is no throughput (shared_gpu.hpp).
   if (config.shardbench.ranks_per_gpu <= 1) {
-    std::cout << format_step_time_line(step.elapsed_ms,
-                                       rec.model_flops_per_step /
-                                           (step.elapsed_ms * 1e-3 * 1e12 * ctx.world_size))
+    std::cout << format_step_time_line(
+                     step.elapsed_ms,
+                     rec.model_flops_per_step / (step.elapsed_ms * 1e-3 * 1e12 * ctx.world_size))
               << "\n";
   }
   std::cout << std::flush;
@@ -293,15 +309,12 @@ void log_step(const ConfigContainer& config, const RunRecord& rec, int64_t itera
 
 }  // namespace
 
-RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& provenance,
-                        const std::string& recipe, WorkerContext& ctx) {
-  RunModel model = describe_model(config);
-  const EngineOptions options = engine_options_from(config, ctx);
-  // Until this run returns: ATen's deterministic algorithms and SDPA backends.
-  const DeterministicScope deterministic(config);
-  RunCheckpoints checkpoints(config, provenance);
-  RunRecord rec = describe_run(config, provenance, recipe, model, options, ctx);
+namespace {
 
+// Builds the model and the engine and runs the timed loop, recording into `rec`; the model and
+// engine are gone when it returns or throws.
+void train_run(const ConfigContainer& config, RunModel& model, const EngineOptions& options,
+               RunCheckpoints& checkpoints, RunRecord& rec, WorkerContext& ctx) {
   heartbeat("building engine");
   reset_allocator_peaks(ctx.device);
   if (!ctx.engine_pgs.world || ctx.dp * ctx.tp != ctx.world_size) {
@@ -327,7 +340,8 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   for (int64_t it = first_it; it < iters; ++it) {
     const int64_t iteration = it + 1;
     heartbeat("step " + std::to_string(iteration));
-    maybe_inject_fault(ctx.rank, iteration);
+    maybe_inject_fault(ctx.rank, iteration, config.train.micro_batch_size, rec.label,
+                       ctx.world_size, iters);
     const StepInputs in{
         mock_global_batch(static_cast<uint64_t>(config.rng.seed), it,
                           config.train.global_batch_size, model.seq_length, model.vocab),
@@ -376,6 +390,35 @@ RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& pro
   record_memory(rec, engine, options, model, ctx);
   rec.unit_timing = probes.units().record(config.train.global_batch_size /
                                           (config.train.micro_batch_size * ctx.dp));
+}
+
+}  // namespace
+
+RunRecord run_benchmark(const ConfigContainer& config, const nlohmann::json& provenance,
+                        const std::string& recipe, WorkerContext& ctx) {
+  RunModel model = describe_model(config);
+  const EngineOptions options = engine_options_from(config, ctx);
+  // Until this run returns: ATen's deterministic algorithms and SDPA backends.
+  const DeterministicScope deterministic(config);
+  RunCheckpoints checkpoints(config, provenance);
+  RunRecord rec = describe_run(config, provenance, recipe, model, options, ctx);
+  try {
+    train_run(config, model, options, checkpoints, rec, ctx);
+  } catch (const c10::OutOfMemoryError& e) {
+    // One rank alone cannot tell the others, which wait in a collective: with several ranks the
+    // run fails as a dead rank does (the launcher names it).
+    if (ctx.world_size > 1) throw;
+    rec.out_of_memory.push_back(out_of_memory_attempt(e, config.train.micro_batch_size, ctx));
+    rec.failure_reasons.push_back("out of device memory at micro_batch_size=" +
+                                  std::to_string(config.train.micro_batch_size) + ": " +
+                                  rec.out_of_memory.back().error);
+    // The engine went with train_run's frame; the model's tensors go before the cache does.
+    model.trainable.reset();
+    model.spec.reset();
+    model.llama = nullptr;
+    model.moe = nullptr;
+    empty_allocator_cache(ctx.device);
+  }
   rec.checkpoint = checkpoints.record();
   return rec;
 }

@@ -61,6 +61,11 @@ void reset_allocator_peaks(const at::Device& device) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 }
 
+int64_t device_total_bytes(const at::Device& device) {
+  if (!device.is_cuda()) return 0;
+  return static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+}
+
 RuntimeVersions runtime_versions() {
   RuntimeVersions v;
   v.torch = TORCH_VERSION;

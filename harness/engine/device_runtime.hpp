@@ -20,6 +20,8 @@ void synchronize_device(const at::Device& device);
 // Caching-allocator statistics of `device` (CUDA only; zeros elsewhere).
 AllocatorSnapshot allocator_snapshot(const at::Device& device, const std::string& when, int rank);
 void reset_allocator_peaks(const at::Device& device);
+// The device's whole memory (cudaDeviceProp::totalGlobalMem); 0 on CPU.
+int64_t device_total_bytes(const at::Device& device);
 // torch.cuda.empty_cache(): returns the caching allocator's unused blocks to the driver (no-op
 // on CPU).
 void empty_allocator_cache(const at::Device& device);

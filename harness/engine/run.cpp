@@ -1,6 +1,7 @@
 #include "harness/engine/run.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -45,6 +46,55 @@ std::vector<std::string> own_command_line() {
   std::string word;
   while (std::getline(in, word, '\0')) words.push_back(word);
   return words;
+}
+
+// The micro-batch a comparison run tries after running out of memory at `micro_batch`: the
+// largest below its half that still divides the global batch over the data-parallel ranks; 0
+// when there is none (micro-batch 1).
+int64_t smaller_micro_batch(int64_t micro_batch, int64_t global_batch, int64_t dp) {
+  for (int64_t m = micro_batch / 2; m >= 1; --m) {
+    if (global_batch % (m * dp) == 0) return m;
+  }
+  return 0;
+}
+
+// Runs `planned`. A comparison run that runs out of device memory on its one rank is tried again
+// with a smaller micro-batch and the same global batch (more micro-batches per step), down to 1:
+// that the baseline does not fit is an answer too, and the run at a micro-batch that fits is the
+// next one (docs/out-of-memory.md). The record keeps every attempt (RunRecord::out_of_memory).
+RunRecord run_fitting(const PlannedRun& planned, nlohmann::json provenance,
+                      const std::string& recipe, WorkerContext& ctx) {
+  ConfigContainer config = planned.config;
+  std::vector<OutOfMemoryAttempt> earlier;
+  for (;;) {
+    RunRecord rec = run_benchmark(config, provenance, recipe, ctx);
+    const int64_t micro_batch = config.train.micro_batch_size;
+    const int64_t next = smaller_micro_batch(micro_batch, config.train.global_batch_size, ctx.dp);
+    if (rec.out_of_memory.empty() || planned.derivation.empty() || next == 0) {
+      rec.out_of_memory.insert(rec.out_of_memory.begin(), earlier.begin(), earlier.end());
+      return rec;
+    }
+    const OutOfMemoryAttempt& oom = rec.out_of_memory.back();
+    if (ctx.rank == 0) {
+      constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+      char figures[96];
+      std::snprintf(figures, sizeof figures, "%.2f GiB allocated, peak %.2f of %.2f GiB",
+                    static_cast<double>(oom.allocated_bytes) / kGiB,
+                    static_cast<double>(oom.max_allocated_bytes) / kGiB,
+                    static_cast<double>(oom.device_total_bytes) / kGiB);
+      std::cout << "perf-launch: " << rec.label
+                << " ran out of device memory at micro_batch_size=" << micro_batch << " ("
+                << figures << "); trying micro_batch_size=" << next
+                << " with the same global batch of " << config.train.global_batch_size << std::endl;
+    }
+    earlier.insert(earlier.end(), rec.out_of_memory.begin(), rec.out_of_memory.end());
+    provenance["train.micro_batch_size"].push_back(
+        {{"source", "comparison run: out of device memory at micro_batch_size=" +
+                        std::to_string(micro_batch) + ", tried again smaller"},
+         {"previous", micro_batch},
+         {"value", next}});
+    config.train.micro_batch_size = next;
+  }
 }
 
 // "<label>: <first reason>" of the first run whose status is failed; empty when all are ok.
@@ -98,8 +148,7 @@ struct PlannedRuns {
 
 // The requested run, then the comparison runs (other wrappers, the DDP baseline) on the same
 // model, batch, dtype policy and seed; validation already checked their configs.
-PlannedRuns run_planned(const ResolvedConfig& resolved, const LaunchEnv& env,
-                        WorkerContext& ctx) {
+PlannedRuns run_planned(const ResolvedConfig& resolved, const LaunchEnv& env, WorkerContext& ctx) {
   const ConfigContainer& config = resolved.config;
   ValidationContext validation;
   validation.num_gpus = env.world_size;
@@ -136,7 +185,7 @@ PlannedRuns run_planned(const ResolvedConfig& resolved, const LaunchEnv& env,
                                  {"value", nullptr}});
       }
     }
-    ran[index] = run_benchmark(planned.config, run_prov, resolved.model_recipe_name, ctx);
+    ran[index] = run_fitting(planned, run_prov, resolved.model_recipe_name, ctx);
     // Every rank's own engine buffers (the run record holds only this rank's).
     ran[index]->memory_per_rank = gather_engine_memory(ctx, ran[index]->memory);
   }
@@ -161,11 +210,10 @@ std::string write_and_print_report(const EnvironmentInfo& info, const PlannedRun
   // A default name is unique per run (milliseconds and this process's id) and never
   // replaces a file; an explicit path may replace a regular file the user named.
   const std::filesystem::path path =
-      explicit_path
-          ? std::filesystem::path(*config.shardbench.report_path)
-          : default_report_path(config.shardbench.report_dir, head.recipe, head.wrapper,
-                                head.strategy, head.distributed_optimizer, head.world_size,
-                                start, std::to_string(::getpid()));
+      explicit_path ? std::filesystem::path(*config.shardbench.report_path)
+                    : default_report_path(config.shardbench.report_dir, head.recipe, head.wrapper,
+                                          head.strategy, head.distributed_optimizer,
+                                          head.world_size, start, std::to_string(::getpid()));
   write_report(path, report, explicit_path ? ExistingFile::kReplace : ExistingFile::kRefuse);
   if (report_written) *report_written = path;
   const std::string summary = format_comparison_summary(report);

@@ -29,26 +29,43 @@ bool to_int(const std::string& s, int64_t& out) {
 }  // namespace
 
 FaultSpec check_fault_spec(const std::string& spec, int world_size, int64_t train_iters) {
-  const std::string shape = "kill:<rank>:<step> or hang:<rank>:<step>";
+  const std::vector<std::string> parts = split(spec, ':');
+  const bool oom = parts[0] == "oom";
+  const std::string shape = oom ? "oom:<rank>:<micro_batch>[:<run label prefix>]"
+                                : "kill:<rank>:<step> or hang:<rank>:<step>";
   auto reject = [&](const std::string& accepted) -> FaultSpec {
     throw UsageError(std::string(kFaultVar) + "=\"" + spec +
                      "\" is invalid; accepted: " + accepted);
   };
-  const std::vector<std::string> parts = split(spec, ':');
-  int64_t rank = 0, step = 0;
-  if (parts.size() != 3 || (parts[0] != "kill" && parts[0] != "hang") || !to_int(parts[1], rank) ||
-      !to_int(parts[2], step)) {
+  int64_t rank = 0, number = 0;
+  if (parts[0] != "kill" && parts[0] != "hang" && !oom) {
+    return reject(
+        "kill:<rank>:<step>, hang:<rank>:<step> or "
+        "oom:<rank>:<micro_batch>[:<run label prefix>]");
+  }
+  if ((parts.size() != 3 && !(oom && parts.size() == 4)) || !to_int(parts[1], rank) ||
+      !to_int(parts[2], number)) {
     return reject(shape);
   }
   if (rank < 0 || rank >= world_size) {
     return reject(shape + " with <rank> in [0, " + std::to_string(world_size) + ") (world size " +
                   std::to_string(world_size) + ")");
   }
-  if (step < 1 || step > train_iters) {
+  FaultSpec f;
+  f.kind = parts[0];
+  f.rank = static_cast<int>(rank);
+  if (oom) {
+    if (number < 1) return reject(shape + " with <micro_batch> >= 1");
+    f.micro_batch = number;
+    if (parts.size() == 4) f.label_prefix = parts[3];
+    return f;
+  }
+  if (number < 1 || number > train_iters) {
     return reject(shape + " with <step> in [1, " + std::to_string(train_iters) +
                   "] (train.train_iters)");
   }
-  return {parts[0], static_cast<int>(rank), step};
+  f.step = number;
+  return f;
 }
 
 std::optional<FaultSpec> check_fault_env(int world_size, int64_t train_iters) {

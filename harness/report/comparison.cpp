@@ -69,6 +69,26 @@ std::string run_name(const json& run, bool with_layout = false) {
   return with_layout && !layout.empty() ? name + " (" + layout + ")" : name;
 }
 
+// "; ddp ran at micro-batch 1: at 2 it ran out of device memory (peak 78.10 of 79.18 GiB)" for a
+// run that fitted only after smaller micro-batches (RunRecord::out_of_memory); "" otherwise.
+std::string out_of_memory_note(const json& run, const std::string& name) {
+  if (!run.contains("out_of_memory") || run.value("status", "") != "ok") return "";
+  std::string tried;
+  std::string figures;
+  for (const json& attempt : run.at("out_of_memory")) {
+    tried += (tried.empty() ? "" : ", ") + std::to_string(attempt.value("micro_batch_size", 0));
+    char text[64];
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    std::snprintf(text, sizeof text, "peak %.2f of %.2f GiB",
+                  attempt.value("max_allocated_bytes", 0.0) / kGiB,
+                  attempt.value("device_total_bytes", 0.0) / kGiB);
+    figures = text;  // the last attempt's: the closest to fitting
+  }
+  return "; " + name + " ran at micro-batch " +
+         std::to_string(run.at("identity").value("micro_batch_size", 0)) + ": at " + tried +
+         " it ran out of device memory (" + figures + ")";
+}
+
 std::string verdict(const json& head, const json& base, const json& metrics, double band,
                     const std::optional<NoiseModel>& noise, const std::string& no_noise_reason) {
   const bool layouts = splits_beyond_data_parallel(head) || splits_beyond_data_parallel(base);
@@ -107,7 +127,8 @@ std::string verdict(const json& head, const json& base, const json& metrics, dou
   } else if (dm) {
     memory_part = ", " + percent(*dm) + (*dm < 0 ? " less " : " more ") + what + " per rank";
   }
-  return head_name + " vs " + base_name + ": " + time_part + memory_part;
+  return head_name + " vs " + base_name + ": " + time_part + memory_part +
+         out_of_memory_note(head, head_name) + out_of_memory_note(base, base_name);
 }
 
 std::string sci(double x) {

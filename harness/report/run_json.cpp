@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "harness/measure/sharding.hpp"
 #include "harness/measure/step_injection.hpp"
 #include "harness/measure/throughput.hpp"
 #include "harness/measure/zero_model.hpp"
-#include "harness/measure/sharding.hpp"
 #include "harness/report/units.hpp"
 
 namespace shardbench {
@@ -57,7 +57,7 @@ json identity_json(const RunRecord& run) {
              {"fp8_transpose_cache",
               run.fp8_transpose_cache.empty() ? json(nullptr) : json(run.fp8_transpose_cache)},
              {"fp8_param_gather", run.fp8_param_gather},
-             {"nccl_ub", !run.nccl_user_buffers           ? json(nullptr)
+             {"nccl_ub", !run.nccl_user_buffers             ? json(nullptr)
                          : run.nccl_user_buffers->symmetric ? json("symmetric")
                                                             : json("local")},
              {"deterministic", run.deterministic}};
@@ -67,9 +67,9 @@ json identity_json(const RunRecord& run) {
   // Where the CPU ranks ran (shardbench.cpu_scheduling): pinned or real-time ranks are not
   // timed like ranks the OS places, so a change of mode is not a change of code.
   id["cpu_scheduling"] = "default";
-  if (const auto s = run.config.find("shardbench");
-      s != run.config.end() && s->is_object() && s->contains("cpu_scheduling") &&
-      s->at("cpu_scheduling").is_string()) {
+  if (const auto s = run.config.find("shardbench"); s != run.config.end() && s->is_object() &&
+                                                    s->contains("cpu_scheduling") &&
+                                                    s->at("cpu_scheduling").is_string()) {
     id["cpu_scheduling"] = s->at("cpu_scheduling");
   }
   return id;
@@ -352,8 +352,8 @@ json peak_breakdown_json(const RunRecord& run, int64_t static_bytes) {
           {"transient_buffer_bytes", transient},
           {"named_bytes", named},
           {"other_bytes", max_allocated - named},
-          {"other_relative", static_cast<double>(max_allocated - named) /
-                                 static_cast<double>(max_allocated)},
+          {"other_relative",
+           static_cast<double>(max_allocated - named) / static_cast<double>(max_allocated)},
           {"reserved_minus_allocated_bytes", max_reserved - max_allocated}};
 }
 
@@ -389,18 +389,19 @@ json memory_json(const RunRecord& run) {
         engine["static_total_bytes"].get<double>() / predicted["static_total_bytes"].get<double>() -
         1;
   }
-  return {{"engine", engine},
-          {"predicted", predicted},
-          {"engine_predicted_static_bytes", run.memory.predicted_static_bytes > 0
-                                                ? json(run.memory.predicted_static_bytes)
-                                                : json(nullptr)},
-          {"engine_vs_predicted_static_relative", engine_vs_predicted},
-          {"per_rank", per_rank},
-          {"allocator", allocator},
-          {"allocator_peak", peak},
-          {"saved_activations",
-           run.saved_activations ? saved_activations_json(*run.saved_activations) : json(nullptr)},
-          {"peak_breakdown", peak_breakdown_json(run, engine["static_total_bytes"].get<int64_t>())}};
+  return {
+      {"engine", engine},
+      {"predicted", predicted},
+      {"engine_predicted_static_bytes", run.memory.predicted_static_bytes > 0
+                                            ? json(run.memory.predicted_static_bytes)
+                                            : json(nullptr)},
+      {"engine_vs_predicted_static_relative", engine_vs_predicted},
+      {"per_rank", per_rank},
+      {"allocator", allocator},
+      {"allocator_peak", peak},
+      {"saved_activations",
+       run.saved_activations ? saved_activations_json(*run.saved_activations) : json(nullptr)},
+      {"peak_breakdown", peak_breakdown_json(run, engine["static_total_bytes"].get<int64_t>())}};
 }
 
 json checkpoint_event_json(const CheckpointEvent& e) {
@@ -542,6 +543,17 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
   if (run.activation_offload)
     j["activation_offload"] = activation_offload_json(*run.activation_offload);
   if (run.moe) j["moe"] = moe_json(*run.moe);
+  if (!run.out_of_memory.empty()) {
+    json attempts = json::array();
+    for (const OutOfMemoryAttempt& a : run.out_of_memory) {
+      attempts.push_back({{"micro_batch_size", a.micro_batch_size},
+                          {"error", a.error},
+                          {"allocated_bytes", a.allocated_bytes},
+                          {"max_allocated_bytes", a.max_allocated_bytes},
+                          {"device_total_bytes", a.device_total_bytes}});
+    }
+    j["out_of_memory"] = attempts;
+  }
   if (run.unit_timing) j["unit_timing"] = unit_timing_json(*run.unit_timing);
   if (run.unit_gathers > 0) {
     j["unit_all_gather"] =

@@ -43,6 +43,17 @@ struct AllocatorSnapshot {
   int64_t num_ooms = 0;
 };
 
+// A run that ran out of device memory (c10::OutOfMemoryError on its one rank): the micro-batch
+// it tried, the allocator's message and what the allocator held then. A comparison run is tried
+// again with a smaller micro-batch (docs/out-of-memory.md).
+struct OutOfMemoryAttempt {
+  int64_t micro_batch_size = 0;
+  std::string error;                // the allocator's message, its first line
+  int64_t allocated_bytes = 0;      // allocated when it failed
+  int64_t max_allocated_bytes = 0;  // the peak since the run's engine was built
+  int64_t device_total_bytes = 0;   // the device's whole memory
+};
+
 // Bytes this rank holds in each engine-owned buffer class, next to the ZeRO model's prediction.
 struct EngineMemory {
   int64_t model_weight_bytes = 0;      // compute-dtype weights resident between steps
@@ -172,6 +183,9 @@ struct RunRecord {
   std::string recipe;       // recipe name, e.g. "llama3_8b_h200"; names the report file
   int64_t train_iters = 0;  // iterations requested (the N of "iteration i/N")
   std::vector<std::string> failure_reasons;  // set by the engine (OOM, timeout, ...): marks the run
+  // Out-of-memory attempts of this run, the failed ones before it fitted (or the one that ended
+  // it), in the order they ran.
+  std::vector<OutOfMemoryAttempt> out_of_memory;
                                              // failed; the report adds NaN/Inf loss or grad norm
   std::vector<EngineMemory> memory_per_rank;  // index = rank; empty when only `memory` is known
   // Per-class prediction, e.g. fsdp_static_memory() over the engine's real FSDP units. When

@@ -45,6 +45,22 @@ TEST(LaunchFaultSpec, AcceptsDrillsThatFire) {
   EXPECT_EQ(check_fault_spec("hang:0:50", 2, 50).kind, "hang");
 }
 
+TEST(LaunchFaultSpec, OutOfMemoryDrillNamesAMicroBatchAndARunPrefix) {
+  const FaultSpec oom = check_fault_spec("oom:1:2:ddp", 2, 50);
+  EXPECT_EQ(oom.kind, "oom");
+  EXPECT_EQ(oom.rank, 1);
+  EXPECT_EQ(oom.micro_batch, 2);
+  EXPECT_EQ(oom.label_prefix, "ddp");
+  EXPECT_EQ(check_fault_spec("oom:0:64", 2, 50).label_prefix, "");  // no step bound applies
+  EXPECT_TRUE(HasSubstr(usage_error([] { check_fault_spec("oom:0:0", 2, 50); }),
+                        "accepted: oom:<rank>:<micro_batch>[:<run label prefix>] with "
+                        "<micro_batch> >= 1"));
+  for (const char* bad : {"oom:2:2", "oom:0", "oom:0:2:ddp:x", "kill:0:2:ddp"}) {
+    EXPECT_TRUE(HasSubstr(usage_error([&] { check_fault_spec(bad, 2, 50); }), "SHARDBENCH_FAULT"))
+        << bad;
+  }
+}
+
 TEST(LaunchFaultSpec, RefusesDrillsThatCanNeverFire) {
   EXPECT_TRUE(HasSubstr(usage_error([] { check_fault_spec("kill:7:3", 2, 50); }),
                         "SHARDBENCH_FAULT=\"kill:7:3\" is invalid; accepted: kill:<rank>:<step> "
