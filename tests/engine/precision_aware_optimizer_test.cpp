@@ -25,6 +25,7 @@
 #include "harness/parallel/flat_adamw.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/perf_launch_process.hpp"
+#include "tests/resolve_error.hpp"
 #include "workloads/llama/llama_model.hpp"
 
 namespace shardbench {
@@ -97,20 +98,7 @@ TEST(PrecisionAwareOptimizer, EngineMemoryCountsTheMomentBytes) {
   EXPECT_EQ(low_state, main_elems_total * 6);
 }
 
-// Resolution's refusal of the tiny CPU recipe with `overrides`, "" when it resolves.
-std::string resolve_error(const std::vector<std::string>& overrides) {
-  std::vector<std::string> args = {"-m",  "llama", "-mr", "llama3_tiny_cpu",
-                                   "-ng", "1",     "-g",  "cpu"};
-  args.insert(args.end(), overrides.begin(), overrides.end());
-  ValidationContext ctx;
-  ctx.cuda_device_count = [] { return 0; };
-  try {
-    resolve_from_args(args, ctx);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing_util::resolve_error;
 
 // Refused at resolution (field_domains.cpp and validate.cpp), before any worker starts.
 TEST(PrecisionAwareOptimizer, RefusalsNameTheField) {

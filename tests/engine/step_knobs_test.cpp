@@ -20,6 +20,7 @@
 #include "harness/engine/bench_run.hpp"
 #include "harness/engine/worker_context.hpp"
 #include "tests/perf_launch_process.hpp"
+#include "tests/resolve_error.hpp"
 
 namespace shardbench {
 namespace {
@@ -61,20 +62,7 @@ TEST(StepKnobs, LogIntervalPrintsEveryNthIterationAndTheReportRecordsTheKnobs) {
   EXPECT_EQ(run0["identity"]["deterministic"], false);
 }
 
-// Resolution's refusal of the tiny CPU recipe with `overrides`, "" when it resolves.
-std::string resolve_error(const std::vector<std::string>& overrides) {
-  std::vector<std::string> args = {"-m",  "llama", "-mr", "llama3_tiny_cpu",
-                                   "-ng", "1",     "-g",  "cpu"};
-  args.insert(args.end(), overrides.begin(), overrides.end());
-  ValidationContext ctx;
-  ctx.cuda_device_count = [] { return 0; };
-  try {
-    resolve_from_args(args, ctx);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing_util::resolve_error;
 
 // Refused at resolution (the field table, harness/config/field_domains.cpp), before any worker
 // starts; the run code only translates what passed.

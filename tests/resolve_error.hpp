@@ -1,0 +1,28 @@
+// Resolution's refusal of the tiny CPU recipe on one rank with extra CLI words (flags and
+// key=value overrides), for tests of what resolution refuses before any worker starts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/config/errors.hpp"
+#include "harness/config/resolve.hpp"
+
+namespace shardbench::testing_util {
+
+// The UsageError's message, or "" when the configuration resolves. No GPU is visible to it.
+inline std::string resolve_error(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"-m",  "llama", "-mr", "llama3_tiny_cpu",
+                                   "-ng", "1",     "-g",  "cpu"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  ValidationContext ctx;
+  ctx.cuda_device_count = [] { return 0; };
+  try {
+    resolve_from_args(args, ctx);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace shardbench::testing_util
