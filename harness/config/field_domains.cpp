@@ -37,6 +37,8 @@ const std::string kTensorParallel =
     "recompute, CPU offload and NCCL user buffers (docs/tensor-parallel.md)";
 const std::string kLlama = "the Llama workload is fixed to Llama 3's architecture";
 const std::string kMoe = "the MoE model (docs/moe.md, section 7)";
+const std::string kMla = "read with model.multi_latent_attention by the MoE model";
+const std::string kMlaYarn = kMla + " when model.rope_type=yarn";
 const std::string kNoCudaGraphs = "CUDA graph capture is not implemented";
 const std::string kPrecisionAware =
     "Megatron's precision-aware optimizer (docs/precision_aware_optimizer.md)";
@@ -77,7 +79,8 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.params_dtype", info(kComputeDtype)},
       {"model.tensor_model_parallel_size",
        honoured(kTensorParallel).at_least(1).at_most(kMaxCount)},
-      {"model.pipeline_model_parallel_size", dryrun_only(kNoPipeline).at_least(1).at_most(kMaxCount)},
+      {"model.pipeline_model_parallel_size",
+       dryrun_only(kNoPipeline).at_least(1).at_most(kMaxCount)},
       {"model.context_parallel_size", not_impl(kNoContextParallel)},
       {"model.virtual_pipeline_model_parallel_size",
        dryrun_only(kNoPipeline).at_least(1).at_most(kMaxCount)},
@@ -123,10 +126,10 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       // ---- model: mixture of experts, MLA, MTP (docs/moe-recipes.md)
       {"model.moe_ffn_hidden_size", honoured(kMoe).at_least(1).at_most(kMaxWidth)},
       {"model.moe_router_topk", honoured(kMoe).at_least(1).at_most(kMaxCount)},
-      {"model.moe_shared_expert_intermediate_size",
-       honoured(kMoe).at_least(1).at_most(kMaxWidth)},
+      {"model.moe_shared_expert_intermediate_size", honoured(kMoe).at_least(1).at_most(kMaxWidth)},
       {"model.moe_shared_expert_overlap",
-       not_impl("shared experts run before the router, on the compute stream").only_values({false})},
+       not_impl("shared experts run before the router, on the compute stream")
+           .only_values({false})},
       {"model.moe_layer_freq", honoured(kMoe + ": K zeros then ones").at_least(0).at_most(1)},
       {"model.moe_router_score_function", honoured(kMoe)},
       {"model.moe_router_pre_softmax", honoured(kMoe)},
@@ -166,22 +169,26 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.moe_permute_fusion",
        honoured("validation turns it off: the MoE model's permute and unpermute run ATen ops")},
       {"model.multi_latent_attention",
-       dryrun_only("multi-latent attention is not implemented (the MoE model builds grouped-query attention)")},
-      {"model.q_lora_rank", dryrun_only("multi-latent attention is not implemented")
-                                .at_least(1)
-                                .at_most(kMaxWidth)},
-      {"model.kv_lora_rank", dryrun_only("multi-latent attention is not implemented")
-                                 .at_least(1)
-                                 .at_most(kMaxWidth)},
-      {"model.qk_head_dim", dryrun_only("multi-latent attention is not implemented")
-                                .at_least(1)
-                                .at_most(kMaxWidth)},
-      {"model.qk_pos_emb_head_dim", dryrun_only("multi-latent attention is not implemented")
-                                        .at_least(1)
-                                        .at_most(kMaxWidth)},
-      {"model.v_head_dim", dryrun_only("multi-latent attention is not implemented")
-                               .at_least(1)
-                               .at_most(kMaxWidth)},
+       honoured("the MoE model's multi-latent attention (docs/moe.md, section 7); a dense model "
+                "refuses it")},
+      {"model.q_lora_rank",
+       honoured(kMla + "; null: one query projection").at_least(1).at_most(kMaxWidth)},
+      {"model.kv_lora_rank", honoured(kMla).at_least(1).at_most(kMaxWidth)},
+      {"model.qk_head_dim", honoured(kMla).at_least(1).at_most(kMaxWidth)},
+      {"model.qk_pos_emb_head_dim", honoured(kMla + "; even").at_least(2).at_most(kMaxWidth)},
+      {"model.v_head_dim", honoured(kMla).at_least(1).at_most(kMaxWidth)},
+      {"model.rope_type", honoured(kMla + ": the RoPE dims' rotary embedding")},
+      {"model.rotary_scaling_factor", honoured(kMlaYarn).above(0).at_most(1e6)},
+      {"model.original_max_position_embeddings",
+       honoured(kMlaYarn).at_least(1).at_most(kMaxSeqLength)},
+      {"model.beta_fast", honoured(kMlaYarn).above(0).at_most(1e6)},
+      {"model.beta_slow", honoured(kMlaYarn).above(0).at_most(1e6)},
+      {"model.mscale", honoured(kMlaYarn).at_least(0).at_most(1e6)},
+      {"model.mscale_all_dim",
+       honoured(kMla + ": the softmax scale's YaRN mscale (with any rope_type), and YaRN's "
+                       "concentration divisor")
+           .at_least(0)
+           .at_most(1e6)},
       {"model.qk_layernorm",
        honoured("per-head RMSNorm of queries and keys, in the MoE model (Qwen3-MoE); the Llama "
                 "model has none")},

@@ -3,15 +3,16 @@
 // (docs/moe.md, "Parameter counts").
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "tests/moe_test_dims.hpp"
 #include "workloads/moe/moe_models.hpp"
 #include "workloads/moe/moe_specs.hpp"
-#include "tests/moe_test_dims.hpp"
 
 namespace shardbench {
 namespace {
@@ -317,6 +318,45 @@ TEST(MoeSpecs, BenchShapeIsIssue38sEstimate) {
   EXPECT_NEAR(16.0 * static_cast<double>(c.total()) / 1e9, 51, 0.5);
 }
 
+// The one-GPU cut of DeepSeek-V3 keeps every kind of its architecture (MLA with DeepSeek-V3's
+// ranks, head dims and YaRN; the sigmoid router with the expert bias, group limit and scaling;
+// a shared expert; dense first layers) and fits an 80 GB GPU with fp32 Adam state: 2.83 B
+// parameters, 45.4 GB at 16 bytes each, as its recipe's description says.
+TEST(MoeModels, DeepSeekV3CutKeepsTheArchitectureAndFitsOneGpu) {
+  const MoeModelFacts& full = find_moe_model("deepseek_v3");
+  for (const char* name : {"deepseek_v3_cut_1gpu", "deepseek_v3_tiny_cpu"}) {
+    SCOPED_TRACE(name);
+    const MoeModelFacts& cut = find_moe_model(name);
+    const MoeDims &d = cut.dims, &f = full.dims;
+    EXPECT_EQ(d.attention, MoeAttention::kMla);
+    EXPECT_TRUE(d.qk_layernorm);
+    EXPECT_GT(d.q_lora_rank, 0);
+    EXPECT_EQ(d.rope_type, MoeRopeType::kYarn);
+    EXPECT_EQ(d.rotary_scaling_factor, f.rotary_scaling_factor);
+    EXPECT_EQ(d.mscale_all_dim, f.mscale_all_dim);
+    EXPECT_TRUE(d.router_expert_bias);
+    EXPECT_GT(d.shared_expert_ffn, 0);
+    EXPECT_GT(d.first_k_dense_replace, 0);
+    EXPECT_LT(d.first_k_dense_replace, d.num_layers);
+    EXPECT_EQ(cut.router.score_function, MoeRouterScore::kSigmoid);
+    EXPECT_GT(cut.router.num_groups, 0);
+    EXPECT_EQ(cut.router.topk_scaling_factor, full.router.topk_scaling_factor);
+    EXPECT_EQ(cut.router.load_balancing, full.router.load_balancing);
+  }
+  const MoeDims d = deepseek_v3_cut_1gpu_dims(), f = deepseek_v3_dims();
+  EXPECT_EQ(d.q_lora_rank, f.q_lora_rank);
+  EXPECT_EQ(d.kv_lora_rank, f.kv_lora_rank);
+  EXPECT_EQ(d.qk_head_dim, f.qk_head_dim);
+  EXPECT_EQ(d.qk_pos_emb_head_dim, f.qk_pos_emb_head_dim);
+  EXPECT_EQ(d.v_head_dim, f.v_head_dim);
+  EXPECT_EQ(d.vocab, f.vocab);
+  const MoeParamCounts c = moe_parameter_count(d);
+  EXPECT_EQ(c.total() / 10'000'000, 283) << c.total();  // 2.83 B
+  const int64_t state = 16 * (c.total() + c.mtp);
+  EXPECT_NEAR(static_cast<double>(state) / 1e9, 45.4, 0.05) << state;
+  EXPECT_LT(state, 60'000'000'000);  // 20 GB or more left for activations on 80 GB
+}
+
 TEST(MoeModels, RecipesAreConsistentData) {
   std::set<std::string> names;
   for (const auto& m : moe_models()) {
@@ -341,6 +381,67 @@ TEST(MoeModels, RecipesAreConsistentData) {
     EXPECT_NO_THROW(moe_local_experts(m.dims, 8));
   }
   EXPECT_THROW(find_moe_model("deepseek_v4"), std::invalid_argument);
+}
+
+// YaRN's frequencies and scales for DeepSeek-V3's RoPE dims (64 dims, base 10000, factor 40,
+// original context 4096, beta_fast 32, beta_slow 1, mscale 1, mscale_all_dim 1), computed by
+// hand from Megatron's formula (MLM:megatron/core/models/common/embeddings/
+// yarn_rotary_pos_embedding.py): the correction range is floor(64 ln(4096 / (32 2pi)) /
+// (2 ln 10000)) = floor(10.47) = 10 to ceil(64 ln(4096 / 2pi) / (2 ln 10000)) = ceil(22.51) = 23;
+// pair i has ramp r = clamp((i - 10) / 13, 0, 1) and frequency 10000^(-i/32) (1 - r + r / 40).
+// The concentration factor is mscale(40, 1) / mscale(40, 1) = 1 and the softmax scale
+// (1 + 0.1 ln 40)^2 / sqrt(128 + 64).
+TEST(MoeMlaRope, YarnFrequenciesAndScalesAsMegatronsFormula) {
+  const MoeDims d = deepseek_v3_dims();
+  const MlaRope r = mla_rope(d);
+  ASSERT_EQ(r.inv_freq.size(), 32u);
+  EXPECT_EQ(r.ramp_low, 10.0);
+  EXPECT_EQ(r.ramp_high, 23.0);
+  const std::pair<size_t, double> by_hand[] = {{0, 1.0},
+                                               {10, 0.05623413251903491},
+                                               {11, 0.03900692656714386},
+                                               {16, 0.0055},
+                                               {22, 0.0001778279410038922},
+                                               {23, 3.33380358040831e-05},
+                                               {31, 3.3338035804083097e-06}};
+  for (const auto& [i, f] : by_hand) EXPECT_NEAR(r.inv_freq[i], f, 1e-12 * f) << "pair " << i;
+  EXPECT_DOUBLE_EQ(r.concentration, 1.0);
+  EXPECT_NEAR(r.softmax_scale, 0.1352337788608801, 1e-15);
+  EXPECT_NEAR(yarn_mscale(40.0, 1.0), 1.3688879454113936, 1e-15);
+  EXPECT_EQ(yarn_mscale(1.0, 1.0), 1.0);
+
+  // Megatron's default mscale_all_dim 0: cos and sin carry mscale(40, 1), the softmax scale is
+  // 1 / sqrt(192).
+  MoeDims megatron_default = d;
+  megatron_default.mscale_all_dim = 0.0;
+  const MlaRope m = mla_rope(megatron_default);
+  EXPECT_NEAR(m.concentration, 1.3688879454113936, 1e-15);
+  EXPECT_NEAR(m.softmax_scale, 0.07216878364870323, 1e-15);
+  EXPECT_EQ(m.inv_freq, r.inv_freq);
+
+  // Plain RoPE: the base frequencies; the softmax scale still takes mscale_all_dim.
+  MoeDims plain = d;
+  plain.rope_type = MoeRopeType::kRope;
+  const MlaRope p = mla_rope(plain);
+  EXPECT_NEAR(p.inv_freq[16], 0.01, 1e-15);
+  EXPECT_NEAR(p.inv_freq[31], 1e-4 * std::pow(10000.0, 1.0 / 32.0), 1e-15);
+  EXPECT_EQ(p.concentration, 1.0);
+  EXPECT_NEAR(p.softmax_scale, 0.1352337788608801, 1e-15);
+
+  // The checks: GQA has no MLA RoPE; odd RoPE dims and a zero factor are refused by name.
+  EXPECT_THROW(mla_rope(qwen3_30b_a3b_dims()), std::invalid_argument);
+  MoeDims odd = d;
+  odd.qk_pos_emb_head_dim = 63;
+  try {
+    mla_rope(odd);
+    ADD_FAILURE() << "odd RoPE dims accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("model.qk_pos_emb_head_dim=63"), std::string::npos)
+        << e.what();
+  }
+  MoeDims zero = d;
+  zero.rotary_scaling_factor = 0.0;
+  EXPECT_THROW(mla_rope(zero), std::invalid_argument);
 }
 
 }  // namespace

@@ -61,11 +61,11 @@ MoeDims moe_dims_from(const ModelConfig& m, int tp) {
   d.ffn = m.ffn_hidden_size.value_or(4 * m.hidden_size);
   d.heads = m.num_attention_heads;
   d.kv_heads = m.num_query_groups.value_or(m.num_attention_heads);
-  d.head_dim = m.kv_channels.value_or(m.num_attention_heads > 0
-                                          ? m.hidden_size / m.num_attention_heads
-                                          : 0);
+  d.head_dim =
+      m.kv_channels.value_or(m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);
   if (!m.vocab_size) bad("vocab_size", "null", "an MoE model needs its vocabulary");
-  d.vocab = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, m.should_pad_vocab, tp);
+  d.vocab =
+      padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, m.should_pad_vocab, tp);
   d.seq_length = m.seq_length;
   d.num_experts = *m.num_moe_experts;
   d.moe_ffn_hidden = m.moe_ffn_hidden_size.value_or(d.ffn);
@@ -81,6 +81,16 @@ MoeDims moe_dims_from(const ModelConfig& m, int tp) {
     d.qk_head_dim = m.qk_head_dim;
     d.qk_pos_emb_head_dim = m.qk_pos_emb_head_dim;
     d.v_head_dim = m.v_head_dim;
+    if (m.rope_type != "yarn" && m.rope_type != "rope") {
+      bad("rope_type", m.rope_type, "accepted rope, yarn");
+    }
+    d.rope_type = m.rope_type == "yarn" ? MoeRopeType::kYarn : MoeRopeType::kRope;
+    d.rotary_scaling_factor = m.rotary_scaling_factor;
+    d.original_max_position_embeddings = m.original_max_position_embeddings;
+    d.beta_fast = m.beta_fast;
+    d.beta_slow = m.beta_slow;
+    d.mscale = m.mscale;
+    d.mscale_all_dim = m.mscale_all_dim;
   }
   d.mtp_num_layers = m.mtp_num_layers.value_or(0);
   d.rope_base = m.rotary_base;
@@ -92,8 +102,8 @@ MoeDims moe_dims_from(const ModelConfig& m, int tp) {
 
 MoeRouterSettings moe_router_from(const ModelConfig& m) {
   MoeRouterSettings r;
-  r.score_function =
-      m.moe_router_score_function == "sigmoid" ? MoeRouterScore::kSigmoid : MoeRouterScore::kSoftmax;
+  r.score_function = m.moe_router_score_function == "sigmoid" ? MoeRouterScore::kSigmoid
+                                                              : MoeRouterScore::kSoftmax;
   r.pre_softmax = m.moe_router_pre_softmax;
   r.num_groups = m.moe_router_num_groups.value_or(0);
   r.group_topk = m.moe_router_group_topk.value_or(0);

@@ -195,6 +195,15 @@ nlohmann::json MoeSpec::shape_json() const {
     j["qk_head_dim"] = d.qk_head_dim;
     j["qk_pos_emb_head_dim"] = d.qk_pos_emb_head_dim;
     j["v_head_dim"] = d.v_head_dim;
+    j["rope_type"] = d.rope_type == MoeRopeType::kYarn ? "yarn" : "rope";
+    if (d.rope_type == MoeRopeType::kYarn) {
+      j["rotary_scaling_factor"] = d.rotary_scaling_factor;
+      j["original_max_position_embeddings"] = d.original_max_position_embeddings;
+      j["beta_fast"] = d.beta_fast;
+      j["beta_slow"] = d.beta_slow;
+      j["mscale"] = d.mscale;
+      j["mscale_all_dim"] = d.mscale_all_dim;
+    }
   } else {
     j["attention"] = "gqa";
     j["kv_heads"] = d.kv_heads;
@@ -227,10 +236,23 @@ MoeWeights bind_moe_weights(const MoeDims& d, int ep, int ep_rank,
   for (int64_t l = 0; l < d.num_layers; ++l) {
     MoeLayerWeights lw;
     lw.input_norm = next();
-    lw.qkv = next();
-    if (d.qk_layernorm) {
-      lw.q_norm = next();
-      lw.k_norm = next();
+    if (d.attention == MoeAttention::kMla) {  // moe_param_specs' MLA order
+      if (d.q_lora_rank > 0) {
+        lw.q_down = next();
+        if (d.qk_layernorm) lw.q_latent_norm = next();
+        lw.q_up = next();
+      } else {
+        lw.q_proj = next();
+      }
+      lw.kv_down = next();
+      if (d.qk_layernorm) lw.kv_latent_norm = next();
+      lw.kv_up = next();
+    } else {
+      lw.qkv = next();
+      if (d.qk_layernorm) {
+        lw.q_norm = next();
+        lw.k_norm = next();
+      }
     }
     lw.proj = next();
     if (!d.is_moe_layer(l)) {
@@ -261,11 +283,6 @@ MoeModel::MoeModel(MoeDims dims, MoeRouterSettings router, at::Device device)
     : dims_(dims), router_(router), device_(device) {
   validate_moe_dims(dims_);
   const MoeRouterSettings& r = router_;
-  if (dims_.attention != MoeAttention::kGqa) {
-    refuse(
-        "model.attention=mla: the MoE model builds grouped-query attention only (multi-latent "
-        "attention is not built); accepted gqa");
-  }
   if (dims_.router_expert_bias && r.score_function != MoeRouterScore::kSigmoid) {
     refuse(
         "model.moe_router_enable_expert_bias: Megatron accepts the expert bias with the sigmoid "
@@ -302,14 +319,25 @@ MoeModel::MoeModel(MoeDims dims, MoeRouterSettings router, at::Device device)
     s.layer = l;
     stats_.push_back(s);
   }
-  // RoPE tables as Llama's (non-interleaved halves).
-  const int64_t half = dims_.head_dim / 2;
-  auto inv_freq =
-      at::pow(dims_.rope_base, -at::arange(0, half, at::kDouble) * 2.0 / double(dims_.head_dim));
+  // RoPE tables as Llama's (non-interleaved halves). MLA: over the RoPE dims only, with YaRN's
+  // frequencies and its concentration factor on cos and sin (YarnRotaryEmbedding.get_emb and
+  // rope_utils.py _apply_rotary_pos_emb_bshd's mscale).
+  at::Tensor inv_freq;
+  double concentration = 1.0;
+  if (dims_.attention == MoeAttention::kMla) {
+    const MlaRope mla = mla_rope(dims_);
+    inv_freq = at::tensor(mla.inv_freq, at::TensorOptions().dtype(at::kDouble));
+    concentration = mla.concentration;
+    mla_softmax_scale_ = mla.softmax_scale;
+  } else {
+    const int64_t half = dims_.head_dim / 2;
+    inv_freq =
+        at::pow(dims_.rope_base, -at::arange(0, half, at::kDouble) * 2.0 / double(dims_.head_dim));
+  }
   auto freqs = at::outer(at::arange(dims_.seq_length, at::kDouble), inv_freq);
   auto emb = at::cat({freqs, freqs}, -1);
-  rope_cos_ = emb.cos().to(at::kFloat).to(device_);
-  rope_sin_ = emb.sin().to(at::kFloat).to(device_);
+  rope_cos_ = (emb.cos() * concentration).to(at::kFloat).to(device_);
+  rope_sin_ = (emb.sin() * concentration).to(at::kFloat).to(device_);
 }
 
 void MoeModel::set_expert_parallel(std::shared_ptr<ProcessGroup> ep) {
@@ -539,7 +567,8 @@ at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x
     for (size_t i = 0; i < ends.size(); ++i)
       ends[i] = static_cast<int32_t>(end += rows_per_expert[i]);
     const at::Tensor offs = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(x.device());
-    const at::Tensor g = at::_grouped_mm(x.contiguous(), stacked_experts(w.fc1).transpose(1, 2), offs);
+    const at::Tensor g =
+        at::_grouped_mm(x.contiguous(), stacked_experts(w.fc1).transpose(1, 2), offs);
     const at::Tensor act = weighted_swiglu(g, probs, f).contiguous();
     return at::_grouped_mm(act, stacked_experts(w.fc2).transpose(1, 2), offs);
   }
@@ -663,14 +692,18 @@ at::Tensor MoeModel::moe_block(const MoeBlockWeights& w, const at::Tensor& h, in
 // ---- Layers and the loss ----------------------------------------------------------------------
 
 at::Tensor MoeModel::apply_rope(const at::Tensor& x) const {
-  const int64_t s = x.size(1), d = dims_.head_dim, half = d / 2;
+  const int64_t s = x.size(1), d = x.size(-1), half = d / 2;
   auto cos = rope_cos_.narrow(0, 0, s).to(x.scalar_type()).view({1, s, 1, d});
   auto sin = rope_sin_.narrow(0, 0, s).to(x.scalar_type()).view({1, s, 1, d});
   auto rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * cos + rotated * sin;
 }
 
-at::Tensor MoeModel::attention(const MoeLayerWeights& w, const at::Tensor& x) const {
+at::Tensor MoeModel::self_attention(const MoeLayerWeights& w, const at::Tensor& x) const {
+  return dims_.attention == MoeAttention::kMla ? mla_attention(w, x) : gqa_attention(w, x);
+}
+
+at::Tensor MoeModel::gqa_attention(const MoeLayerWeights& w, const at::Tensor& x) const {
   const MoeDims& d = dims_;
   const at::Tensor qkv = at::linear(at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps), w.qkv);
   const int64_t b = qkv.size(0), s = qkv.size(1);
@@ -690,10 +723,62 @@ at::Tensor MoeModel::attention(const MoeLayerWeights& w, const at::Tensor& x) co
   return at::linear(attn.transpose(1, 2).reshape({b, s, d.q_dim()}), w.proj);
 }
 
+// Megatron's MLASelfAttention (MLM:megatron/core/transformer/multi_latent_attention.py,
+// get_query_key_value_tensors without the fused RoPE, then core attention and linear_proj):
+//   q  = q_up(RMSNorm_q(q_down(h)))  or q_proj(h)              [B, S, H, qk_head + rope]
+//   kv_down(h) = [c_kv | k_rope]; kv = kv_up(RMSNorm_kv(c_kv))   [B, S, H, qk_head + v_head]
+//   RoPE on q's rope dims (every head) and on k_rope (one head, then expanded to every head);
+//   query = [q_nope | q_rope], key = [k_nope | k_rope], value = v;
+//   causal softmax(query key^T * softmax_scale) value, then linear_proj over H * v_head.
+// The RoPE dims are de-interleaved first (even dims, then odd dims: Megatron's
+// mla_rotary_interleaved) and rotated in halves; q and k are permuted alike, so the scores are
+// those of RoPE on the interleaved pairs (DeepSeek's layout).
+at::Tensor MoeModel::mla_attention(const MoeLayerWeights& w, const at::Tensor& x) const {
+  const MoeDims& d = dims_;
+  const int64_t b = x.size(0), s = x.size(1), heads = d.heads;
+  const int64_t nope = d.qk_head_dim, rope = d.qk_pos_emb_head_dim, vd = d.v_head_dim;
+  const at::Tensor h = at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps);
+  at::Tensor q;
+  if (d.q_lora_rank > 0) {
+    at::Tensor q_latent = at::linear(h, w.q_down);
+    if (d.qk_layernorm) {
+      q_latent = at::rms_norm(q_latent, {d.q_lora_rank}, w.q_latent_norm, d.norm_eps);
+    }
+    q = at::linear(q_latent, w.q_up);
+  } else {
+    q = at::linear(h, w.q_proj);
+  }
+  q = q.view({b, s, heads, nope + rope});
+  const at::Tensor kv_combined = at::linear(h, w.kv_down);  // [B, S, kv_lora_rank + rope]
+  at::Tensor kv_latent = kv_combined.narrow(-1, 0, d.kv_lora_rank);
+  at::Tensor k_rope = kv_combined.narrow(-1, d.kv_lora_rank, rope).unsqueeze(2);  // one head
+  if (d.qk_layernorm) {
+    kv_latent = at::rms_norm(kv_latent, {d.kv_lora_rank}, w.kv_latent_norm, d.norm_eps);
+  }
+  const at::Tensor kv = at::linear(kv_latent, w.kv_up).view({b, s, heads, nope + vd});
+  auto deinterleave = [&](const at::Tensor& t) {  // [..., rope]: even dims, then odd dims
+    std::vector<int64_t> pairs = t.sizes().vec();
+    pairs.back() = rope / 2;
+    pairs.push_back(2);
+    return t.reshape(pairs).transpose(-1, -2).reshape(t.sizes());
+  };
+  const at::Tensor q_rope = apply_rope(deinterleave(q.narrow(-1, nope, rope)));
+  k_rope = apply_rope(deinterleave(k_rope)).expand({b, s, heads, rope});
+  const at::Tensor query = at::cat({q.narrow(-1, 0, nope), q_rope}, -1).transpose(1, 2);
+  const at::Tensor key = at::cat({kv.narrow(-1, 0, nope), k_rope}, -1).transpose(1, 2);
+  at::Tensor value = kv.narrow(-1, nope, vd).transpose(1, 2);
+  const bool pad = mla_core_ == MlaCoreAttention::kPadValue && vd < nope + rope;
+  if (pad) value = at::constant_pad_nd(value, {0, nope + rope - vd});
+  at::Tensor attn = at::scaled_dot_product_attention(query, key, value, {}, 0.0,
+                                                     /*is_causal=*/true, mla_softmax_scale_);
+  if (pad) attn = attn.narrow(-1, 0, vd);
+  return at::linear(attn.transpose(1, 2).reshape({b, s, heads * vd}), w.proj);
+}
+
 at::Tensor MoeModel::layer_forward(const MoeLayerWeights& w, const at::Tensor& x, int64_t layer,
                                    double backward_scale) const {
   const MoeDims& d = dims_;
-  const at::Tensor x1 = x + attention(w, x);
+  const at::Tensor x1 = x + self_attention(w, x);
   if (!d.is_moe_layer(layer)) {
     return x1 +
            swiglu_mlp(at::rms_norm(x1, {d.hidden}, w.mlp_norm, d.norm_eps), w.fc1, w.fc2, d.ffn);

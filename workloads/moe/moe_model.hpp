@@ -68,7 +68,14 @@ struct MoeBlockWeights {
   std::vector<at::Tensor> fc1, fc2;   // the local experts', in global expert order
 };
 struct MoeLayerWeights {
-  at::Tensor input_norm, qkv, q_norm, k_norm, proj;  // q_norm, k_norm: with qk_layernorm only
+  at::Tensor input_norm, proj;  // both attention kinds: the input RMSNorm, linear_proj
+  // GQA: linear_qkv; q_norm, k_norm with qk_layernorm only.
+  at::Tensor qkv, q_norm, k_norm;
+  // MLA (Megatron's MLASelfAttention): with q_lora_rank > 0 linear_q_down_proj, the q latent's
+  // RMSNorm (with qk_layernorm) and linear_q_up_proj; without it one linear_q_proj.
+  // linear_kv_down_proj (the kv latent and the shared RoPE key), the kv latent's RMSNorm (with
+  // qk_layernorm) and linear_kv_up_proj.
+  at::Tensor q_down, q_latent_norm, q_up, q_proj, kv_down, kv_latent_norm, kv_up;
   // Dense layer (below first_k_dense_replace): the MLP.
   at::Tensor mlp_norm, fc1, fc2;
   // MoE layer.
@@ -91,6 +98,13 @@ MoeWeights bind_moe_weights(const MoeDims& dims, int ep, int ep_rank,
 bool experts_back_to_back(const std::vector<at::Tensor>& weights);
 
 enum class MoeDropPolicy { kProbs, kPosition };
+
+// How MLA's core attention meets SDPA, whose value head (v_head_dim) is narrower than the query
+// and key heads (qk_head_dim + qk_pos_emb_head_dim): kPadValue pads the value heads with zeros to
+// the query's width and drops the padding from the output (one head dim for q, k and v, which
+// the flash kernels require; docs/moe.md, "Multi-latent attention"); kUnpadded hands SDPA the
+// narrower value (backends that accept it: memory-efficient, math).
+enum class MlaCoreAttention { kPadValue, kUnpadded };
 
 // How the local experts compute: at::_grouped_mm over all local experts at once, or a loop of
 // at::matmul per expert.
@@ -121,9 +135,9 @@ struct MoeLayerStats {
 
 class MoeModel final : public TrainableModel {
  public:
-  // Throws std::invalid_argument for invalid dims, MLA attention (not built), an expert bias with
-  // the softmax score (Megatron allows it only with sigmoid), global_aux_loss (not built), or
-  // router groups that do not divide the experts or top-k.
+  // Throws std::invalid_argument for invalid dims, an expert bias with the softmax score (Megatron
+  // allows it only with sigmoid), global_aux_loss (not built), or router groups that do not divide
+  // the experts or top-k.
   MoeModel(MoeDims dims, MoeRouterSettings router, at::Device device);
 
   const MoeDims& dims() const { return dims_; }
@@ -152,6 +166,14 @@ class MoeModel final : public TrainableModel {
   // (at::_grouped_mm's 16-byte stride rule), the loop otherwise (or what force_experts_path set).
   MoeExpertsPath experts_path(at::ScalarType dtype) const;
   void force_experts_path(std::optional<MoeExpertsPath> path) { forced_path_ = path; }
+
+  // MLA's core attention (default kPadValue).
+  void set_mla_core_attention(MlaCoreAttention how) { mla_core_ = how; }
+  MlaCoreAttention mla_core_attention() const { return mla_core_; }
+
+  // One layer's self-attention on x [B, S, h] (its input norm included, the residual not):
+  // GQA or MLA as the dims say. [B, S, h] in x's dtype.
+  at::Tensor self_attention(const MoeLayerWeights& w, const at::Tensor& x) const;
 
   at::Tensor forward_loss(const std::vector<at::Tensor>& params, const at::Tensor& tokens,
                           const at::Tensor& labels, ModuleHooks* hooks,
@@ -193,8 +215,10 @@ class MoeModel final : public TrainableModel {
  private:
   at::Tensor layer_forward(const MoeLayerWeights& w, const at::Tensor& x, int64_t layer,
                            double backward_scale) const;  // x: [B, S, h]
-  at::Tensor attention(const MoeLayerWeights& w, const at::Tensor& x) const;
-  at::Tensor apply_rope(const at::Tensor& x) const;  // [B, S, H, D]
+  at::Tensor gqa_attention(const MoeLayerWeights& w, const at::Tensor& x) const;
+  at::Tensor mla_attention(const MoeLayerWeights& w, const at::Tensor& x) const;
+  // [B, S, H, D] with D the tables' width (GQA: head_dim; MLA: qk_pos_emb_head_dim).
+  at::Tensor apply_rope(const at::Tensor& x) const;
   // Routed experts: dispatch, the local experts, combine.
   at::Tensor routed_experts(const MoeBlockWeights& w, const at::Tensor& h,
                             const MoeRouting& routing, int64_t layer) const;
@@ -210,7 +234,9 @@ class MoeModel final : public TrainableModel {
   MoeDims dims_;
   MoeRouterSettings router_;
   at::Device device_;
-  at::Tensor rope_cos_, rope_sin_;  // [S, D] fp32
+  at::Tensor rope_cos_, rope_sin_;  // [S, D] fp32 (MLA: times YaRN's concentration factor)
+  double mla_softmax_scale_ = 0.0;  // MLA: mla_rope(dims).softmax_scale
+  MlaCoreAttention mla_core_ = MlaCoreAttention::kPadValue;
   std::shared_ptr<ProcessGroup> ep_;
   int ep_size_ = 1;
   int ep_rank_ = 0;

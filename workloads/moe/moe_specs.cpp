@@ -1,5 +1,6 @@
 #include "workloads/moe/moe_specs.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -96,7 +97,86 @@ void validate_moe_dims(const MoeDims& d) {
       if (value < 1) refuse(field, value, "multi-latent attention needs 1 or more");
     }
     if (d.q_lora_rank < 0) refuse("model.q_lora_rank", d.q_lora_rank, "accepted 0 (none) or more");
+    if (d.qk_pos_emb_head_dim % 2 != 0) {
+      refuse("model.qk_pos_emb_head_dim", d.qk_pos_emb_head_dim,
+             "RoPE rotates pairs of dims; accepted an even number");
+    }
+    if (d.original_max_position_embeddings < 1) {
+      refuse("model.original_max_position_embeddings", d.original_max_position_embeddings,
+             "accepted 1 or more");
+    }
+    auto refuse_double = [](const char* field, double value, const char* why) {
+      throw std::invalid_argument(std::string(field) + "=" + std::to_string(value) + ": " + why);
+    };
+    if (!(d.rotary_scaling_factor > 0.0)) {
+      refuse_double("model.rotary_scaling_factor", d.rotary_scaling_factor, "accepted above 0");
+    }
+    if (!(d.beta_fast > 0.0) || !(d.beta_slow > 0.0)) {
+      refuse_double(d.beta_fast > 0.0 ? "model.beta_slow" : "model.beta_fast",
+                    d.beta_fast > 0.0 ? d.beta_slow : d.beta_fast, "accepted above 0");
+    }
+    if (!(d.rope_base > 1.0)) refuse_double("model.rotary_base", d.rope_base, "accepted above 1");
   }
+}
+
+double yarn_mscale(double scale, double mscale) {
+  if (scale <= 1.0) return 1.0;
+  return 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+namespace {
+
+// _yarn_find_correction_dim: the pair index whose wavelength makes `rotations` turns over the
+// original context.
+double yarn_correction_dim(double rotations, int64_t dim, double base, int64_t max_positions) {
+  return (static_cast<double>(dim) *
+          std::log(static_cast<double>(max_positions) / (rotations * 2.0 * M_PI))) /
+         (2.0 * std::log(base));
+}
+
+}  // namespace
+
+MlaRope mla_rope(const MoeDims& d) {
+  if (d.attention != MoeAttention::kMla) {
+    throw std::invalid_argument(
+        "model.multi_latent_attention=false: the MLA rotary embedding needs multi-latent "
+        "attention");
+  }
+  validate_moe_dims(d);
+  const int64_t dim = d.qk_pos_emb_head_dim, pairs = dim / 2;
+  MlaRope r;
+  // MLASelfAttention.__init__: softmax_scale = mscale^2 / sqrt(q_head_dim) with
+  // mscale = _yarn_get_mscale(rotary_scaling_factor, mscale_all_dim), for both rope types.
+  const double m = yarn_mscale(d.rotary_scaling_factor, d.mscale_all_dim);
+  r.softmax_scale = m * m / std::sqrt(static_cast<double>(d.qk_head_dim + dim));
+  r.inv_freq.resize(static_cast<size_t>(pairs));
+  for (int64_t i = 0; i < pairs; ++i) {
+    r.inv_freq[static_cast<size_t>(i)] =
+        1.0 / std::pow(d.rope_base, static_cast<double>(2 * i) / static_cast<double>(dim));
+  }
+  if (d.rope_type == MoeRopeType::kRope) return r;
+  // YarnRotaryEmbedding.get_emb: the correction range rounded outwards and clamped to
+  // [0, dim - 1], the ramp (i - low) / (high - low) clamped to [0, 1] over the pairs, and
+  // inv_freq = inter * ramp + extra * (1 - ramp).
+  double low = std::floor(
+      yarn_correction_dim(d.beta_fast, dim, d.rope_base, d.original_max_position_embeddings));
+  double high = std::ceil(
+      yarn_correction_dim(d.beta_slow, dim, d.rope_base, d.original_max_position_embeddings));
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  r.ramp_low = low;
+  r.ramp_high = high;
+  if (low == high) high += 0.001;  // _yarn_linear_ramp_mask's guard
+  for (int64_t i = 0; i < pairs; ++i) {
+    const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    const double extra = r.inv_freq[static_cast<size_t>(i)];
+    const double inter = extra / d.rotary_scaling_factor;
+    r.inv_freq[static_cast<size_t>(i)] = inter * ramp + extra * (1.0 - ramp);
+  }
+  // _yarn_get_concentration_factor (mscale and mscale_all_dim are always set here).
+  r.concentration = yarn_mscale(d.rotary_scaling_factor, d.mscale) /
+                    yarn_mscale(d.rotary_scaling_factor, d.mscale_all_dim);
+  return r;
 }
 
 int64_t moe_local_experts(const MoeDims& d, int ep) {

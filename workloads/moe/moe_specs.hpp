@@ -20,6 +20,10 @@ enum class MoeAttention {
   kMla,  // multi-latent attention: low-rank q and kv projections, decoupled RoPE dims
 };
 
+// MLA's rotary embedding of the RoPE dims (MLATransformerConfig.rope_type): plain RoPE, or YaRN
+// (DeepSeek-V3; docs/moe.md, "Multi-latent attention").
+enum class MoeRopeType { kRope, kYarn };
+
 // Names follow Megatron's TransformerConfig where one exists (docs/moe.md, "Models").
 struct MoeDims {
   int64_t num_layers = 2;
@@ -47,6 +51,16 @@ struct MoeDims {
   int64_t qk_head_dim = 0;          // MLA: the no-RoPE part of a query/key head
   int64_t qk_pos_emb_head_dim = 0;  // MLA: the RoPE part (one shared RoPE key per token)
   int64_t v_head_dim = 0;           // MLA
+  // MLA's RoPE: MLATransformerConfig's fields and defaults (rope_type "yarn",
+  // rotary_scaling_factor 40, original_max_position_embeddings 4096, beta_fast 32, beta_slow 1,
+  // mscale 1, mscale_all_dim 0). GQA reads none of them. DeepSeek-V3 sets mscale_all_dim 1.
+  MoeRopeType rope_type = MoeRopeType::kYarn;
+  double rotary_scaling_factor = 40.0;
+  int64_t original_max_position_embeddings = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;
 
   int64_t mtp_num_layers = 0;  // multi-token prediction layers (counted, not built: see below)
   double rope_base = 10000.0;
@@ -59,6 +73,28 @@ struct MoeDims {
   bool is_moe_layer(int64_t layer) const { return layer >= first_k_dense_replace; }
 };
 
+// MLA's rotary embedding and softmax scale, as Megatron's MLASelfAttention computes them
+// (MLM:megatron/core/transformer/multi_latent_attention.py, MLM:megatron/core/models/common/
+// embeddings/yarn_rotary_pos_embedding.py). Torch-free, in double precision.
+struct MlaRope {
+  // One frequency per pair of RoPE dims (qk_pos_emb_head_dim / 2). YaRN: the base frequencies
+  // (extrapolation) below the correction range, the frequencies divided by
+  // rotary_scaling_factor (interpolation) above it, a linear ramp between.
+  std::vector<double> inv_freq;
+  // What cos and sin are multiplied by: YaRN's concentration factor
+  // yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim); 1 for plain RoPE.
+  double concentration = 1.0;
+  // The attention's softmax scale: yarn_mscale(factor, mscale_all_dim)^2 / sqrt(qk_head_dim +
+  // qk_pos_emb_head_dim). Megatron applies it whatever the rope_type.
+  double softmax_scale = 1.0;
+  // YaRN's correction range [low, high] over the pairs (the ramp's ends); 0, 0 for plain RoPE.
+  double ramp_low = 0.0, ramp_high = 0.0;
+};
+// _yarn_get_mscale: 1 for scale <= 1, else 0.1 * mscale * ln(scale) + 1.
+double yarn_mscale(double scale, double mscale);
+// Throws std::invalid_argument for a model without MLA (naming model.multi_latent_attention).
+MlaRope mla_rope(const MoeDims& dims);
+
 // Modules in forward execution order, as Llama's: 0 is the embedding, 1..L are the transformer
 // layers (the FSDP units; an MoE layer's experts are in its unit), L+1 is the head (final norm and
 // output layer).
@@ -67,7 +103,8 @@ inline int head_module(const MoeDims& d) { return static_cast<int>(d.num_layers)
 
 // Throws std::invalid_argument naming the field and its value for dimensions no model has:
 // non-positive sizes, top-k outside 1..num_experts, first_k_dense_replace outside
-// 0..num_layers, heads not a multiple of kv_heads, an MLA model without kv_lora_rank or head dims.
+// 0..num_layers, heads not a multiple of kv_heads, an MLA model without kv_lora_rank or head dims,
+// an odd qk_pos_emb_head_dim (RoPE rotates pairs), or YaRN settings out of range.
 void validate_moe_dims(const MoeDims& dims);
 
 // The experts EP rank `ep_rank` of `ep` holds: the contiguous global indices
