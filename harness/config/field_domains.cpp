@@ -193,9 +193,15 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
        honoured("per-head RMSNorm of queries and keys, in the MoE model (Qwen3-MoE); the Llama "
                 "model has none")},
       {"model.mtp_num_layers",
-       dryrun_only("multi-token prediction is not implemented").at_least(0).at_most(kMaxCount)},
+       honoured("the MoE model's multi-token prediction layers (docs/moe.md, section 7); a dense "
+                "model refuses them")
+           .at_least(0)
+           .at_most(kMaxCount)},
       {"model.mtp_loss_scaling_factor",
-       dryrun_only("multi-token prediction is not implemented").at_least(0).at_most(1e6)},
+       honoured("weight of the MTP layers' mean loss in the gradients (the reported loss is the "
+                "main loss)")
+           .at_least(0)
+           .at_most(1e6)},
       // ---- train
       {"train.micro_batch_size", positive_int().at_most(kMaxCount)},
       {"train.global_batch_size", positive_int().at_most(kMaxCount)},

@@ -31,6 +31,12 @@ std::optional<std::string> moe_run_refusal(const ConfigContainer& c, const Prove
                      "multi-latent attention, for DeepSeek-V3)",
                      "false");
     }
+    if (m.mtp_num_layers.value_or(0) > 0) {
+      return refusal(p, "model.mtp_num_layers", *m.mtp_num_layers,
+                     "the Llama model has no multi-token prediction (the MoE model has, for "
+                     "DeepSeek-V3)",
+                     "null or 0");
+    }
     if (m.expert_model_parallel_size > 1) {
       return refusal(p, "model.expert_model_parallel_size", m.expert_model_parallel_size,
                      "a dense model (model.num_moe_experts=null) has no experts to split", "1");

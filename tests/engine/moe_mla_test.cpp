@@ -4,7 +4,8 @@
 // dims with one shared RoPE key, YaRN's concentration factor and softmax scale, an explicit
 // causal softmax), forward and every gradient by autograd on the reference; with and without the
 // query down-projection, with and without the latent norms, YaRN and plain RoPE, the value padded
-// for SDPA and not; and the whole model's forward and backward with MLA layers.
+// for SDPA and not; the whole model's forward and backward with MLA layers; and the multi-token
+// prediction layers' losses and gradients against a hand-written reference of Megatron's MTP.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -212,6 +213,118 @@ TEST(MoeMla, WholeModelTrainsEveryParameter) {
     if (specs[i].name.find(".experts.") != std::string::npos) continue;  // may get no token
     EXPECT_GT(params[i].grad().abs().max().item<double>(), 0.0) << specs[i].name;
   }
+}
+
+// ---- Multi-token prediction ---------------------------------------------------------------
+
+// Shifts every row one position left along the sequence, 0 at the end (built by hand).
+at::Tensor shift_left(const at::Tensor& t) {
+  at::Tensor out = at::zeros_like(t);
+  const int64_t s = t.size(1);
+  out.slice(1, 0, s - 1).copy_(t.slice(1, 1, s));
+  return out;
+}
+
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& fc1, const at::Tensor& fc2) {
+  const at::Tensor g = at::matmul(x, fc1.t());
+  const int64_t f = g.size(-1) / 2;
+  return at::matmul(at::silu(g.slice(-1, 0, f)) * g.slice(-1, f), fc2.t());
+}
+
+// A dense layer written out (its attention is the model's, checked above against its own
+// reference).
+at::Tensor reference_dense_layer(const MoeModel& model, const MoeLayerWeights& w,
+                                 const at::Tensor& x) {
+  const MoeDims& d = model.dims();
+  const at::Tensor x1 = x + model.self_attention(w, x);
+  return x1 + swiglu(rms(x1, w.mlp_norm, d.norm_eps), w.fc1, w.fc2);
+}
+
+struct ReferenceLosses {
+  at::Tensor main;
+  std::vector<at::Tensor> mtp;  // unscaled, per MTP layer
+};
+
+// The model with MTP by hand, as Megatron's GPTModel, MultiTokenPredictionBlock and
+// process_mtp_loss compute it: the decoder, its final norm, then MTP layer k on
+// [enorm(embedding(tokens shifted k + 1 left)) | hnorm(previous hidden)], eh_proj, its layer and
+// final norm; its loss the mean cross-entropy of the shared output layer against the labels
+// shifted k + 1 left over the B x (S - k - 1) positions that have one.
+ReferenceLosses reference_losses(const MoeModel& model, const MoeWeights& w,
+                                 const at::Tensor& tokens, const at::Tensor& labels) {
+  const MoeDims& d = model.dims();
+  at::Tensor x = at::embedding(w.embedding, tokens);
+  for (const MoeLayerWeights& lw : w.layers) x = reference_dense_layer(model, lw, x);
+  const at::Tensor hidden = rms(x, w.final_norm, d.norm_eps);
+  ReferenceLosses out;
+  const auto ce = [&](const at::Tensor& h, const at::Tensor& target) {
+    const at::Tensor logp = at::log_softmax(at::matmul(h, w.output.t()), -1);
+    return -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1);  // [B, S]
+  };
+  out.main = ce(hidden, labels).mean();
+  at::Tensor ids = tokens, lab = labels, h = hidden;
+  const int64_t b = tokens.size(0), s = tokens.size(1);
+  for (int64_t k = 0; k < d.mtp_num_layers; ++k) {
+    const MtpLayerWeights& mw = w.mtp[static_cast<size_t>(k)];
+    ids = shift_left(ids);
+    lab = shift_left(lab);
+    const at::Tensor e = rms(at::embedding(w.embedding, ids), mw.enorm, d.norm_eps);
+    const at::Tensor z = at::matmul(at::cat({e, rms(h, mw.hnorm, d.norm_eps)}, -1), mw.eh_proj.t());
+    h = rms(reference_dense_layer(model, mw.layer, z), mw.final_norm, d.norm_eps);
+    // The last k + 1 positions have no label.
+    out.mtp.push_back(ce(h, lab).slice(1, 0, s - k - 1).sum() / double(b * (s - k - 1)));
+  }
+  return out;
+}
+
+MoeDims mtp_dims() {
+  MoeDims d = mla_dims();
+  d.num_layers = 2;
+  d.first_k_dense_replace = 2;  // dense decoder layers: the MTP layers are dense too
+  d.mtp_num_layers = 2;
+  d.mtp_loss_scaling_factor = 0.3;
+  return d;
+}
+
+// The returned loss is the main loss; the MTP losses are Megatron's, and their gradient joins the
+// main loss's with weight mtp_loss_scaling_factor / mtp_num_layers, scaled as the main loss is.
+TEST(MoeMtp, LossesAndGradientsMatchTheReference) {
+  const MoeDims d = mtp_dims();
+  const std::vector<at::Tensor> params = make_params(d);
+  const MoeWeights w = bind_moe_weights(d, 1, 0, params);
+  ASSERT_EQ(w.mtp.size(), 2u);
+  MoeModel model(d, MoeRouterSettings{}, at::kCPU);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(12);
+  const at::Tensor tokens =
+      at::randint(d.vocab, {2, d.seq_length}, gen, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor labels = tokens.roll(-1, 1);
+  const ReferenceLosses ref = reference_losses(model, w, tokens, labels);
+  const double scale = 0.5;  // the main loss's backward scale
+  const at::Tensor loss = model.forward_loss(params, tokens, labels, nullptr, scale);
+  EXPECT_NEAR(loss.item<double>(), ref.main.item<double>(), 1e-5);
+  const auto [mtp, forwards] = model.take_mtp_losses();
+  EXPECT_EQ(forwards, 1);
+  ASSERT_EQ(mtp.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_NEAR(mtp[k].item<double>(), ref.mtp[k].item<double>(), 1e-5) << "MTP layer " << k;
+    EXPECT_GT(std::abs(mtp[k].item<double>() - ref.main.item<double>()), 1e-4);
+  }
+  const at::Tensor objective =
+      (ref.main + (ref.mtp[0] + ref.mtp[1]) * (d.mtp_loss_scaling_factor / 2.0)) * scale;
+  const auto want = torch::autograd::grad({objective}, params, {}, true, false, true);
+  (loss * scale).backward();
+  const auto specs = MoeSpec(d).param_specs(1);
+  for (size_t i = 0; i < params.size(); ++i) {
+    ASSERT_TRUE(want[i].defined()) << specs[i].name;
+    ASSERT_TRUE(params[i].grad().defined()) << specs[i].name;
+    EXPECT_GT(want[i].abs().max().item<double>(), 0.0) << specs[i].name;
+    EXPECT_LT(max_diff(params[i].grad(), want[i]), 1e-5) << specs[i].name;
+  }
+  // Without grad (evaluation) the same main loss, and the MTP losses are still measured.
+  at::NoGradGuard no_grad;
+  EXPECT_NEAR(model.forward_loss(params, tokens, labels, nullptr, scale).item<double>(),
+              ref.main.item<double>(), 1e-5);
+  EXPECT_EQ(model.take_mtp_losses().second, 1);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // (by name, from the rank that holds it) to 1e-5 absolute. EP 2 x DP 2 and EP 4 on four ranks
 // under DDP, the distributed optimizer, each Megatron FSDP strategy, FSDP2 and HSDP / HFSDP with
 // EP; token dropping on and off; aux-loss and aux-loss-free (expert bias) balancing; multi-latent
-// attention.
+// attention, with and without an MTP layer.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -241,6 +241,20 @@ TEST(MoeParity, ExpertBiasBalancingTrainsLikeOneRank) {
   ASSERT_FALSE(ref.expert_bias.empty());
   EXPECT_GT(ref.expert_bias[0].abs().max().item<double>(), 0.0);
   for (const Case& c : {kDdp, kDistOpt, kOptimGradsParams, kFsdp2}) {
+    SCOPED_TRACE(name_of(c));
+    expect_like_reference(train(setup, 4, 2, 1, options_of(c)), ref);
+  }
+}
+
+// DeepSeek-V3's MTP layer on top: an MoE layer after the decoder whose loss joins the gradients.
+TEST(MoeParity, MlaWithMtpTrainsLikeOneRank) {
+  MoeSetup setup = mla_setup();
+  setup.dims.mtp_num_layers = 1;
+  setup.dims.mtp_loss_scaling_factor = 0.3;
+  const Trained ref = train(setup, 1, 1, 1, EngineOptions{});
+  ASSERT_LT(ref.curve.losses.back(), ref.curve.losses.front());
+  ASSERT_EQ(ref.expert_bias.size(), 3u);  // MoE layers 1 and 2 and the MTP layer
+  for (const Case& c : {kDdp, kOptimGradsParams, kFsdp2}) {
     SCOPED_TRACE(name_of(c));
     expect_like_reference(train(setup, 4, 2, 1, options_of(c)), ref);
   }

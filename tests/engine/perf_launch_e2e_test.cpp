@@ -585,10 +585,11 @@ TEST(PerfLaunchMoe, ExpertParallelFsdpAndItsDdpBaselineTrainAndReportTheRouting)
 }
 
 // DeepSeek-V3's architecture through perf-launch: the tiny CPU recipe (multi-latent attention with
-// YaRN, the sigmoid router with expert bias and group limit, a shared expert, a dense first layer)
+// YaRN, the sigmoid router with expert bias and group limit, a shared expert, a dense first layer,
+// an MTP layer)
 // at EP 2 on four gloo ranks, Megatron FSDP against its DDP baseline: both train, their losses
 // agree, FLOPs are Megatron's MoE formula with MLA, and the report records the MLA shape.
-TEST(PerfLaunchMoe, DeepSeekV3TinyTrainsWithMultiLatentAttention) {
+TEST(PerfLaunchMoe, DeepSeekV3TinyTrainsWithMultiLatentAttentionAndMtp) {
   const auto report = temp_report("deepseek_tiny.json");
   const Result r =
       run("-m deepseek -mr deepseek_v3_tiny_cpu -g cpu -ng 4 -ep 2 --use_megatron_fsdp true -ms 3 "
@@ -604,11 +605,14 @@ TEST(PerfLaunchMoe, DeepSeekV3TinyTrainsWithMultiLatentAttention) {
   for (const auto& run : j["runs"]) {
     EXPECT_EQ(run["status"], "ok") << run.dump();
     EXPECT_EQ(run["moe"]["ep"], 2);
-    ASSERT_EQ(run["moe"]["layers"].size(), 2u);  // layers 1 and 2 (layer 0 is dense)
+    // Layers 1 and 2 (layer 0 is dense) and the MTP layer, layer 3.
+    ASSERT_EQ(run["moe"]["layers"].size(), 3u);
+    EXPECT_EQ(run["moe"]["layers"][2]["layer"], 3);
   }
   EXPECT_EQ(j["comparison"]["loss_parity"]["verdict"], "ok") << j["comparison"].dump();
   const std::string text = j.dump();
   EXPECT_NE(text.find("\"multi_latent_attention\":true"), std::string::npos);
+  EXPECT_NE(text.find("\"mtp_num_layers\":1"), std::string::npos);
 }
 
 // Token dropping through perf-launch: a capacity of half an expert's even share drops tokens on

@@ -174,10 +174,11 @@ TEST(MoeRecipes, RealRunsRefuseWhatIsNotBuiltWithOneLine) {
     const std::string from = " (from recipe " + flat_name(p) + "): ";
     const std::string name = p.name;
     if (name == "deepseek_v3") {
-      // Multi-latent attention runs; the MTP layer is described only.
-      EXPECT_EQ(error, "model.mtp_num_layers=1" + from +
-                           "multi-token prediction is not implemented (--dryrun describes this "
-                           "run); accepted for a real run: null");
+      // Multi-latent attention and the MTP layer run; the row's flex dispatcher does not.
+      EXPECT_EQ(error, "model.moe_token_dispatcher_type=flex" + from +
+                           "with a mixture of experts (model.num_moe_experts=256): the all-to-all "
+                           "dispatcher is the one implemented (Megatron-Bridge's flex dispatcher "
+                           "runs DeepEP or HybridEP kernels); accepted: alltoall");
     } else if (name == "qwen3_30b_a3b") {
       EXPECT_EQ(error, "model.moe_token_dispatcher_type=flex" + from +
                            "with a mixture of experts (model.num_moe_experts=128): the all-to-all "

@@ -3,6 +3,7 @@
 // (docs/moe.md, "Parameter counts").
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -49,14 +50,24 @@ bool is_routed_expert(const std::string& name) {
   return name.find(".mlp.experts.") != std::string::npos;
 }
 
-// Every model of moe_models() and the tiny ones; MTP layers are counted, not built, so the specs
-// are compared with a copy that has none.
+// Every model of moe_models() and the tiny ones, with their MTP layers (DeepSeek-V3 and its
+// cuts have one) and without; an MTP layer after dense layers only is dense.
 std::vector<std::pair<std::string, MoeDims>> all_dims() {
+  MoeDims mtp_after_dense = tiny_mla(10, true);
+  mtp_after_dense.first_k_dense_replace = mtp_after_dense.num_layers;
+  mtp_after_dense.mtp_num_layers = 2;
   std::vector<std::pair<std::string, MoeDims>> out = {{"tiny_gqa", tiny_gqa()},
                                                       {"tiny_mla", tiny_mla(10, true)},
-                                                      {"tiny_mla_no_q_lora", tiny_mla(0, false)}};
+                                                      {"tiny_mla_no_q_lora", tiny_mla(0, false)},
+                                                      {"mtp_after_dense", mtp_after_dense}};
   for (const auto& m : moe_models()) out.emplace_back(m.name, m.dims);
-  for (auto& [name, d] : out) d.mtp_num_layers = 0;
+  const size_t with_mtp = out.size();
+  for (size_t i = 0; i < with_mtp; ++i) {
+    auto copy = out[i];
+    copy.first += copy.second.mtp_num_layers > 0 ? " without MTP" : " with 2 MTP layers";
+    copy.second.mtp_num_layers = copy.second.mtp_num_layers > 0 ? 0 : 2;
+    out.push_back(copy);
+  }
   return out;
 }
 
@@ -64,20 +75,67 @@ TEST(MoeSpecs, SpecsOfEveryEpRankSumToTheClosedFormCount) {
   for (const auto& [name, d] : all_dims()) {
     SCOPED_TRACE(name);
     const MoeParamCounts c = moe_parameter_count(d);
-    EXPECT_EQ(numel_sum(moe_param_specs(d, 1, 0)), c.total());
+    EXPECT_EQ(numel_sum(moe_param_specs(d, 1, 0)), c.total_with_mtp());
+    int64_t mtp = 0;
+    for (const auto& s : moe_param_specs(d, 1, 0))
+      mtp += s.name.rfind("mtp.", 0) == 0 ? s.numel() : 0;
+    EXPECT_EQ(mtp, c.mtp);
     for (int ep : {2, 8}) {
       int64_t experts = 0;
       for (int r = 0; r < ep; ++r) {
         const auto specs = moe_param_specs(d, ep, r);
-        EXPECT_EQ(numel_sum(specs), c.per_ep_rank(ep)) << "ep " << ep << " rank " << r;
+        EXPECT_EQ(numel_sum(specs), c.per_ep_rank_with_mtp(ep)) << "ep " << ep << " rank " << r;
         for (const auto& s : specs) {
           if (s.reduce_group == ReduceGroup::kExpertDataParallel) experts += s.numel();
         }
       }
       // The EP ranks together hold every routed expert once.
-      EXPECT_EQ(experts, c.routed_experts_total()) << "ep " << ep;
+      EXPECT_EQ(experts, c.routed_experts_total() + c.mtp_routed_experts) << "ep " << ep;
     }
   }
+}
+
+// The MTP layers (Megatron's MultiTokenPredictionLayer): after the decoder layers, each its own
+// module and unit, named under mtp.layers.<k>., with enorm, hnorm, eh_proj [h, 2h], the inner
+// layer built like the last decoder layer (experts included) and final_layernorm, before the head.
+TEST(MoeSpecs, MtpLayersFollowTheDecoderInTheirOwnUnits) {
+  MoeDims d = tiny_mla(10, true);  // 3 layers, the first dense
+  d.mtp_num_layers = 2;
+  const auto specs = moe_param_specs(d, 2, 1);
+  EXPECT_EQ(unit_count(d), 5);
+  EXPECT_EQ(module_count(d), 7);
+  EXPECT_EQ(head_module(d), 6);
+  std::vector<std::string> mtp0;
+  for (const auto& s : specs) {
+    if (s.name.rfind("mtp.layers.0.", 0) == 0) {
+      EXPECT_EQ(s.module, 4) << s.name;
+      EXPECT_EQ(s.layer, 3) << s.name;
+      mtp0.push_back(s.name.substr(13));
+    }
+    if (s.name.rfind("mtp.layers.1.", 0) == 0) EXPECT_EQ(s.layer, 4) << s.name;
+    if (s.name == "output_layer.weight") EXPECT_EQ(s.module, 6);
+  }
+  ASSERT_GE(mtp0.size(), 6u);
+  EXPECT_EQ(mtp0[0], "enorm.weight");
+  EXPECT_EQ(mtp0[1], "hnorm.weight");
+  EXPECT_EQ(mtp0[2], "eh_proj.weight");
+  EXPECT_EQ(mtp0[3], "mtp_model_layer.input_layernorm.weight");
+  EXPECT_EQ(mtp0.back(), "final_layernorm.weight");
+  // Built like the last decoder layer: an MoE layer whose experts EP rank 1 of 2 holds (4..7).
+  EXPECT_NE(std::find(mtp0.begin(), mtp0.end(), "mtp_model_layer.mlp.experts.linear_fc1.weight4"),
+            mtp0.end());
+  EXPECT_NE(std::find(mtp0.begin(), mtp0.end(), "mtp_model_layer.mlp.router.weight"), mtp0.end());
+  for (const auto& s : specs) {
+    if (s.name == "mtp.layers.0.eh_proj.weight") {
+      EXPECT_EQ(s.shape, (std::vector<int64_t>{d.hidden, 2 * d.hidden}));
+    }
+  }
+  // The router's expert bias of each MTP layer is a buffer too.
+  d.router_expert_bias = true;
+  const auto buffers = moe_buffer_specs(d);
+  ASSERT_EQ(buffers.size(), 4u);  // decoder layers 1 and 2, MTP layers 0 and 1
+  EXPECT_EQ(buffers[2].name, "mtp.layers.0.mtp_model_layer.mlp.router.expert_bias");
+  EXPECT_EQ(buffers[2].layer, 3);
 }
 
 TEST(MoeSpecs, EachEpRankHoldsItsContiguousExpertsInTheExpertGroup) {
@@ -136,13 +194,19 @@ TEST(MoeSpecs, ModulesAndUnitsFollowLlamasLayoutInForwardOrder) {
       } else if (s.module == head_module(d)) {
         EXPECT_EQ(s.layer, -1) << s.name;
       } else {
-        // Layer l is module l + 1 and FSDP unit l, and its name says so.
+        // Layer l is module l + 1 and FSDP unit l, and its name says so; MTP layer k is layer
+        // L + k.
         EXPECT_EQ(s.layer, s.module - 1) << s.name;
-        EXPECT_EQ(s.name.rfind("decoder.layers." + std::to_string(s.layer) + ".", 0), 0u) << s.name;
-        // Inside a unit the routed experts come last, after every dense parameter.
+        const std::string prefix =
+            s.layer < d.num_layers ? "decoder.layers." + std::to_string(s.layer) + "."
+                                   : "mtp.layers." + std::to_string(s.layer - d.num_layers) + ".";
+        EXPECT_EQ(s.name.rfind(prefix, 0), 0u) << s.name;
+        // Inside a unit the routed experts come last, after every dense parameter, but for an
+        // MTP layer's final norm, which Megatron's MultiTokenPredictionLayer registers (and runs)
+        // after its inner layer.
         if (is_routed_expert(s.name)) {
           expert_seen_in_module = true;
-        } else {
+        } else if (s.name != prefix + "final_layernorm.weight") {
           EXPECT_FALSE(expert_seen_in_module) << s.name << " follows a routed expert";
         }
       }
@@ -196,7 +260,7 @@ TEST(MoeSpecs, RefusesAnEpThatDoesNotDivideTheExperts) {
 TEST(MoeSpecs, RefusesWhatItDoesNotBuild) {
   MoeDims mtp = tiny_gqa();
   mtp.mtp_num_layers = 1;
-  EXPECT_THROW(moe_param_specs(mtp, 1, 0), std::invalid_argument);
+  EXPECT_THROW(moe_param_specs(mtp, 1, 0, 2), std::invalid_argument);
   EXPECT_THROW(moe_param_specs(tiny_mla(10, true), 1, 0, 2), std::invalid_argument);
   MoeDims topk = tiny_gqa();
   topk.router_topk = 9;
@@ -246,16 +310,17 @@ TEST(MoeSpecs, RouterExpertBiasIsABufferNotAParameter) {
   // Megatron's TopKRouter registers expert_bias with register_buffer: no gradient, no optimizer
   // state, but checkpointed (docs/moe.md, "Parameters of one expert-parallel rank").
   const MoeDims d = deepseek_v3_dims();
-  MoeDims built = d;
-  built.mtp_num_layers = 0;
-  for (const auto& s : moe_param_specs(built, 64, 5)) {
+  for (const auto& s : moe_param_specs(d, 64, 5)) {
     EXPECT_EQ(s.name.find("expert_bias"), std::string::npos) << s.name;
   }
   const auto buffers = moe_buffer_specs(d);
-  ASSERT_EQ(buffers.size(), 58u);  // one per MoE layer: 61 layers, the first 3 dense
+  // One per MoE layer: 61 layers, the first 3 dense, and the MTP layer (an MoE layer).
+  ASSERT_EQ(buffers.size(), 59u);
   EXPECT_EQ(buffers.front().name, "decoder.layers.3.mlp.router.expert_bias");
   EXPECT_EQ(buffers.front().module, 4);
-  EXPECT_EQ(buffers.back().layer, 60);
+  EXPECT_EQ(buffers[57].layer, 60);
+  EXPECT_EQ(buffers.back().name, "mtp.layers.0.mtp_model_layer.mlp.router.expert_bias");
+  EXPECT_EQ(buffers.back().layer, 61);
   for (const auto& b : buffers) EXPECT_EQ(b.numel, 256);
   EXPECT_TRUE(moe_buffer_specs(qwen3_30b_a3b_dims()).empty());
 }
@@ -320,8 +385,9 @@ TEST(MoeSpecs, BenchShapeIsIssue38sEstimate) {
 
 // The one-GPU cut of DeepSeek-V3 keeps every kind of its architecture (MLA with DeepSeek-V3's
 // ranks, head dims and YaRN; the sigmoid router with the expert bias, group limit and scaling;
-// a shared expert; dense first layers) and fits an 80 GB GPU with fp32 Adam state: 2.83 B
-// parameters, 45.4 GB at 16 bytes each, as its recipe's description says.
+// a shared expert; dense first layers; an MTP layer) and fits an 80 GB GPU with fp32 Adam
+// state: 2.83 B parameters and 3.17 B with the MTP layer, 50.6 GB at 16 bytes each, as its
+// recipe's description says.
 TEST(MoeModels, DeepSeekV3CutKeepsTheArchitectureAndFitsOneGpu) {
   const MoeModelFacts& full = find_moe_model("deepseek_v3");
   for (const char* name : {"deepseek_v3_cut_1gpu", "deepseek_v3_tiny_cpu"}) {
@@ -336,6 +402,7 @@ TEST(MoeModels, DeepSeekV3CutKeepsTheArchitectureAndFitsOneGpu) {
     EXPECT_EQ(d.mscale_all_dim, f.mscale_all_dim);
     EXPECT_TRUE(d.router_expert_bias);
     EXPECT_GT(d.shared_expert_ffn, 0);
+    EXPECT_EQ(d.mtp_num_layers, f.mtp_num_layers);
     EXPECT_GT(d.first_k_dense_replace, 0);
     EXPECT_LT(d.first_k_dense_replace, d.num_layers);
     EXPECT_EQ(cut.router.score_function, MoeRouterScore::kSigmoid);
@@ -351,9 +418,10 @@ TEST(MoeModels, DeepSeekV3CutKeepsTheArchitectureAndFitsOneGpu) {
   EXPECT_EQ(d.v_head_dim, f.v_head_dim);
   EXPECT_EQ(d.vocab, f.vocab);
   const MoeParamCounts c = moe_parameter_count(d);
-  EXPECT_EQ(c.total() / 10'000'000, 283) << c.total();  // 2.83 B
-  const int64_t state = 16 * (c.total() + c.mtp);
-  EXPECT_NEAR(static_cast<double>(state) / 1e9, 45.4, 0.05) << state;
+  EXPECT_EQ(c.total() / 10'000'000, 283) << c.total();           // 2.83 B
+  EXPECT_EQ(c.total_with_mtp() / 10'000'000, 316) << c.total();  // 3.17 B with the MTP layer
+  const int64_t state = 16 * c.total_with_mtp();
+  EXPECT_NEAR(static_cast<double>(state) / 1e9, 50.6, 0.05) << state;
   EXPECT_LT(state, 60'000'000'000);  // 20 GB or more left for activations on 80 GB
 }
 

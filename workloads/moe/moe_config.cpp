@@ -93,6 +93,7 @@ MoeDims moe_dims_from(const ModelConfig& m, int tp) {
     d.mscale_all_dim = m.mscale_all_dim;
   }
   d.mtp_num_layers = m.mtp_num_layers.value_or(0);
+  d.mtp_loss_scaling_factor = m.mtp_loss_scaling_factor;
   d.rope_base = m.rotary_base;
   d.norm_eps = m.layernorm_epsilon;
   d.init_std = m.init_method_std;

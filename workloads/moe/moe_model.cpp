@@ -233,7 +233,7 @@ MoeWeights bind_moe_weights(const MoeDims& d, int ep, int ep_rank,
   size_t i = 0;
   auto next = [&] { return params[i++]; };
   w.embedding = next();
-  for (int64_t l = 0; l < d.num_layers; ++l) {
+  auto bind_layer = [&](int64_t l) {
     MoeLayerWeights lw;
     lw.input_norm = next();
     if (d.attention == MoeAttention::kMla) {  // moe_param_specs' MLA order
@@ -270,7 +270,17 @@ MoeWeights bind_moe_weights(const MoeDims& d, int ep, int ep_rank,
       for (int64_t e = 0; e < local; ++e) m.fc1.push_back(next());
       for (int64_t e = 0; e < local; ++e) m.fc2.push_back(next());
     }
-    w.layers.push_back(std::move(lw));
+    return lw;
+  };
+  for (int64_t l = 0; l < d.num_layers; ++l) w.layers.push_back(bind_layer(l));
+  for (int64_t k = 0; k < d.mtp_num_layers; ++k) {
+    MtpLayerWeights mw;
+    mw.enorm = next();
+    mw.hnorm = next();
+    mw.eh_proj = next();
+    mw.layer = bind_layer(d.num_layers + k);
+    mw.final_norm = next();
+    w.mtp.push_back(std::move(mw));
   }
   w.final_norm = next();
   w.output = next();
@@ -309,7 +319,8 @@ MoeModel::MoeModel(MoeDims dims, MoeRouterSettings router, at::Device device)
              "experts per group");
     }
   }
-  for (int64_t l = dims_.first_k_dense_replace; l < dims_.num_layers; ++l) {
+  for (int64_t l = dims_.first_k_dense_replace; l < dims_.total_layers(); ++l) {
+    if (!dims_.is_moe_layer(l)) continue;  // MTP layers after dense decoder layers
     if (dims_.router_expert_bias) {
       const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
       expert_bias_.push_back(at::zeros({dims_.num_experts}, f32));
@@ -474,7 +485,7 @@ std::pair<at::Tensor, at::Tensor> MoeModel::drop(const at::Tensor& probs,
 MoeRouting MoeModel::route(const at::Tensor& h, const at::Tensor& router_weight, int64_t layer,
                            double backward_scale, int64_t seq_length) const {
   nvtx::Range range(kRouterLabel);
-  if (!dims_.is_moe_layer(layer) || layer >= dims_.num_layers) {
+  if (!dims_.is_moe_layer(layer) || layer >= dims_.total_layers()) {
     refuse("MoE model: layer " + std::to_string(layer) + " is not an MoE layer");
   }
   MoeRouting out;
@@ -814,13 +825,108 @@ at::Tensor MoeModel::forward_loss(const MoeWeights& w, const at::Tensor& tokens,
     if (hooks) x = hooks->post_forward(m, x);
   }
   const int head = head_module(d);
+  if (d.mtp_num_layers == 0) {
+    if (hooks) hooks->pre_forward(head);
+    const at::Tensor logits =
+        at::linear(at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps), w.output);
+    at::Tensor loss =
+        at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat), labels.reshape({-1}));
+    if (hooks) loss = hooks->post_forward(head, loss);
+    return loss;
+  }
+  // Megatron's GPTModel with MTP: the decoder's final norm, the MTP block on its output, then the
+  // output layer on the main and on each MTP layer's hidden state (process_mtp_loss).
+  at::Tensor hidden = at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps);
+  const at::Tensor mtp = mtp_loss(w, hidden, tokens, labels, hooks, backward_scale);
   if (hooks) hooks->pre_forward(head);
-  const at::Tensor logits =
-      at::linear(at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps), w.output);
+  if (at::GradMode::is_enabled() && mtp.requires_grad()) {
+    // MTPLossAutoScaler: the main hidden state carries the MTP loss, whose gradient in backward
+    // is the main loss's scale; the returned loss stays the main loss.
+    hidden = AuxLossScaler::apply(hidden, mtp, backward_scale);
+  }
+  const at::Tensor logits = at::linear(hidden, w.output);
   at::Tensor loss =
       at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat), labels.reshape({-1}));
   if (hooks) loss = hooks->post_forward(head, loss);
   return loss;
+}
+
+namespace {
+
+// roll_tensor(shifts=-1) of Megatron's MTP without context parallelism: every row moves one
+// position left along the sequence (the last dim) and the last position becomes 0.
+at::Tensor roll_left(const at::Tensor& t) {
+  const int64_t s = t.size(-1);
+  return at::cat({t.narrow(-1, 1, s - 1), at::zeros_like(t.narrow(-1, 0, 1))}, -1);
+}
+
+}  // namespace
+
+// MultiTokenPredictionBlock and process_mtp_loss (MLM:megatron/core/transformer/
+// multi_token_prediction.py): MTP layer k embeds the tokens shifted k + 1 positions left (the
+// positions past the end get token 0), normalises that embedding (enorm) and the previous hidden
+// state (hnorm: the decoder's final-normed output for k = 0, MTP layer k - 1's output after),
+// projects [enorm | hnorm] from 2h to h (eh_proj), runs its transformer layer and its final
+// norm. Its loss is the cross-entropy of the shared output layer's logits against the labels
+// shifted k + 1 positions left, averaged over the B x (S - k - 1) positions that still have
+// one (the loss mask rolled alike), times mtp_loss_scaling_factor / mtp_num_layers.
+at::Tensor MoeModel::mtp_loss(const MoeWeights& w, const at::Tensor& hidden,
+                              const at::Tensor& tokens, const at::Tensor& labels,
+                              ModuleHooks* hooks, double backward_scale) const {
+  const MoeDims& d = dims_;
+  if (static_cast<int64_t>(w.mtp.size()) != d.mtp_num_layers) {
+    refuse("MoE model: bound " + std::to_string(w.mtp.size()) + " MTP layers, the model has " +
+           std::to_string(d.mtp_num_layers));
+  }
+  if (mtp_losses_.empty()) {
+    for (int64_t k = 0; k < d.mtp_num_layers; ++k) {
+      mtp_losses_.push_back(at::zeros({}, hidden.options().dtype(at::kFloat)));
+    }
+  }
+  at::Tensor ids = tokens;
+  at::Tensor h = hidden;
+  std::vector<at::Tensor> states;
+  for (int64_t k = 0; k < d.mtp_num_layers; ++k) {
+    const MtpLayerWeights& mw = w.mtp[static_cast<size_t>(k)];
+    const int64_t layer = d.num_layers + k;
+    const int m = static_cast<int>(layer) + 1;
+    if (hooks) hooks->pre_forward(m);
+    ids = roll_left(ids);
+    const at::Tensor e = at::embedding(w.embedding, ids);
+    const at::Tensor z = at::linear(at::cat({at::rms_norm(e, {d.hidden}, mw.enorm, d.norm_eps),
+                                             at::rms_norm(h, {d.hidden}, mw.hnorm, d.norm_eps)},
+                                            -1),
+                                    mw.eh_proj);
+    h = at::rms_norm(layer_forward(mw.layer, z, layer, backward_scale), {d.hidden}, mw.final_norm,
+                     d.norm_eps);
+    if (hooks) h = hooks->post_forward(m, h);
+    states.push_back(h);
+  }
+  // The losses on the shared output layer (Megatron computes them after the MTP block, with the
+  // main loss).
+  at::Tensor lab = labels.reshape(tokens.sizes());
+  at::Tensor mask = at::ones(tokens.sizes(), hidden.options().dtype(at::kFloat));
+  at::Tensor total = at::zeros({}, hidden.options().dtype(at::kFloat));
+  const double scale = d.mtp_loss_scaling_factor / static_cast<double>(d.mtp_num_layers);
+  for (int64_t k = 0; k < d.mtp_num_layers; ++k) {
+    lab = roll_left(lab);
+    mask = roll_left(mask);
+    const at::Tensor logits = at::linear(states[static_cast<size_t>(k)], w.output);
+    const at::Tensor ce = at::cross_entropy_loss(logits.reshape({-1, d.vocab}).to(at::kFloat),
+                                                 lab.reshape({-1}), {}, at::Reduction::None);
+    const at::Tensor loss = (ce * mask.reshape({-1})).sum() / mask.sum().clamp_min(1.0);
+    mtp_losses_[static_cast<size_t>(k)] += loss.detach();
+    total = total + loss * scale;
+  }
+  ++mtp_forwards_;
+  return total;
+}
+
+std::pair<std::vector<at::Tensor>, int64_t> MoeModel::take_mtp_losses() const {
+  std::pair<std::vector<at::Tensor>, int64_t> out{std::move(mtp_losses_), mtp_forwards_};
+  mtp_losses_.clear();
+  mtp_forwards_ = 0;
+  return out;
 }
 
 // ---- Expert bias and statistics ---------------------------------------------------------------

@@ -38,7 +38,7 @@ class MoeSpec final : public ModelSpec {
   std::unique_ptr<ModelSpec> clone() const override { return std::make_unique<MoeSpec>(*this); }
   std::string family() const override { return "moe"; }
   int module_count() const override { return static_cast<int>(shardbench::module_count(dims_)); }
-  int unit_count() const override { return static_cast<int>(dims_.num_layers); }
+  int unit_count() const override { return static_cast<int>(shardbench::unit_count(dims_)); }
   std::vector<ParamSpec> param_specs(int tp) const override {
     return moe_param_specs(dims_, ep_, ep_rank_, tp);
   }
@@ -81,9 +81,17 @@ struct MoeLayerWeights {
   // MoE layer.
   MoeBlockWeights moe;
 };
+// One MTP layer's weights (Megatron's MultiTokenPredictionLayer).
+struct MtpLayerWeights {
+  at::Tensor enorm, hnorm;  // RMSNorm of the shifted tokens' embedding and of the hidden state
+  at::Tensor eh_proj;       // [h, 2h] over [enorm(embedding) | hnorm(hidden)]
+  MoeLayerWeights layer;    // the inner transformer layer, built like the last decoder layer
+  at::Tensor final_norm;    // final_layernorm before the shared output layer
+};
 struct MoeWeights {
   at::Tensor embedding, final_norm, output;
   std::vector<MoeLayerWeights> layers;
+  std::vector<MtpLayerWeights> mtp;
 };
 // `params[i]` is the tensor of moe_param_specs(dims, ep, ep_rank)[i]. Throws
 // std::invalid_argument when the count or a shape differs (e.g. parameters of another ep).
@@ -209,8 +217,16 @@ class MoeModel final : public TrainableModel {
   // The counts accumulated for the next update, one fp32 [E] per MoE layer.
   const std::vector<at::Tensor>& expert_bias_counts() const { return bias_counts_; }
 
-  // Each MoE layer's statistics since the last call, and resets them.
+  // Each MoE layer's statistics since the last call, and resets them. An MTP layer with experts
+  // is layer num_layers + k.
   std::vector<MoeLayerStats> take_stats() const;
+
+  // The MTP layers' losses (fp32, detached, each before mtp_loss_scaling_factor / mtp_num_layers)
+  // summed over the forwards since the last call, and the forwards counted; resets them. Empty
+  // without MTP layers. The returned loss of forward_loss is the main loss alone: the MTP loss
+  // reaches the gradients as Megatron's MTPLossAutoScaler adds it (docs/moe.md, "Multi-token
+  // prediction").
+  std::pair<std::vector<at::Tensor>, int64_t> take_mtp_losses() const;
 
  private:
   at::Tensor layer_forward(const MoeLayerWeights& w, const at::Tensor& x, int64_t layer,
@@ -230,6 +246,10 @@ class MoeModel final : public TrainableModel {
   at::Tensor aux_loss(const at::Tensor& logits, int64_t seq_length) const;
   std::pair<at::Tensor, at::Tensor> drop(const at::Tensor& probs, const at::Tensor& map) const;
   int64_t moe_index(int64_t layer) const { return layer - dims_.first_k_dense_replace; }
+  // The MTP losses on the final-normed decoder output `hidden` [B, S, h]: the scaled sum, fp32,
+  // with grad; adds each layer's unscaled loss to mtp_losses_.
+  at::Tensor mtp_loss(const MoeWeights& w, const at::Tensor& hidden, const at::Tensor& tokens,
+                      const at::Tensor& labels, ModuleHooks* hooks, double backward_scale) const;
 
   MoeDims dims_;
   MoeRouterSettings router_;
@@ -250,6 +270,8 @@ class MoeModel final : public TrainableModel {
   mutable at::Generator balance_gen_;  // force_load_balancing's random logits
   // Per forward, not configuration; forward_loss is const.
   mutable std::vector<MoeLayerStats> stats_;
+  mutable std::vector<at::Tensor> mtp_losses_;  // per MTP layer, summed since take_mtp_losses
+  mutable int64_t mtp_forwards_ = 0;
 };
 
 }  // namespace shardbench

@@ -104,7 +104,7 @@ MoeDims deepseek_v3_cut_1gpu_dims() {
   d.moe_ffn_hidden = 768;
   d.router_topk = 8;
   d.shared_expert_ffn = 768;  // one shared expert as wide as a routed one
-  d.mtp_num_layers = 0;
+  d.mtp_num_layers = 1;       // as DeepSeek-V3
   return d;
 }
 
@@ -128,7 +128,7 @@ MoeDims deepseek_v3_tiny_cpu_dims() {
   d.qk_head_dim = 8;
   d.qk_pos_emb_head_dim = 4;
   d.v_head_dim = 8;
-  d.mtp_num_layers = 0;
+  d.mtp_num_layers = 1;
   d.init_std = 0.02;
   return d;
 }
@@ -178,9 +178,11 @@ const std::vector<MoeModelFacts>& moe_models() {
        "Megatron-Bridge qwen3_moe_bridge.py over Qwen3-235B-A22B's config.json; perf recipes"},
       {"deepseek_v3_cut_1gpu", deepseek_v3_cut_1gpu_dims(), deepseek_v3_router(), 1280,
        "DeepSeek-V3's architecture cut to one GPU: 8 layers of hidden 2048 (the first dense), 64 "
-       "experts of 768 and one shared expert, its MLA ranks and head dims and its router"},
+       "experts of 768 and one shared expert, its MLA ranks and head dims, its router and one MTP "
+       "layer"},
       {"deepseek_v3_tiny_cpu", deepseek_v3_tiny_cpu_dims(), tiny_router(), 128,
-       "DeepSeek-V3's architecture at CPU-test size: 3 layers of hidden 64, 8 experts"},
+       "DeepSeek-V3's architecture at CPU-test size: 3 layers of hidden 64, 8 experts, one MTP "
+       "layer"},
       {"moe_bench_3b", moe_bench_3b_dims(), qwen3_moe_router(), 128,
        "shardbench's one-GPU MoE bench shape (issue 38): Qwen3-30B-A3B cut to 8 layers of 64 "
        "experts"},

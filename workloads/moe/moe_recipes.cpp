@@ -90,7 +90,7 @@ void apply_moe_model(ConfigContainer& c, const std::string& name) {
   }
   if (d.mtp_num_layers > 0) {
     m.mtp_num_layers = d.mtp_num_layers;
-    m.mtp_loss_scaling_factor = 0.1;
+    m.mtp_loss_scaling_factor = d.mtp_loss_scaling_factor;
   }
 
   apply_pretrain_common(c);
@@ -130,8 +130,8 @@ void deepseek_v3_perf(ConfigContainer& c) {
 }
 
 // DeepSeek-V3's architecture cut to one GPU (moe_models.hpp, deepseek_v3_cut_1gpu_dims): no
-// published row; the model with the alltoall dispatcher, forced balanced routing as every MoE perf
-// row, EP 1 and one sequence per step.
+// published row; the model (its MTP layer included) with the alltoall dispatcher, forced
+// balanced routing as every MoE perf row, EP 1 and one sequence per step.
 void deepseek_v3_cut_1gpu_canonical(ConfigContainer& c) {
   apply_moe_model(c, "deepseek_v3_cut_1gpu");
 }
@@ -220,15 +220,15 @@ void moe_bench_3b_perf(ConfigContainer& c) {
 std::vector<RecipeSpec> moe_recipes() {
   return {
       {"deepseek_v3", "deepseek", 64,
-       "DeepSeek-V3 671B MoE, 64-GPU GB300 FSDP row (EP 64; MTP and flex dispatcher: --dryrun "
-       "only)",
+       "DeepSeek-V3 671B MoE, 64-GPU GB300 FSDP row (EP 64; flex dispatcher: --dryrun, alltoall "
+       "runs)",
        deepseek_v3_canonical, deepseek_v3_perf},
       {"deepseek_v3_cut_1gpu", "deepseek", 1,
-       "DeepSeek-V3's architecture cut to one 80 GB GPU: 2.83B params (45.4 GB with fp32 Adam), "
-       "MLA, 64 experts top-8 + shared",
+       "DeepSeek-V3's architecture cut to one 80 GB GPU: 3.17B params with MTP (50.6 GB with "
+       "fp32 Adam), MLA, 64 experts top-8 + shared",
        deepseek_v3_cut_1gpu_canonical, deepseek_v3_cut_1gpu_perf},
       {"deepseek_v3_tiny_cpu", "deepseek", 2,
-       "Tiny DeepSeek-V3 architecture for CPU tests (fp32, gloo; MLA, 8 experts)",
+       "Tiny DeepSeek-V3 architecture for CPU tests (fp32, gloo; MLA, 8 experts, MTP)",
        deepseek_v3_tiny_cpu_canonical, deepseek_v3_tiny_cpu_perf},
       {"qwen3_30b_a3b", "qwen", 16,
        "Qwen3-30B-A3B MoE, 16-GPU H100 bf16 row (EP 16; flex dispatcher: --dryrun, alltoall runs)",

@@ -69,6 +69,10 @@ void validate_moe_dims(const MoeDims& d) {
   for (const auto& [field, value] : non_negative) {
     if (value < 0) refuse(field, value, "accepted 0 or more");
   }
+  if (!(d.mtp_loss_scaling_factor >= 0.0)) {
+    throw std::invalid_argument("model.mtp_loss_scaling_factor=" +
+                                std::to_string(d.mtp_loss_scaling_factor) + ": accepted 0 or more");
+  }
   if (d.router_topk > d.num_experts) {
     refuse("model.moe_router_topk", d.router_topk,
            "at most model.num_moe_experts=" + std::to_string(d.num_experts));
@@ -197,12 +201,11 @@ std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, in
   const int64_t local = moe_local_experts(d, ep);
   const int64_t first_expert = moe_first_local_expert(d, ep, ep_rank);
   if (tp < 1) refuse("tensor-parallel size", tp, "accepted 1 or more");
-  if (d.mtp_num_layers > 0) {
-    refuse("model.mtp_num_layers", d.mtp_num_layers,
-           "multi-token prediction layers are counted (FLOPs, parameter counts) but not built; "
-           "accepted 0");
-  }
   if (tp > 1) {
+    if (d.mtp_num_layers > 0) {
+      refuse("tensor-parallel size", tp,
+             "tensor parallelism of the MTP layers is not built; accepted 1");
+    }
     if (d.attention == MoeAttention::kMla) {
       refuse("tensor-parallel size", tp,
              "tensor parallelism of multi-latent attention is not built; accepted 1");
@@ -232,10 +235,11 @@ std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, in
   };
   const int64_t h = d.hidden;
   add("embedding.word_embeddings.weight", {d.vocab, h}, 0, -1, false, d.init_std, 0);
-  for (int64_t l = 0; l < d.num_layers; ++l) {
+  // One transformer layer `l` (a decoder layer, or MTP layer l - L's inner layer) named under
+  // prefix `p`, in module l + 1 and unit l.
+  auto add_layer = [&](int64_t l, const std::string& p) {
     const int m = static_cast<int>(l) + 1;
     const int li = static_cast<int>(l);
-    const std::string p = "decoder.layers." + std::to_string(l) + ".";
     const std::string a = p + "self_attention.";
     if (d.attention == MoeAttention::kMla) {
       // tp_dim is written for tp = 1 only (tp > 1 is refused above): the up-projections and the
@@ -274,7 +278,7 @@ std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, in
       add(p + "mlp.linear_fc1.layer_norm_weight", {h}, m, li, true, 0, -1);
       add(p + "mlp.linear_fc1.weight", {2 * d.ffn, h}, m, li, false, d.init_std, 0);
       add(p + "mlp.linear_fc2.weight", {h, d.ffn}, m, li, false, scaled_std, 1);
-      continue;
+      return;
     }
     // MoE layer, in the order Megatron's MoELayer runs it without shared-expert overlap: the
     // shared experts on the normed input, then the router, then the routed experts.
@@ -294,6 +298,22 @@ std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, in
       add(p + "mlp.experts.linear_fc2.weight" + std::to_string(e), {h, d.moe_ffn_hidden}, m, li,
           false, scaled_std, -1, ReduceGroup::kExpertDataParallel);
     }
+  };
+  for (int64_t l = 0; l < d.num_layers; ++l)
+    add_layer(l, "decoder.layers." + std::to_string(l) + ".");
+  // MTP layers (MLM:megatron/core/transformer/multi_token_prediction.py,
+  // MultiTokenPredictionLayer): enorm and hnorm, eh_proj [h, 2h] (column-parallel in Megatron),
+  // the inner transformer layer, final_layernorm.
+  for (int64_t k = 0; k < d.mtp_num_layers; ++k) {
+    const int64_t l = d.num_layers + k;
+    const int m = static_cast<int>(l) + 1;
+    const int li = static_cast<int>(l);
+    const std::string p = "mtp.layers." + std::to_string(k) + ".";
+    add(p + "enorm.weight", {h}, m, li, true, 0, -1);
+    add(p + "hnorm.weight", {h}, m, li, true, 0, -1);
+    add(p + "eh_proj.weight", {h, 2 * h}, m, li, false, d.init_std, 0);
+    add_layer(l, p + "mtp_model_layer.");
+    add(p + "final_layernorm.weight", {h}, m, li, true, 0, -1);
   }
   const int head = head_module(d);
   add("decoder.final_layernorm.weight", {h}, head, -1, true, 0, -1);
@@ -305,9 +325,13 @@ std::vector<MoeBufferSpec> moe_buffer_specs(const MoeDims& d) {
   validate_moe_dims(d);
   std::vector<MoeBufferSpec> buffers;
   if (!d.router_expert_bias) return buffers;
-  for (int64_t l = d.first_k_dense_replace; l < d.num_layers; ++l) {
-    buffers.push_back({"decoder.layers." + std::to_string(l) + ".mlp.router.expert_bias",
-                       d.num_experts, static_cast<int>(l) + 1, static_cast<int>(l)});
+  for (int64_t l = d.first_k_dense_replace; l < d.total_layers(); ++l) {
+    if (!d.is_moe_layer(l)) continue;
+    const std::string layer =
+        l < d.num_layers ? "decoder.layers." + std::to_string(l) + "."
+                         : "mtp.layers." + std::to_string(l - d.num_layers) + ".mtp_model_layer.";
+    buffers.push_back({layer + "mlp.router.expert_bias", d.num_experts, static_cast<int>(l) + 1,
+                       static_cast<int>(l)});
   }
   return buffers;
 }
@@ -345,6 +369,8 @@ MoeParamCounts moe_parameter_count(const MoeDims& d) {
                                     ? c.moe_dense_per_layer + d.num_experts * c.routed_expert
                                     : c.dense_mlp_per_layer;
   c.mtp = d.mtp_num_layers * (3 * h + 2 * h * h + c.attention_per_layer + mtp_layer_mlp);
+  c.mtp_routed_experts =
+      d.num_moe_layers() > 0 ? d.mtp_num_layers * d.num_experts * c.routed_expert : 0;
   return c;
 }
 
