@@ -187,6 +187,7 @@ nlohmann::json MoeSpec::shape_json() const {
                       {"shared_expert_ffn", d.shared_expert_ffn},
                       {"first_k_dense_replace", d.first_k_dense_replace},
                       {"qk_layernorm", d.qk_layernorm},
+                      {"mtp_num_layers", d.mtp_num_layers},
                       {"ep", ep_}};
   if (d.attention == MoeAttention::kMla) {
     j["attention"] = "mla";
