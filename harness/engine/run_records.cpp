@@ -230,6 +230,21 @@ void record_moe(RunRecord& rec, const RunModel& model, const DataParallelEngine&
     l.combine_bytes_per_step = (s.combine_bytes_sent + s.combine_bytes_received) / ran;
     r.layers.push_back(l);
   }
+  const auto [mtp_losses, mtp_forwards] = model.moe->take_mtp_losses();
+  for (const at::Tensor& loss : mtp_losses) {
+    if (mtp_forwards > 0) r.mtp_losses.push_back(loss.item<double>() / double(mtp_forwards));
+  }
+  if (ctx.rank == 0 && !r.mtp_losses.empty()) {
+    std::string text;
+    for (double loss : r.mtp_losses) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.4f", text.empty() ? "" : ", ", loss);
+      text += buf;
+    }
+    std::printf("perf-launch: MTP losses (mean over rank 0's micro-batches, not in lm loss): %s\n",
+                text.c_str());
+    std::fflush(stdout);
+  }
   if (ctx.rank == 0 && !r.layers.empty()) {
     double worst = 0, worst_rank = 0;
     int64_t dropped = 0, bytes = 0;

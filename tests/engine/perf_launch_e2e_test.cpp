@@ -608,6 +608,9 @@ TEST(PerfLaunchMoe, DeepSeekV3TinyTrainsWithMultiLatentAttentionAndMtp) {
     // Layers 1 and 2 (layer 0 is dense) and the MTP layer, layer 3.
     ASSERT_EQ(run["moe"]["layers"].size(), 3u);
     EXPECT_EQ(run["moe"]["layers"][2]["layer"], 3);
+    // The MTP layer's loss, near ln(vocab) at the start as the main loss.
+    ASSERT_EQ(run["moe"]["mtp_losses"].size(), 1u) << run["moe"].dump();
+    EXPECT_NEAR(run["moe"]["mtp_losses"][0].get<double>(), std::log(512.0), 0.5);
   }
   EXPECT_EQ(j["comparison"]["loss_parity"]["verdict"], "ok") << j["comparison"].dump();
   const std::string text = j.dump();
