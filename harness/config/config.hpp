@@ -85,48 +85,56 @@ using StringMap = std::map<std::string, std::string>;
 
 // Mixture of experts, multi-latent attention and multi-token prediction: MCore's
 // TransformerConfig / MLATransformerConfig names and defaults (MLM:megatron/core/transformer/
-// transformer_config.py). Part of the model section. --dryrun describes them; a real run refuses
-// any value other than the default (support status dryrun_only, docs/moe-recipes.md).
-#define SHARDBENCH_MOE_FIELDS(X, E)                                                              \
-  X(OptInt, moe_ffn_hidden_size, std::nullopt, "Routed expert width; null: ffn_hidden_size")     \
-  X(int64_t, moe_router_topk, 2, "Experts each token is routed to")                              \
-  X(OptInt, moe_shared_expert_intermediate_size, std::nullopt,                                   \
-    "Shared experts' total width; null: no shared experts")                                      \
-  X(bool, moe_shared_expert_overlap, false, "Overlap shared experts with the dispatch")          \
-  X(IntList, moe_layer_freq, (IntList{1}), "[1]: every layer MoE; else 0/1 per layer (1: MoE)")  \
-  E(std::string, moe_router_score_function, "softmax", "softmax|sigmoid", "Router score")        \
-  X(bool, moe_router_pre_softmax, false, "Softmax before the top-k (else over the k logits)")    \
-  X(OptInt, moe_router_num_groups, std::nullopt, "Group-limited routing: expert groups")         \
-  X(OptInt, moe_router_group_topk, std::nullopt, "Group-limited routing: groups kept")           \
-  X(OptDouble, moe_router_topk_scaling_factor, std::nullopt, "Scale of the top-k weights")       \
-  E(std::string, moe_router_load_balancing_type, "aux_loss",                                     \
-    "aux_loss|seq_aux_loss|global_aux_loss|sinkhorn|none", "Load balancing")                     \
-  X(double, moe_aux_loss_coeff, 0.0, "Auxiliary load-balancing loss coefficient")                \
-  X(bool, moe_router_enable_expert_bias, false, "Aux-loss-free balancing by a per-expert bias")  \
-  X(double, moe_router_bias_update_rate, 1e-3, "Expert-bias update rate per step")               \
-  E(OptString, moe_router_dtype, std::nullopt, "fp32|fp64", "Router dtype; null: params dtype")  \
-  X(bool, moe_router_fusion, false, "Fused router top-k and scores")                             \
-  X(bool, moe_router_force_load_balancing, false, "Benchmarks: route tokens evenly")             \
-  E(std::string, moe_token_dispatcher_type, "allgather", "allgather|alltoall|flex",              \
-    "Token dispatcher")                                                                          \
-  E(std::string, moe_flex_dispatcher_backend, "deepep", "deepep|hybridep",                      \
-    "Backend of the flex dispatcher")                                                            \
-  X(bool, moe_grouped_gemm, false, "Routed experts as grouped GEMMs")                            \
-  X(bool, moe_permute_fusion, false, "Fused token permute and unpermute")                        \
-  X(OptDouble, moe_expert_capacity_factor, std::nullopt,                                         \
-    "Token dropping: each expert's capacity over its even share; null: dropless")                \
-  X(bool, moe_pad_expert_input_to_capacity, false,                                               \
-    "Token dropping: every expert's input padded to its capacity")                               \
-  E(std::string, moe_token_drop_policy, "probs", "probs|position",                               \
-    "Token dropping: an expert keeps its highest-prob or its first tokens")                      \
-  X(bool, multi_latent_attention, false, "Multi-latent attention (DeepSeek)")                    \
-  X(OptInt, q_lora_rank, 512, "MLA query latent rank; null: no query down-projection")           \
-  X(int64_t, kv_lora_rank, 512, "MLA key-value latent rank")                                     \
-  X(int64_t, qk_head_dim, 128, "MLA query/key head dim without RoPE")                            \
-  X(int64_t, qk_pos_emb_head_dim, 64, "MLA query/key head dim with RoPE")                        \
-  X(int64_t, v_head_dim, 128, "MLA value head dim")                                              \
-  X(bool, qk_layernorm, false, "RMSNorm on query and key heads (MLA: on the latents)")           \
-  X(OptInt, mtp_num_layers, std::nullopt, "Multi-token prediction layers; null: none")           \
+// transformer_config.py). Part of the model section. The MoE model honours the MoE and MLA
+// fields; MTP is described by --dryrun and refused for a real run (support status dryrun_only,
+// docs/moe-recipes.md).
+#define SHARDBENCH_MOE_FIELDS(X, E)                                                               \
+  X(OptInt, moe_ffn_hidden_size, std::nullopt, "Routed expert width; null: ffn_hidden_size")      \
+  X(int64_t, moe_router_topk, 2, "Experts each token is routed to")                               \
+  X(OptInt, moe_shared_expert_intermediate_size, std::nullopt,                                    \
+    "Shared experts' total width; null: no shared experts")                                       \
+  X(bool, moe_shared_expert_overlap, false, "Overlap shared experts with the dispatch")           \
+  X(IntList, moe_layer_freq, (IntList{1}), "[1]: every layer MoE; else 0/1 per layer (1: MoE)")   \
+  E(std::string, moe_router_score_function, "softmax", "softmax|sigmoid", "Router score")         \
+  X(bool, moe_router_pre_softmax, false, "Softmax before the top-k (else over the k logits)")     \
+  X(OptInt, moe_router_num_groups, std::nullopt, "Group-limited routing: expert groups")          \
+  X(OptInt, moe_router_group_topk, std::nullopt, "Group-limited routing: groups kept")            \
+  X(OptDouble, moe_router_topk_scaling_factor, std::nullopt, "Scale of the top-k weights")        \
+  E(std::string, moe_router_load_balancing_type, "aux_loss",                                      \
+    "aux_loss|seq_aux_loss|global_aux_loss|sinkhorn|none", "Load balancing")                      \
+  X(double, moe_aux_loss_coeff, 0.0, "Auxiliary load-balancing loss coefficient")                 \
+  X(bool, moe_router_enable_expert_bias, false, "Aux-loss-free balancing by a per-expert bias")   \
+  X(double, moe_router_bias_update_rate, 1e-3, "Expert-bias update rate per step")                \
+  E(OptString, moe_router_dtype, std::nullopt, "fp32|fp64", "Router dtype; null: params dtype")   \
+  X(bool, moe_router_fusion, false, "Fused router top-k and scores")                              \
+  X(bool, moe_router_force_load_balancing, false, "Benchmarks: route tokens evenly")              \
+  E(std::string, moe_token_dispatcher_type, "allgather", "allgather|alltoall|flex",               \
+    "Token dispatcher")                                                                           \
+  E(std::string, moe_flex_dispatcher_backend, "deepep", "deepep|hybridep",                        \
+    "Backend of the flex dispatcher")                                                             \
+  X(bool, moe_grouped_gemm, false, "Routed experts as grouped GEMMs")                             \
+  X(bool, moe_permute_fusion, false, "Fused token permute and unpermute")                         \
+  X(OptDouble, moe_expert_capacity_factor, std::nullopt,                                          \
+    "Token dropping: each expert's capacity over its even share; null: dropless")                 \
+  X(bool, moe_pad_expert_input_to_capacity, false,                                                \
+    "Token dropping: every expert's input padded to its capacity")                                \
+  E(std::string, moe_token_drop_policy, "probs", "probs|position",                                \
+    "Token dropping: an expert keeps its highest-prob or its first tokens")                       \
+  X(bool, multi_latent_attention, false, "Multi-latent attention (DeepSeek)")                     \
+  X(OptInt, q_lora_rank, 512, "MLA query latent rank; null: no query down-projection")            \
+  X(int64_t, kv_lora_rank, 512, "MLA key-value latent rank")                                      \
+  X(int64_t, qk_head_dim, 128, "MLA query/key head dim without RoPE")                             \
+  X(int64_t, qk_pos_emb_head_dim, 64, "MLA query/key head dim with RoPE")                         \
+  X(int64_t, v_head_dim, 128, "MLA value head dim")                                               \
+  E(std::string, rope_type, "yarn", "rope|yarn", "MLA: RoPE of the query/key RoPE dims")          \
+  X(double, rotary_scaling_factor, 40.0, "MLA YaRN: context extension factor")                    \
+  X(int64_t, original_max_position_embeddings, 4096, "MLA YaRN: context before extension")        \
+  X(double, beta_fast, 32.0, "MLA YaRN: more rotations than this: frequency kept (extrapolated)") \
+  X(double, beta_slow, 1.0, "MLA YaRN: fewer rotations than this: frequency divided by factor")   \
+  X(double, mscale, 1.0, "MLA YaRN: mscale of the concentration factor on cos and sin")           \
+  X(double, mscale_all_dim, 0.0, "MLA YaRN: mscale of the softmax scale (and the divisor)")       \
+  X(bool, qk_layernorm, false, "RMSNorm on query and key heads (MLA: on the latents)")            \
+  X(OptInt, mtp_num_layers, std::nullopt, "Multi-token prediction layers; null: none")            \
   X(double, mtp_loss_scaling_factor, 0.1, "Weight of the MTP loss")
 
 // Megatron-Bridge TrainingConfig.
@@ -293,20 +301,20 @@ using StringMap = std::map<std::string, std::string>;
   X(int64_t, hang_timeout_s, 300, "A rank silent this long fails the run")                         \
   E(std::string, sdpa_backend, "auto", "auto|flash|efficient|cudnn|math", "Attention kernel")      \
   X(bool, fused_kernels, true, "GPU: fused RoPE, SwiGLU, cross-entropy and AdamW CUDA kernels")    \
-  X(int64_t, linear_cross_entropy_chunk, 0,                                                       \
-    "Output layer + loss fused, this many tokens per chunk (no full logits); 0: off")            \
-  X(bool, recompute_swiglu, false,                                                                \
-    "SwiGLU's output computed again in fc2's backward instead of kept (layers not under -rl)")   \
-  X(int64_t, recompute_fc1_layers, 0,                                                             \
-    "First N layers: the MLP keeps only its input (fc1 and SwiGLU outputs computed again)")      \
-  X(int64_t, offload_prefetch_layers, 1,                                                          \
-    "-ol: groups reloaded ahead of backward (1: Megatron's double buffer)")                      \
+  X(int64_t, linear_cross_entropy_chunk, 0,                                                        \
+    "Output layer + loss fused, this many tokens per chunk (no full logits); 0: off")              \
+  X(bool, recompute_swiglu, false,                                                                 \
+    "SwiGLU's output computed again in fc2's backward instead of kept (layers not under -rl)")     \
+  X(int64_t, recompute_fc1_layers, 0,                                                              \
+    "First N layers: the MLP keeps only its input (fc1 and SwiGLU outputs computed again)")        \
+  X(int64_t, offload_prefetch_layers, 1,                                                           \
+    "-ol: groups reloaded ahead of backward (1: Megatron's double buffer)")                        \
   X(bool, log_per_step, true, "Print a Megatron-style line per step")                              \
   X(bool, unit_timing, false,                                                                      \
     "Per-module forward/backward times and per-group bytes in the report (projection inputs)")     \
   X(int64_t, ranks_per_gpu, 1,                                                                     \
     "Local GPU runs: ranks sharing each GPU (>1: functional run, timings are not performance)")    \
-  E(std::string, cpu_scheduling, "default", "default|pinned|realtime",                            \
+  E(std::string, cpu_scheduling, "default", "default|pinned|realtime",                             \
     "Local CPU runs: pinned: each rank on its own cores; realtime: pinned + SCHED_RR")             \
   X(double, inject_delay_ms, 0.0,                                                                  \
     "Calibration: busy-wait this long inside each timed step (recorded in the run identity)")      \

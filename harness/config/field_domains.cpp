@@ -38,6 +38,8 @@ const std::string kTensorParallel =
     "recompute, CPU offload and NCCL user buffers (docs/tensor-parallel.md)";
 const std::string kLlama = "the Llama workload is fixed to Llama 3's architecture";
 const std::string kMoe = "the MoE model (docs/moe.md, section 7)";
+const std::string kMla = "read with model.multi_latent_attention by the MoE model";
+const std::string kMlaYarn = kMla + " when model.rope_type=yarn";
 const std::string kNoCudaGraphs = "CUDA graph capture is not implemented";
 const std::string kPrecisionAware =
     "Megatron's precision-aware optimizer (docs/precision_aware_optimizer.md)";
@@ -167,25 +169,40 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
       {"model.moe_token_drop_policy", honoured(kMoe)},
       {"model.moe_permute_fusion",
        honoured("validation turns it off: the MoE model's permute and unpermute run ATen ops")},
-      {"model.multi_latent_attention", dryrun_only("multi-latent attention is not implemented (the "
-                                                   "MoE model builds grouped-query attention)")},
+      {"model.multi_latent_attention",
+       honoured("the MoE model's multi-latent attention (docs/moe.md, section 7); a dense model "
+                "refuses it")},
       {"model.q_lora_rank",
-       dryrun_only("multi-latent attention is not implemented").at_least(1).at_most(kMaxWidth)},
-      {"model.kv_lora_rank",
-       dryrun_only("multi-latent attention is not implemented").at_least(1).at_most(kMaxWidth)},
-      {"model.qk_head_dim",
-       dryrun_only("multi-latent attention is not implemented").at_least(1).at_most(kMaxWidth)},
-      {"model.qk_pos_emb_head_dim",
-       dryrun_only("multi-latent attention is not implemented").at_least(1).at_most(kMaxWidth)},
-      {"model.v_head_dim",
-       dryrun_only("multi-latent attention is not implemented").at_least(1).at_most(kMaxWidth)},
+       honoured(kMla + "; null: one query projection").at_least(1).at_most(kMaxWidth)},
+      {"model.kv_lora_rank", honoured(kMla).at_least(1).at_most(kMaxWidth)},
+      {"model.qk_head_dim", honoured(kMla).at_least(1).at_most(kMaxWidth)},
+      {"model.qk_pos_emb_head_dim", honoured(kMla + "; even").at_least(2).at_most(kMaxWidth)},
+      {"model.v_head_dim", honoured(kMla).at_least(1).at_most(kMaxWidth)},
+      {"model.rope_type", honoured(kMla + ": the RoPE dims' rotary embedding")},
+      {"model.rotary_scaling_factor", honoured(kMlaYarn).above(0).at_most(1e6)},
+      {"model.original_max_position_embeddings",
+       honoured(kMlaYarn).at_least(1).at_most(kMaxSeqLength)},
+      {"model.beta_fast", honoured(kMlaYarn).above(0).at_most(1e6)},
+      {"model.beta_slow", honoured(kMlaYarn).above(0).at_most(1e6)},
+      {"model.mscale", honoured(kMlaYarn).at_least(0).at_most(1e6)},
+      {"model.mscale_all_dim",
+       honoured(kMla + ": the softmax scale's YaRN mscale (with any rope_type), and YaRN's "
+                       "concentration divisor")
+           .at_least(0)
+           .at_most(1e6)},
       {"model.qk_layernorm",
        honoured("per-head RMSNorm of queries and keys, in the MoE model (Qwen3-MoE); the Llama "
                 "model has none")},
       {"model.mtp_num_layers",
-       dryrun_only("multi-token prediction is not implemented").at_least(0).at_most(kMaxCount)},
+       honoured("the MoE model's multi-token prediction layers (docs/moe.md, section 7); a dense "
+                "model refuses them")
+           .at_least(0)
+           .at_most(kMaxCount)},
       {"model.mtp_loss_scaling_factor",
-       dryrun_only("multi-token prediction is not implemented").at_least(0).at_most(1e6)},
+       honoured("weight of the MTP layers' mean loss in the gradients (the reported loss is the "
+                "main loss)")
+           .at_least(0)
+           .at_most(1e6)},
       // ---- train
       {"train.micro_batch_size", positive_int().at_most(kMaxCount)},
       {"train.global_batch_size", positive_int().at_most(kMaxCount)},

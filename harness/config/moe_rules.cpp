@@ -25,22 +25,36 @@ std::optional<std::string> moe_run_refusal(const ConfigContainer& c, const Prove
       return refusal(p, "model.qk_layernorm", true,
                      "the Llama model has no QK-norm (the MoE model has, for Qwen3-MoE)", "false");
     }
+    if (m.multi_latent_attention) {
+      return refusal(p, "model.multi_latent_attention", true,
+                     "the Llama model has grouped-query attention only (the MoE model has "
+                     "multi-latent attention, for DeepSeek-V3)",
+                     "false");
+    }
+    if (m.mtp_num_layers.value_or(0) > 0) {
+      return refusal(p, "model.mtp_num_layers", *m.mtp_num_layers,
+                     "the Llama model has no multi-token prediction (the MoE model has, for "
+                     "DeepSeek-V3)",
+                     "null or 0");
+    }
     if (m.expert_model_parallel_size > 1) {
       return refusal(p, "model.expert_model_parallel_size", m.expert_model_parallel_size,
                      "a dense model (model.num_moe_experts=null) has no experts to split", "1");
     }
     return std::nullopt;
   }
-  const std::string moe = "with a mixture of experts (model.num_moe_experts=" +
-                          std::to_string(*m.num_moe_experts) + "): ";
+  const std::string moe =
+      "with a mixture of experts (model.num_moe_experts=" + std::to_string(*m.num_moe_experts) +
+      "): ";
   if (m.tensor_model_parallel_size > 1) {
     return refusal(p, "model.tensor_model_parallel_size", m.tensor_model_parallel_size,
                    moe + "the MoE model has no tensor parallelism", "1");
   }
   if (m.moe_token_dispatcher_type != "alltoall") {
     return refusal(p, "model.moe_token_dispatcher_type", m.moe_token_dispatcher_type,
-                   moe + "the all-to-all dispatcher is the one implemented (Megatron-Bridge's "
-                         "flex dispatcher runs DeepEP or HybridEP kernels)",
+                   moe +
+                       "the all-to-all dispatcher is the one implemented (Megatron-Bridge's "
+                       "flex dispatcher runs DeepEP or HybridEP kernels)",
                    "alltoall");
   }
   if (m.recompute_granularity.has_value()) {

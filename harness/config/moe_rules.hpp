@@ -13,7 +13,8 @@ namespace shardbench {
 
 // The first setting a real run of `config` cannot honour, as one line naming the field, its
 // value, where it came from and what is accepted; none when the run can go. A dense model with
-// an MoE-only setting (model.qk_layernorm) is refused here too.
+// an MoE-only setting (model.qk_layernorm, model.multi_latent_attention, model.mtp_num_layers)
+// is refused here too.
 std::optional<std::string> moe_run_refusal(const ConfigContainer& config,
                                            const Provenance& provenance);
 

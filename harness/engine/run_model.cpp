@@ -19,9 +19,9 @@ RunModel describe_moe(const ConfigContainer& config) {
   m.family = "moe";
   m.seq_length = dims.seq_length;
   m.vocab = dims.vocab;
-  m.num_parameters = moe_parameter_count(dims).total();
-  m.flops_per_step = moe_model_flops_per_step(moe_flops_dims(dims),
-                                              config.train.global_batch_size, dims.seq_length);
+  m.num_parameters = moe_parameter_count(dims).total_with_mtp();  // what the run trains
+  m.flops_per_step = moe_model_flops_per_step(moe_flops_dims(dims), config.train.global_batch_size,
+                                              dims.seq_length);
   m.moe_dims = dims;
   return m;
 }

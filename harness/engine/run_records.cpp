@@ -89,8 +89,8 @@ void record_engine(RunRecord& rec, const RunModel& model, const DataParallelEngi
   if (model.llama && model.llama->gradient_accumulation_fusion()) {
     rec.fused_kernel_set.push_back("wgrad_accumulation");
   }
-  if (ctx.rank == 0 && options.fused_kernels && !engine.optimizer_uses_kernel() &&
-      fused::built() && ctx.device.is_cuda() &&
+  if (ctx.rank == 0 && options.fused_kernels && !engine.optimizer_uses_kernel() && fused::built() &&
+      ctx.device.is_cuda() &&
       (options.exp_avg_dtype != at::kFloat || options.exp_avg_sq_dtype != at::kFloat)) {
     std::cout << "perf-launch: optimizer.exp_avg_dtype=" << config.optimizer.exp_avg_dtype
               << ", exp_avg_sq_dtype=" << config.optimizer.exp_avg_sq_dtype
@@ -117,8 +117,8 @@ void record_engine(RunRecord& rec, const RunModel& model, const DataParallelEngi
 // The allocator after the first two iterations, as Megatron's memory report prints it.
 void snapshot_memory(RunRecord& rec, int64_t iteration, const WorkerContext& ctx) {
   if (!ctx.device.is_cuda() || iteration > 2) return;
-  auto snap = allocator_snapshot(ctx.device, "after_iteration_" + std::to_string(iteration),
-                                 ctx.rank);
+  auto snap =
+      allocator_snapshot(ctx.device, "after_iteration_" + std::to_string(iteration), ctx.rank);
   if (ctx.rank == 0) std::cout << format_memory_line(snap, iteration) << std::endl;
   rec.allocator.push_back(snap);
 }
@@ -183,8 +183,8 @@ void record_saved_activations(RunRecord& rec, const LlamaModel& model, int64_t i
       "perf-launch: saved activations per micro-batch: %.1f MiB (largest of %lld layers %.2f MiB, "
       "offloaded %.1f MiB; measured on %s)\n",
       static_cast<double>(census->total_bytes) / kMiB, static_cast<long long>(layers),
-      static_cast<double>(layer_bytes) / kMiB,
-      static_cast<double>(census->offloaded_bytes) / kMiB, census->measured.c_str());
+      static_cast<double>(layer_bytes) / kMiB, static_cast<double>(census->offloaded_bytes) / kMiB,
+      census->measured.c_str());
   std::fflush(stdout);
   rec.saved_activations = std::move(census);
 }
@@ -230,6 +230,21 @@ void record_moe(RunRecord& rec, const RunModel& model, const DataParallelEngine&
     l.combine_bytes_per_step = (s.combine_bytes_sent + s.combine_bytes_received) / ran;
     r.layers.push_back(l);
   }
+  const auto [mtp_losses, mtp_forwards] = model.moe->take_mtp_losses();
+  for (const at::Tensor& loss : mtp_losses) {
+    if (mtp_forwards > 0) r.mtp_losses.push_back(loss.item<double>() / double(mtp_forwards));
+  }
+  if (ctx.rank == 0 && !r.mtp_losses.empty()) {
+    std::string text;
+    for (double loss : r.mtp_losses) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.4f", text.empty() ? "" : ", ", loss);
+      text += buf;
+    }
+    std::printf("perf-launch: MTP losses (mean over rank 0's micro-batches, not in lm loss): %s\n",
+                text.c_str());
+    std::fflush(stdout);
+  }
   if (ctx.rank == 0 && !r.layers.empty()) {
     double worst = 0, worst_rank = 0;
     int64_t dropped = 0, bytes = 0;
@@ -259,7 +274,7 @@ namespace {
 void predict_moe_memory(RunRecord& rec, const DataParallelEngine& engine, const MoeDims& dims) {
   const ShardingSpec* row = find_strategy_row(rec.wrapper, rec.strategy, true);
   if (row == nullptr) return;
-  const auto units = static_cast<size_t>(dims.num_layers);
+  const auto units = static_cast<size_t>(unit_count(dims));  // decoder and MTP layers
   std::vector<ParamGroup> dense(units), expert(units);
   ParamGroup root;
   root.fsdp_unit = false;
@@ -292,9 +307,8 @@ void predict_moe_memory(RunRecord& rec, const DataParallelEngine& engine, const 
 }  // namespace
 
 // The engine's measured static buffers and, for Megatron FSDP, the model's prediction of them.
-void record_memory(RunRecord& rec, const DataParallelEngine& engine,
-                   const EngineOptions& options, const RunModel& model,
-                   const WorkerContext& ctx) {
+void record_memory(RunRecord& rec, const DataParallelEngine& engine, const EngineOptions& options,
+                   const RunModel& model, const WorkerContext& ctx) {
   rec.memory = engine.memory();
   const auto& gathers = engine.unit_gather_stats();
   rec.unit_gathers = gathers.gathers;

@@ -449,10 +449,12 @@ json moe_json(const MoeRunRecord& m) {
                       {"dispatch_bytes_per_step", l.dispatch_bytes_per_step},
                       {"combine_bytes_per_step", l.combine_bytes_per_step}});
   }
-  return {{"ep", m.ep},
-          {"expert_dp", m.expert_dp},
-          {"experts_path", m.experts_path},
-          {"layers", layers}};
+  json out = {{"ep", m.ep},
+              {"expert_dp", m.expert_dp},
+              {"experts_path", m.experts_path},
+              {"layers", layers}};
+  if (!m.mtp_losses.empty()) out["mtp_losses"] = m.mtp_losses;
+  return out;
 }
 
 json unit_timing_group_json(const UnitTimingGroup& g) {

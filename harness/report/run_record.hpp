@@ -111,6 +111,9 @@ struct MoeRunRecord {
   int expert_dp = 1;
   std::string experts_path;  // "grouped_mm" or "loop"
   std::vector<MoeLayerRecord> layers;
+  // Multi-token prediction: each MTP layer's loss (before mtp_loss_scaling_factor / layers),
+  // rank 0's mean over its micro-batches; empty without MTP layers.
+  std::vector<double> mtp_losses;
 };
 
 // ddp.nccl_ub (docs/nccl-user-buffers.md): the memory pool the communication buffers came from

@@ -386,7 +386,7 @@ TEST(MoeBlock, BackToBackExpertWeightsAreReadAsOneView) {
     }
     return out;
   };
-  EXPECT_FALSE(experts_back_to_back(b.w.fc1));  // separate tensors
+  EXPECT_FALSE(experts_back_to_back(b.w.fc1));                  // separate tensors
   EXPECT_FALSE(experts_back_to_back(flat_leaves(b.w.fc1, 8)));  // a gap between them
   Block v = b;
   v.w.fc1 = flat_leaves(b.w.fc1, 0);
@@ -680,16 +680,16 @@ std::string error_of(F&& f) {
   return "";
 }
 
-TEST(MoeModelRefusals, MlaEpMismatchAndCapacityFactor) {
+TEST(MoeModelRefusals, OddRopeDimsEpMismatchAndCapacityFactor) {
   MoeDims mla = test_dims();
   mla.attention = MoeAttention::kMla;
   mla.kv_lora_rank = 16;
   mla.qk_head_dim = 8;
-  mla.qk_pos_emb_head_dim = 4;
+  mla.qk_pos_emb_head_dim = 5;
   mla.v_head_dim = 8;
   const std::string m = error_of([&] { MoeModel(mla, MoeRouterSettings{}, at::kCPU); });
-  EXPECT_NE(m.find("attention"), std::string::npos) << m;
-  EXPECT_NE(m.find("accepted gqa"), std::string::npos) << m;
+  EXPECT_NE(m.find("model.qk_pos_emb_head_dim=5"), std::string::npos) << m;
+  EXPECT_NE(m.find("accepted an even number"), std::string::npos) << m;
 
   const MoeDims d = test_dims();
   MoeModel model(d, MoeRouterSettings{}, at::kCPU);

@@ -3,7 +3,8 @@
 // three steps, losses, gradient norms and the router's expert bias within 1e-5, every weight
 // (by name, from the rank that holds it) to 1e-5 absolute. EP 2 x DP 2 and EP 4 on four ranks
 // under DDP, the distributed optimizer, each Megatron FSDP strategy, FSDP2 and HSDP / HFSDP with
-// EP; token dropping on and off; aux-loss and aux-loss-free (expert bias) balancing.
+// EP; token dropping on and off; aux-loss and aux-loss-free (expert bias) balancing; multi-latent
+// attention, with and without an MTP layer.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -57,6 +58,25 @@ MoeSetup expert_bias_setup() {
   s.router.load_balancing = MoeLoadBalancing::kNone;
   s.router.topk_scaling_factor = 2.5;
   s.router.bias_update_rate = 1e-2;
+  return s;
+}
+
+// DeepSeek-V3's attention: MLA with query and kv latents, their RMSNorms, YaRN RoPE on the
+// shared RoPE key, on the sigmoid router with the expert bias and the group limit.
+MoeSetup mla_setup() {
+  MoeSetup s = expert_bias_setup();
+  MoeDims& d = s.dims;
+  d.attention = MoeAttention::kMla;
+  d.q_lora_rank = 12;
+  d.kv_lora_rank = 10;
+  d.qk_head_dim = 6;
+  d.qk_pos_emb_head_dim = 4;
+  d.v_head_dim = 5;
+  d.rotary_scaling_factor = 4.0;
+  d.original_max_position_embeddings = 8;
+  d.mscale_all_dim = 1.0;
+  s.router.num_groups = 4;
+  s.router.group_topk = 2;
   return s;
 }
 
@@ -220,6 +240,30 @@ TEST(MoeParity, ExpertBiasBalancingTrainsLikeOneRank) {
   // The bias moved: counts were summed and the sign rule applied.
   ASSERT_FALSE(ref.expert_bias.empty());
   EXPECT_GT(ref.expert_bias[0].abs().max().item<double>(), 0.0);
+  for (const Case& c : {kDdp, kDistOpt, kOptimGradsParams, kFsdp2}) {
+    SCOPED_TRACE(name_of(c));
+    expect_like_reference(train(setup, 4, 2, 1, options_of(c)), ref);
+  }
+}
+
+// DeepSeek-V3's MTP layer on top: an MoE layer after the decoder whose loss joins the gradients.
+TEST(MoeParity, MlaWithMtpTrainsLikeOneRank) {
+  MoeSetup setup = mla_setup();
+  setup.dims.mtp_num_layers = 1;
+  setup.dims.mtp_loss_scaling_factor = 0.3;
+  const Trained ref = train(setup, 1, 1, 1, EngineOptions{});
+  ASSERT_LT(ref.curve.losses.back(), ref.curve.losses.front());
+  ASSERT_EQ(ref.expert_bias.size(), 3u);  // MoE layers 1 and 2 and the MTP layer
+  for (const Case& c : {kDdp, kOptimGradsParams, kFsdp2}) {
+    SCOPED_TRACE(name_of(c));
+    expect_like_reference(train(setup, 4, 2, 1, options_of(c)), ref);
+  }
+}
+
+TEST(MoeParity, MlaTrainsLikeOneRank) {
+  const MoeSetup setup = mla_setup();
+  const Trained ref = train(setup, 1, 1, 1, EngineOptions{});
+  ASSERT_LT(ref.curve.losses.back(), ref.curve.losses.front());
   for (const Case& c : {kDdp, kDistOpt, kOptimGradsParams, kFsdp2}) {
     SCOPED_TRACE(name_of(c));
     expect_like_reference(train(setup, 4, 2, 1, options_of(c)), ref);

@@ -17,9 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/report/schema_check.hpp"
+#include "harness/version.hpp"
 #include "tests/perf_launch_process.hpp"
 #include "tests/remove_tree.hpp"
-#include "harness/version.hpp"
 
 namespace shardbench {
 namespace {
@@ -418,8 +418,10 @@ TEST(PerfLaunchOffload, ActivationOffloadIsReported) {
 TEST(PerfLaunchLinearCrossEntropy, ChunkedHeadTrainsLikeTheWholeLogits) {
   auto launch = [](const std::string& name, const std::string& extra) {
     const auto report = temp_report(name);
-    const Result r = run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu --use_megatron_fsdp true "
-                         "-ms 3 " + extra + " shardbench.report_path=" + report.string());
+    const Result r =
+        run("-m llama -mr llama3_tiny_cpu -ng 2 -g cpu --use_megatron_fsdp true "
+            "-ms 3 " +
+            extra + " shardbench.report_path=" + report.string());
     EXPECT_EQ(r.exit_code, 0) << r.output;
     std::ifstream in(report);
     return in.good() ? nlohmann::json::parse(in) : nlohmann::json();
@@ -429,8 +431,7 @@ TEST(PerfLaunchLinearCrossEntropy, ChunkedHeadTrainsLikeTheWholeLogits) {
   ASSERT_EQ(chunked["runs"].size(), 2u);
   ASSERT_EQ(whole["runs"].size(), 2u);
   // Real reports, not only the unit tests' synthetic ones, conform to the published schema.
-  const auto schema =
-      load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
+  const auto schema = load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
   EXPECT_EQ(check_against_schema(chunked, schema), std::vector<std::string>{});
   EXPECT_EQ(check_against_schema(whole, schema), std::vector<std::string>{});
   for (size_t i = 0; i < 2; ++i) {
@@ -539,14 +540,14 @@ TEST(PerfLaunchInput, BadOverrideExitsTwoWithOneClearMessage) {
 // conforms to the schema; the validation rule turned the fusion switches off.
 TEST(PerfLaunchMoe, ExpertParallelFsdpAndItsDdpBaselineTrainAndReportTheRouting) {
   const auto report = temp_report("moe_ep2.json");
-  const Result r = run(
-      "-m moe -mr moe_bench_3b -g cpu -ng 4 -ep 2 --use_megatron_fsdp true -ms 3 "
-      "model.num_layers=3 model.moe_layer_freq=[0,1,1] model.hidden_size=64 "
-      "model.ffn_hidden_size=128 model.num_attention_heads=4 model.num_query_groups=2 "
-      "model.kv_channels=16 model.moe_ffn_hidden_size=32 model.num_moe_experts=8 "
-      "model.moe_router_topk=2 model.seq_length=32 model.vocab_size=512 "
-      "train.global_batch_size=8 train.micro_batch_size=1 shardbench.report_path=" +
-      report.string());
+  const Result r =
+      run("-m moe -mr moe_bench_3b -g cpu -ng 4 -ep 2 --use_megatron_fsdp true -ms 3 "
+          "model.num_layers=3 model.moe_layer_freq=[0,1,1] model.hidden_size=64 "
+          "model.ffn_hidden_size=128 model.num_attention_heads=4 model.num_query_groups=2 "
+          "model.kv_channels=16 model.moe_ffn_hidden_size=32 model.num_moe_experts=8 "
+          "model.moe_router_topk=2 model.seq_length=32 model.vocab_size=512 "
+          "train.global_batch_size=8 train.micro_batch_size=1 shardbench.report_path=" +
+          report.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("mixture of experts: model.apply_rope_fusion"), std::string::npos)
       << r.output;
@@ -583,6 +584,40 @@ TEST(PerfLaunchMoe, ExpertParallelFsdpAndItsDdpBaselineTrainAndReportTheRouting)
   EXPECT_EQ(j["comparison"]["loss_parity"]["verdict"], "ok") << j["comparison"].dump();
 }
 
+// DeepSeek-V3's architecture through perf-launch: the tiny CPU recipe (multi-latent attention with
+// YaRN, the sigmoid router with expert bias and group limit, a shared expert, a dense first layer,
+// an MTP layer)
+// at EP 2 on four gloo ranks, Megatron FSDP against its DDP baseline: both train, their losses
+// agree, FLOPs are Megatron's MoE formula with MLA, and the report records the MLA shape.
+TEST(PerfLaunchMoe, DeepSeekV3TinyTrainsWithMultiLatentAttentionAndMtp) {
+  const auto report = temp_report("deepseek_tiny.json");
+  const Result r =
+      run("-m deepseek -mr deepseek_v3_tiny_cpu -g cpu -ng 4 -ep 2 --use_megatron_fsdp true -ms 3 "
+          "train.global_batch_size=8 shardbench.report_path=" +
+          report.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(report);
+  const auto j = nlohmann::json::parse(in);
+  const auto schema = load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
+  EXPECT_EQ(check_against_schema(j, schema), std::vector<std::string>{});
+  EXPECT_EQ(j["flops_formula"]["name"], "megatron_moe");
+  ASSERT_EQ(j["runs"].size(), 2u);
+  for (const auto& run : j["runs"]) {
+    EXPECT_EQ(run["status"], "ok") << run.dump();
+    EXPECT_EQ(run["moe"]["ep"], 2);
+    // Layers 1 and 2 (layer 0 is dense) and the MTP layer, layer 3.
+    ASSERT_EQ(run["moe"]["layers"].size(), 3u);
+    EXPECT_EQ(run["moe"]["layers"][2]["layer"], 3);
+    // The MTP layer's loss, near ln(vocab) at the start as the main loss.
+    ASSERT_EQ(run["moe"]["mtp_losses"].size(), 1u) << run["moe"].dump();
+    EXPECT_NEAR(run["moe"]["mtp_losses"][0].get<double>(), std::log(512.0), 0.5);
+  }
+  EXPECT_EQ(j["comparison"]["loss_parity"]["verdict"], "ok") << j["comparison"].dump();
+  const std::string text = j.dump();
+  EXPECT_NE(text.find("\"multi_latent_attention\":true"), std::string::npos);
+  EXPECT_NE(text.find("\"mtp_num_layers\":1"), std::string::npos);
+}
+
 // Token dropping through perf-launch: a capacity of half an expert's even share drops tokens on
 // every MoE layer, and the report counts them.
 TEST(PerfLaunchMoe, CapacityFactorDropsTokensAndTheReportCountsThem) {
@@ -593,7 +628,8 @@ TEST(PerfLaunchMoe, CapacityFactorDropsTokensAndTheReportCountsThem) {
       "model.kv_channels=16 model.moe_ffn_hidden_size=32 model.num_moe_experts=8 "
       "model.moe_router_topk=2 model.seq_length=32 model.vocab_size=512 "
       "train.global_batch_size=2 train.micro_batch_size=1 model.moe_expert_capacity_factor=0.5 "
-      "shardbench.report_path=" + report.string());
+      "shardbench.report_path=" +
+      report.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(report);
   const auto j = nlohmann::json::parse(in);
@@ -611,13 +647,15 @@ TEST(PerfLaunchMoe, UnimplementedSettingsAreRefusedBeforeAnyWorkerStarts) {
       "-m moe -mr moe_bench_3b -g cpu -ng 2 model.num_layers=2 model.hidden_size=64 "
       "model.num_attention_heads=4 model.num_query_groups=2 model.kv_channels=16 "
       "model.moe_ffn_hidden_size=32 model.num_moe_experts=8 model.moe_router_topk=2 "
-      "model.seq_length=32 model.vocab_size=512 train.global_batch_size=2 train.micro_batch_size=1 ";
+      "model.seq_length=32 model.vocab_size=512 train.global_batch_size=2 "
+      "train.micro_batch_size=1 ";
   struct Case {
     std::string args, expected;
   };
   for (const Case& c :
        {Case{"model.moe_token_dispatcher_type=flex",
-             "model.moe_token_dispatcher_type=flex (from override model.moe_token_dispatcher_type=flex): with a mixture of experts "
+             "model.moe_token_dispatcher_type=flex (from override "
+             "model.moe_token_dispatcher_type=flex): with a mixture of experts "
              "(model.num_moe_experts=8): the all-to-all dispatcher is the one implemented"},
         Case{"-tp 2", "model.tensor_model_parallel_size=2"},
         Case{"model.recompute_granularity=full", "model.recompute_granularity=full"},
@@ -631,9 +669,11 @@ TEST(PerfLaunchMoe, UnimplementedSettingsAreRefusedBeforeAnyWorkerStarts) {
   // A dense model has no QK-norm.
   const Result dense = run("-m llama -mr llama3_tiny_cpu -ng 1 -g cpu model.qk_layernorm=true");
   EXPECT_EQ(dense.exit_code, 2) << dense.output;
-  EXPECT_NE(dense.output.find("model.qk_layernorm=true (from override model.qk_layernorm=true): the Llama model has "
-                              "no QK-norm"),
-            std::string::npos)
+  EXPECT_NE(
+      dense.output.find(
+          "model.qk_layernorm=true (from override model.qk_layernorm=true): the Llama model has "
+          "no QK-norm"),
+      std::string::npos)
       << dense.output;
 }
 

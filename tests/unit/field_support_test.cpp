@@ -183,9 +183,9 @@ TEST(FieldSupport, DryrunOnlyFieldsAreDescribedByADryRun) {
       EXPECT_EQ(std::string(e.what()).find("real run"), std::string::npos) << e.what();
     }
   }
-  // Pipeline parallelism (2 fields), multi-latent attention (6) and MTP (1) at least; the MoE
-  // fields are honoured now.
-  EXPECT_GE(described, 9);
+  // Pipeline parallelism (2 fields); the MoE, multi-latent attention and MTP fields are honoured
+  // now.
+  EXPECT_GE(described, 2);
 }
 
 std::string sample_flag_value(const FlagSpec& f) {
@@ -272,8 +272,8 @@ TEST(FieldSupport, NcclUserBuffersAreRefusedWhereTheyCannotWork) {
             "accepted: false with gloo (or run on GPUs over NCCL)");
   ValidationContext gpus = no_gpu();
   gpus.cuda_device_count = [] { return 8; };
-  const std::vector<std::string> gpu = {"-m", "llama", "-mr", "llama3_8b", "-ng", "8", "-g",
-                                        "h100"};
+  const std::vector<std::string> gpu = {"-m",  "llama", "-mr", "llama3_8b",
+                                        "-ng", "8",     "-g",  "h100"};
   auto gpu_error = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = gpu;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -294,8 +294,8 @@ TEST(FieldSupport, NcclUserBuffersAreRefusedWhereTheyCannotWork) {
             "ddp.fsdp_manual_registration=true (from override ddp.fsdp_manual_registration=true): "
             "manual registration is Megatron FSDP's (fsdp_manual_registration requires FSDP and "
             "nccl_ub); DDP registers its buffers when it allocates them; accepted: false with DDP");
-  const std::string one_step = gpu_error({"--nccl_ub", "true", "--use_megatron_fsdp", "true",
-                                          "-ms", "1"});
+  const std::string one_step =
+      gpu_error({"--nccl_ub", "true", "--use_megatron_fsdp", "true", "-ms", "1"});
   EXPECT_NE(one_step.find("ddp.fsdp_manual_registration=true"), std::string::npos) << one_step;
   EXPECT_NE(one_step.find("train.train_iters=1 has none"), std::string::npos) << one_step;
   // Without nccl_ub, manual registration is refused with Megatron-Bridge's words.

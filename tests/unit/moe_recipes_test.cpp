@@ -117,6 +117,14 @@ TEST(MoeRecipes, DeepSeekV3RouterAndAttentionAreMegatronBridgesSettings) {
   EXPECT_EQ(m.kv_lora_rank, 512);
   EXPECT_EQ(m.qk_pos_emb_head_dim, 64);
   EXPECT_TRUE(m.qk_layernorm);
+  // YaRN as DeepSeek-V3's config.json sets it (rope_scaling).
+  EXPECT_EQ(m.rope_type, "yarn");
+  EXPECT_EQ(m.rotary_scaling_factor, 40.0);
+  EXPECT_EQ(m.original_max_position_embeddings, 4096);
+  EXPECT_EQ(m.beta_fast, 32.0);
+  EXPECT_EQ(m.beta_slow, 1.0);
+  EXPECT_EQ(m.mscale, 1.0);
+  EXPECT_EQ(m.mscale_all_dim, 1.0);
   EXPECT_EQ(m.mtp_num_layers, 1);
   EXPECT_EQ(m.make_vocab_size_divisible_by, 1280);
 }
@@ -166,10 +174,11 @@ TEST(MoeRecipes, RealRunsRefuseWhatIsNotBuiltWithOneLine) {
     const std::string from = " (from recipe " + flat_name(p) + "): ";
     const std::string name = p.name;
     if (name == "deepseek_v3") {
-      EXPECT_EQ(error, "model.multi_latent_attention=true" + from +
-                           "multi-latent attention is not implemented (the MoE model builds "
-                           "grouped-query attention) (--dryrun describes this run); accepted for "
-                           "a real run: false");
+      // Multi-latent attention and the MTP layer run; the row's flex dispatcher does not.
+      EXPECT_EQ(error, "model.moe_token_dispatcher_type=flex" + from +
+                           "with a mixture of experts (model.num_moe_experts=256): the all-to-all "
+                           "dispatcher is the one implemented (Megatron-Bridge's flex dispatcher "
+                           "runs DeepEP or HybridEP kernels); accepted: alltoall");
     } else if (name == "qwen3_30b_a3b") {
       EXPECT_EQ(error, "model.moe_token_dispatcher_type=flex" + from +
                            "with a mixture of experts (model.num_moe_experts=128): the all-to-all "
@@ -184,11 +193,11 @@ TEST(MoeRecipes, RealRunsRefuseWhatIsNotBuiltWithOneLine) {
 }
 
 TEST(MoeRecipes, MoeFlagsMapToTheFieldsAndEpIsRefusedForADenseModel) {
-  const std::vector<std::string> base = {"-m", "llama", "-mr", "llama3_tiny_cpu", "-ng", "2",
-                                         "-g", "cpu"};
+  const std::vector<std::string> base = {"-m",  "llama", "-mr", "llama3_tiny_cpu",
+                                         "-ng", "2",     "-g",  "cpu"};
   std::vector<std::string> args = base;
-  for (const char* word : {"--num_moe_experts", "8", "-ep", "2", "--first_k_dense_replace", "1",
-                           "--dryrun"}) {
+  for (const char* word :
+       {"--num_moe_experts", "8", "-ep", "2", "--first_k_dense_replace", "1", "--dryrun"}) {
     args.push_back(word);
   }
   const ResolvedConfig r = resolve_from_args(args, no_gpu());
@@ -210,8 +219,8 @@ TEST(MoeRecipes, MoeFlagsMapToTheFieldsAndEpIsRefusedForADenseModel) {
 // --use_tokendrop as Megatron-Bridge's set_user_overrides applies it (apply_moe_token_drop with
 // its defaults; forced load balancing off), and token dropping's own rules.
 TEST(MoeRecipes, UseTokendropSetsTheCapacityAndPaddingAndTheRulesHold) {
-  const std::vector<std::string> base = {"-m", "moe", "-mr", "moe_bench_3b", "-ng", "1",
-                                         "-g", "h100", "--dryrun"};
+  const std::vector<std::string> base = {"-m", "moe", "-mr",  "moe_bench_3b", "-ng",
+                                         "1",  "-g",  "h100", "--dryrun"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = base;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -238,11 +247,18 @@ TEST(MoeRecipes, UseTokendropSetsTheCapacityAndPaddingAndTheRulesHold) {
   EXPECT_EQ(error_of({"model.moe_pad_expert_input_to_capacity=true"}),
             "model.moe_pad_expert_input_to_capacity=true: moe_expert_capacity_factor must be set "
             "to use moe_pad_expert_input_to_capacity; accepted: false, or a capacity factor");
-  EXPECT_NE(error_of({"model.moe_expert_capacity_factor=0"}).find(
-                "model.moe_expert_capacity_factor=0"),
-            std::string::npos);
-  std::vector<std::string> dense = {"-m", "llama", "-mr", "llama3_tiny_cpu", "-ng", "1",
-                                    "-g", "cpu", "model.moe_expert_capacity_factor=1.5"};
+  EXPECT_NE(
+      error_of({"model.moe_expert_capacity_factor=0"}).find("model.moe_expert_capacity_factor=0"),
+      std::string::npos);
+  std::vector<std::string> dense = {"-m",
+                                    "llama",
+                                    "-mr",
+                                    "llama3_tiny_cpu",
+                                    "-ng",
+                                    "1",
+                                    "-g",
+                                    "cpu",
+                                    "model.moe_expert_capacity_factor=1.5"};
   std::string error = "(accepted)";
   try {
     resolve_from_args(dense, no_gpu());

@@ -3,15 +3,17 @@
 // (docs/moe.md, "Parameter counts").
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "tests/moe_test_dims.hpp"
 #include "workloads/moe/moe_models.hpp"
 #include "workloads/moe/moe_specs.hpp"
-#include "tests/moe_test_dims.hpp"
 
 namespace shardbench {
 namespace {
@@ -48,14 +50,24 @@ bool is_routed_expert(const std::string& name) {
   return name.find(".mlp.experts.") != std::string::npos;
 }
 
-// Every model of moe_models() and the tiny ones; MTP layers are counted, not built, so the specs
-// are compared with a copy that has none.
+// Every model of moe_models() and the tiny ones, with their MTP layers (DeepSeek-V3 and its
+// cuts have one) and without; an MTP layer after dense layers only is dense.
 std::vector<std::pair<std::string, MoeDims>> all_dims() {
+  MoeDims mtp_after_dense = tiny_mla(10, true);
+  mtp_after_dense.first_k_dense_replace = mtp_after_dense.num_layers;
+  mtp_after_dense.mtp_num_layers = 2;
   std::vector<std::pair<std::string, MoeDims>> out = {{"tiny_gqa", tiny_gqa()},
                                                       {"tiny_mla", tiny_mla(10, true)},
-                                                      {"tiny_mla_no_q_lora", tiny_mla(0, false)}};
+                                                      {"tiny_mla_no_q_lora", tiny_mla(0, false)},
+                                                      {"mtp_after_dense", mtp_after_dense}};
   for (const auto& m : moe_models()) out.emplace_back(m.name, m.dims);
-  for (auto& [name, d] : out) d.mtp_num_layers = 0;
+  const size_t with_mtp = out.size();
+  for (size_t i = 0; i < with_mtp; ++i) {
+    auto copy = out[i];
+    copy.first += copy.second.mtp_num_layers > 0 ? " without MTP" : " with 2 MTP layers";
+    copy.second.mtp_num_layers = copy.second.mtp_num_layers > 0 ? 0 : 2;
+    out.push_back(copy);
+  }
   return out;
 }
 
@@ -63,20 +75,67 @@ TEST(MoeSpecs, SpecsOfEveryEpRankSumToTheClosedFormCount) {
   for (const auto& [name, d] : all_dims()) {
     SCOPED_TRACE(name);
     const MoeParamCounts c = moe_parameter_count(d);
-    EXPECT_EQ(numel_sum(moe_param_specs(d, 1, 0)), c.total());
+    EXPECT_EQ(numel_sum(moe_param_specs(d, 1, 0)), c.total_with_mtp());
+    int64_t mtp = 0;
+    for (const auto& s : moe_param_specs(d, 1, 0))
+      mtp += s.name.rfind("mtp.", 0) == 0 ? s.numel() : 0;
+    EXPECT_EQ(mtp, c.mtp);
     for (int ep : {2, 8}) {
       int64_t experts = 0;
       for (int r = 0; r < ep; ++r) {
         const auto specs = moe_param_specs(d, ep, r);
-        EXPECT_EQ(numel_sum(specs), c.per_ep_rank(ep)) << "ep " << ep << " rank " << r;
+        EXPECT_EQ(numel_sum(specs), c.per_ep_rank_with_mtp(ep)) << "ep " << ep << " rank " << r;
         for (const auto& s : specs) {
           if (s.reduce_group == ReduceGroup::kExpertDataParallel) experts += s.numel();
         }
       }
       // The EP ranks together hold every routed expert once.
-      EXPECT_EQ(experts, c.routed_experts_total()) << "ep " << ep;
+      EXPECT_EQ(experts, c.routed_experts_total() + c.mtp_routed_experts) << "ep " << ep;
     }
   }
+}
+
+// The MTP layers (Megatron's MultiTokenPredictionLayer): after the decoder layers, each its own
+// module and unit, named under mtp.layers.<k>., with enorm, hnorm, eh_proj [h, 2h], the inner
+// layer built like the last decoder layer (experts included) and final_layernorm, before the head.
+TEST(MoeSpecs, MtpLayersFollowTheDecoderInTheirOwnUnits) {
+  MoeDims d = tiny_mla(10, true);  // 3 layers, the first dense
+  d.mtp_num_layers = 2;
+  const auto specs = moe_param_specs(d, 2, 1);
+  EXPECT_EQ(unit_count(d), 5);
+  EXPECT_EQ(module_count(d), 7);
+  EXPECT_EQ(head_module(d), 6);
+  std::vector<std::string> mtp0;
+  for (const auto& s : specs) {
+    if (s.name.rfind("mtp.layers.0.", 0) == 0) {
+      EXPECT_EQ(s.module, 4) << s.name;
+      EXPECT_EQ(s.layer, 3) << s.name;
+      mtp0.push_back(s.name.substr(13));
+    }
+    if (s.name.rfind("mtp.layers.1.", 0) == 0) EXPECT_EQ(s.layer, 4) << s.name;
+    if (s.name == "output_layer.weight") EXPECT_EQ(s.module, 6);
+  }
+  ASSERT_GE(mtp0.size(), 6u);
+  EXPECT_EQ(mtp0[0], "enorm.weight");
+  EXPECT_EQ(mtp0[1], "hnorm.weight");
+  EXPECT_EQ(mtp0[2], "eh_proj.weight");
+  EXPECT_EQ(mtp0[3], "mtp_model_layer.input_layernorm.weight");
+  EXPECT_EQ(mtp0.back(), "final_layernorm.weight");
+  // Built like the last decoder layer: an MoE layer whose experts EP rank 1 of 2 holds (4..7).
+  EXPECT_NE(std::find(mtp0.begin(), mtp0.end(), "mtp_model_layer.mlp.experts.linear_fc1.weight4"),
+            mtp0.end());
+  EXPECT_NE(std::find(mtp0.begin(), mtp0.end(), "mtp_model_layer.mlp.router.weight"), mtp0.end());
+  for (const auto& s : specs) {
+    if (s.name == "mtp.layers.0.eh_proj.weight") {
+      EXPECT_EQ(s.shape, (std::vector<int64_t>{d.hidden, 2 * d.hidden}));
+    }
+  }
+  // The router's expert bias of each MTP layer is a buffer too.
+  d.router_expert_bias = true;
+  const auto buffers = moe_buffer_specs(d);
+  ASSERT_EQ(buffers.size(), 4u);  // decoder layers 1 and 2, MTP layers 0 and 1
+  EXPECT_EQ(buffers[2].name, "mtp.layers.0.mtp_model_layer.mlp.router.expert_bias");
+  EXPECT_EQ(buffers[2].layer, 3);
 }
 
 TEST(MoeSpecs, EachEpRankHoldsItsContiguousExpertsInTheExpertGroup) {
@@ -135,13 +194,19 @@ TEST(MoeSpecs, ModulesAndUnitsFollowLlamasLayoutInForwardOrder) {
       } else if (s.module == head_module(d)) {
         EXPECT_EQ(s.layer, -1) << s.name;
       } else {
-        // Layer l is module l + 1 and FSDP unit l, and its name says so.
+        // Layer l is module l + 1 and FSDP unit l, and its name says so; MTP layer k is layer
+        // L + k.
         EXPECT_EQ(s.layer, s.module - 1) << s.name;
-        EXPECT_EQ(s.name.rfind("decoder.layers." + std::to_string(s.layer) + ".", 0), 0u) << s.name;
-        // Inside a unit the routed experts come last, after every dense parameter.
+        const std::string prefix =
+            s.layer < d.num_layers ? "decoder.layers." + std::to_string(s.layer) + "."
+                                   : "mtp.layers." + std::to_string(s.layer - d.num_layers) + ".";
+        EXPECT_EQ(s.name.rfind(prefix, 0), 0u) << s.name;
+        // Inside a unit the routed experts come last, after every dense parameter, but for an
+        // MTP layer's final norm, which Megatron's MultiTokenPredictionLayer registers (and runs)
+        // after its inner layer.
         if (is_routed_expert(s.name)) {
           expert_seen_in_module = true;
-        } else {
+        } else if (s.name != prefix + "final_layernorm.weight") {
           EXPECT_FALSE(expert_seen_in_module) << s.name << " follows a routed expert";
         }
       }
@@ -195,7 +260,7 @@ TEST(MoeSpecs, RefusesAnEpThatDoesNotDivideTheExperts) {
 TEST(MoeSpecs, RefusesWhatItDoesNotBuild) {
   MoeDims mtp = tiny_gqa();
   mtp.mtp_num_layers = 1;
-  EXPECT_THROW(moe_param_specs(mtp, 1, 0), std::invalid_argument);
+  EXPECT_THROW(moe_param_specs(mtp, 1, 0, 2), std::invalid_argument);
   EXPECT_THROW(moe_param_specs(tiny_mla(10, true), 1, 0, 2), std::invalid_argument);
   MoeDims topk = tiny_gqa();
   topk.router_topk = 9;
@@ -245,16 +310,17 @@ TEST(MoeSpecs, RouterExpertBiasIsABufferNotAParameter) {
   // Megatron's TopKRouter registers expert_bias with register_buffer: no gradient, no optimizer
   // state, but checkpointed (docs/moe.md, "Parameters of one expert-parallel rank").
   const MoeDims d = deepseek_v3_dims();
-  MoeDims built = d;
-  built.mtp_num_layers = 0;
-  for (const auto& s : moe_param_specs(built, 64, 5)) {
+  for (const auto& s : moe_param_specs(d, 64, 5)) {
     EXPECT_EQ(s.name.find("expert_bias"), std::string::npos) << s.name;
   }
   const auto buffers = moe_buffer_specs(d);
-  ASSERT_EQ(buffers.size(), 58u);  // one per MoE layer: 61 layers, the first 3 dense
+  // One per MoE layer: 61 layers, the first 3 dense, and the MTP layer (an MoE layer).
+  ASSERT_EQ(buffers.size(), 59u);
   EXPECT_EQ(buffers.front().name, "decoder.layers.3.mlp.router.expert_bias");
   EXPECT_EQ(buffers.front().module, 4);
-  EXPECT_EQ(buffers.back().layer, 60);
+  EXPECT_EQ(buffers[57].layer, 60);
+  EXPECT_EQ(buffers.back().name, "mtp.layers.0.mtp_model_layer.mlp.router.expert_bias");
+  EXPECT_EQ(buffers.back().layer, 61);
   for (const auto& b : buffers) EXPECT_EQ(b.numel, 256);
   EXPECT_TRUE(moe_buffer_specs(qwen3_30b_a3b_dims()).empty());
 }
@@ -317,6 +383,48 @@ TEST(MoeSpecs, BenchShapeIsIssue38sEstimate) {
   EXPECT_NEAR(16.0 * static_cast<double>(c.total()) / 1e9, 51, 0.5);
 }
 
+// The one-GPU cut of DeepSeek-V3 keeps every kind of its architecture (MLA with DeepSeek-V3's
+// ranks, head dims and YaRN; the sigmoid router with the expert bias, group limit and scaling;
+// a shared expert; dense first layers; an MTP layer) and fits an 80 GB GPU with fp32 Adam
+// state: 2.83 B parameters and 3.17 B with the MTP layer, 50.6 GB at 16 bytes each, as its
+// recipe's description says.
+TEST(MoeModels, DeepSeekV3CutKeepsTheArchitectureAndFitsOneGpu) {
+  const MoeModelFacts& full = find_moe_model("deepseek_v3");
+  for (const char* name : {"deepseek_v3_cut_1gpu", "deepseek_v3_tiny_cpu"}) {
+    SCOPED_TRACE(name);
+    const MoeModelFacts& cut = find_moe_model(name);
+    const MoeDims &d = cut.dims, &f = full.dims;
+    EXPECT_EQ(d.attention, MoeAttention::kMla);
+    EXPECT_TRUE(d.qk_layernorm);
+    EXPECT_GT(d.q_lora_rank, 0);
+    EXPECT_EQ(d.rope_type, MoeRopeType::kYarn);
+    EXPECT_EQ(d.rotary_scaling_factor, f.rotary_scaling_factor);
+    EXPECT_EQ(d.mscale_all_dim, f.mscale_all_dim);
+    EXPECT_TRUE(d.router_expert_bias);
+    EXPECT_GT(d.shared_expert_ffn, 0);
+    EXPECT_EQ(d.mtp_num_layers, f.mtp_num_layers);
+    EXPECT_GT(d.first_k_dense_replace, 0);
+    EXPECT_LT(d.first_k_dense_replace, d.num_layers);
+    EXPECT_EQ(cut.router.score_function, MoeRouterScore::kSigmoid);
+    EXPECT_GT(cut.router.num_groups, 0);
+    EXPECT_EQ(cut.router.topk_scaling_factor, full.router.topk_scaling_factor);
+    EXPECT_EQ(cut.router.load_balancing, full.router.load_balancing);
+  }
+  const MoeDims d = deepseek_v3_cut_1gpu_dims(), f = deepseek_v3_dims();
+  EXPECT_EQ(d.q_lora_rank, f.q_lora_rank);
+  EXPECT_EQ(d.kv_lora_rank, f.kv_lora_rank);
+  EXPECT_EQ(d.qk_head_dim, f.qk_head_dim);
+  EXPECT_EQ(d.qk_pos_emb_head_dim, f.qk_pos_emb_head_dim);
+  EXPECT_EQ(d.v_head_dim, f.v_head_dim);
+  EXPECT_EQ(d.vocab, f.vocab);
+  const MoeParamCounts c = moe_parameter_count(d);
+  EXPECT_EQ(c.total() / 10'000'000, 283) << c.total();           // 2.83 B
+  EXPECT_EQ(c.total_with_mtp() / 10'000'000, 316) << c.total();  // 3.17 B with the MTP layer
+  const int64_t state = 16 * c.total_with_mtp();
+  EXPECT_NEAR(static_cast<double>(state) / 1e9, 50.6, 0.05) << state;
+  EXPECT_LT(state, 60'000'000'000);  // 20 GB or more left for activations on 80 GB
+}
+
 TEST(MoeModels, RecipesAreConsistentData) {
   std::set<std::string> names;
   for (const auto& m : moe_models()) {
@@ -341,6 +449,67 @@ TEST(MoeModels, RecipesAreConsistentData) {
     EXPECT_NO_THROW(moe_local_experts(m.dims, 8));
   }
   EXPECT_THROW(find_moe_model("deepseek_v4"), std::invalid_argument);
+}
+
+// YaRN's frequencies and scales for DeepSeek-V3's RoPE dims (64 dims, base 10000, factor 40,
+// original context 4096, beta_fast 32, beta_slow 1, mscale 1, mscale_all_dim 1), computed by
+// hand from Megatron's formula (MLM:megatron/core/models/common/embeddings/
+// yarn_rotary_pos_embedding.py): the correction range is floor(64 ln(4096 / (32 2pi)) /
+// (2 ln 10000)) = floor(10.47) = 10 to ceil(64 ln(4096 / 2pi) / (2 ln 10000)) = ceil(22.51) = 23;
+// pair i has ramp r = clamp((i - 10) / 13, 0, 1) and frequency 10000^(-i/32) (1 - r + r / 40).
+// The concentration factor is mscale(40, 1) / mscale(40, 1) = 1 and the softmax scale
+// (1 + 0.1 ln 40)^2 / sqrt(128 + 64).
+TEST(MoeMlaRope, YarnFrequenciesAndScalesAsMegatronsFormula) {
+  const MoeDims d = deepseek_v3_dims();
+  const MlaRope r = mla_rope(d);
+  ASSERT_EQ(r.inv_freq.size(), 32u);
+  EXPECT_EQ(r.ramp_low, 10.0);
+  EXPECT_EQ(r.ramp_high, 23.0);
+  const std::pair<size_t, double> by_hand[] = {{0, 1.0},
+                                               {10, 0.05623413251903491},
+                                               {11, 0.03900692656714386},
+                                               {16, 0.0055},
+                                               {22, 0.0001778279410038922},
+                                               {23, 3.33380358040831e-05},
+                                               {31, 3.3338035804083097e-06}};
+  for (const auto& [i, f] : by_hand) EXPECT_NEAR(r.inv_freq[i], f, 1e-12 * f) << "pair " << i;
+  EXPECT_DOUBLE_EQ(r.concentration, 1.0);
+  EXPECT_NEAR(r.softmax_scale, 0.1352337788608801, 1e-15);
+  EXPECT_NEAR(yarn_mscale(40.0, 1.0), 1.3688879454113936, 1e-15);
+  EXPECT_EQ(yarn_mscale(1.0, 1.0), 1.0);
+
+  // Megatron's default mscale_all_dim 0: cos and sin carry mscale(40, 1), the softmax scale is
+  // 1 / sqrt(192).
+  MoeDims megatron_default = d;
+  megatron_default.mscale_all_dim = 0.0;
+  const MlaRope m = mla_rope(megatron_default);
+  EXPECT_NEAR(m.concentration, 1.3688879454113936, 1e-15);
+  EXPECT_NEAR(m.softmax_scale, 0.07216878364870323, 1e-15);
+  EXPECT_EQ(m.inv_freq, r.inv_freq);
+
+  // Plain RoPE: the base frequencies; the softmax scale still takes mscale_all_dim.
+  MoeDims plain = d;
+  plain.rope_type = MoeRopeType::kRope;
+  const MlaRope p = mla_rope(plain);
+  EXPECT_NEAR(p.inv_freq[16], 0.01, 1e-15);
+  EXPECT_NEAR(p.inv_freq[31], 1e-4 * std::pow(10000.0, 1.0 / 32.0), 1e-15);
+  EXPECT_EQ(p.concentration, 1.0);
+  EXPECT_NEAR(p.softmax_scale, 0.1352337788608801, 1e-15);
+
+  // The checks: GQA has no MLA RoPE; odd RoPE dims and a zero factor are refused by name.
+  EXPECT_THROW(mla_rope(qwen3_30b_a3b_dims()), std::invalid_argument);
+  MoeDims odd = d;
+  odd.qk_pos_emb_head_dim = 63;
+  try {
+    mla_rope(odd);
+    ADD_FAILURE() << "odd RoPE dims accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("model.qk_pos_emb_head_dim=63"), std::string::npos)
+        << e.what();
+  }
+  MoeDims zero = d;
+  zero.rotary_scaling_factor = 0.0;
+  EXPECT_THROW(mla_rope(zero), std::invalid_argument);
 }
 
 }  // namespace

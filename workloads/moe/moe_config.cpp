@@ -80,8 +80,19 @@ MoeDims moe_dims_from(const ModelConfig& m, int tp) {
     d.qk_head_dim = m.qk_head_dim;
     d.qk_pos_emb_head_dim = m.qk_pos_emb_head_dim;
     d.v_head_dim = m.v_head_dim;
+    if (m.rope_type != "yarn" && m.rope_type != "rope") {
+      bad("rope_type", m.rope_type, "accepted rope, yarn");
+    }
+    d.rope_type = m.rope_type == "yarn" ? MoeRopeType::kYarn : MoeRopeType::kRope;
+    d.rotary_scaling_factor = m.rotary_scaling_factor;
+    d.original_max_position_embeddings = m.original_max_position_embeddings;
+    d.beta_fast = m.beta_fast;
+    d.beta_slow = m.beta_slow;
+    d.mscale = m.mscale;
+    d.mscale_all_dim = m.mscale_all_dim;
   }
   d.mtp_num_layers = m.mtp_num_layers.value_or(0);
+  d.mtp_loss_scaling_factor = m.mtp_loss_scaling_factor;
   d.rope_base = m.rotary_base;
   d.norm_eps = m.layernorm_epsilon;
   d.init_std = m.init_method_std;

@@ -187,6 +187,7 @@ nlohmann::json MoeSpec::shape_json() const {
                       {"shared_expert_ffn", d.shared_expert_ffn},
                       {"first_k_dense_replace", d.first_k_dense_replace},
                       {"qk_layernorm", d.qk_layernorm},
+                      {"mtp_num_layers", d.mtp_num_layers},
                       {"ep", ep_}};
   if (d.attention == MoeAttention::kMla) {
     j["attention"] = "mla";
@@ -195,6 +196,15 @@ nlohmann::json MoeSpec::shape_json() const {
     j["qk_head_dim"] = d.qk_head_dim;
     j["qk_pos_emb_head_dim"] = d.qk_pos_emb_head_dim;
     j["v_head_dim"] = d.v_head_dim;
+    j["rope_type"] = d.rope_type == MoeRopeType::kYarn ? "yarn" : "rope";
+    if (d.rope_type == MoeRopeType::kYarn) {
+      j["rotary_scaling_factor"] = d.rotary_scaling_factor;
+      j["original_max_position_embeddings"] = d.original_max_position_embeddings;
+      j["beta_fast"] = d.beta_fast;
+      j["beta_slow"] = d.beta_slow;
+      j["mscale"] = d.mscale;
+      j["mscale_all_dim"] = d.mscale_all_dim;
+    }
   } else {
     j["attention"] = "gqa";
     j["kv_heads"] = d.kv_heads;
@@ -224,13 +234,26 @@ MoeWeights bind_moe_weights(const MoeDims& d, int ep, int ep_rank,
   size_t i = 0;
   auto next = [&] { return params[i++]; };
   w.embedding = next();
-  for (int64_t l = 0; l < d.num_layers; ++l) {
+  auto bind_layer = [&](int64_t l) {
     MoeLayerWeights lw;
     lw.input_norm = next();
-    lw.qkv = next();
-    if (d.qk_layernorm) {
-      lw.q_norm = next();
-      lw.k_norm = next();
+    if (d.attention == MoeAttention::kMla) {  // moe_param_specs' MLA order
+      if (d.q_lora_rank > 0) {
+        lw.q_down = next();
+        if (d.qk_layernorm) lw.q_latent_norm = next();
+        lw.q_up = next();
+      } else {
+        lw.q_proj = next();
+      }
+      lw.kv_down = next();
+      if (d.qk_layernorm) lw.kv_latent_norm = next();
+      lw.kv_up = next();
+    } else {
+      lw.qkv = next();
+      if (d.qk_layernorm) {
+        lw.q_norm = next();
+        lw.k_norm = next();
+      }
     }
     lw.proj = next();
     if (!d.is_moe_layer(l)) {
@@ -248,7 +271,17 @@ MoeWeights bind_moe_weights(const MoeDims& d, int ep, int ep_rank,
       for (int64_t e = 0; e < local; ++e) m.fc1.push_back(next());
       for (int64_t e = 0; e < local; ++e) m.fc2.push_back(next());
     }
-    w.layers.push_back(std::move(lw));
+    return lw;
+  };
+  for (int64_t l = 0; l < d.num_layers; ++l) w.layers.push_back(bind_layer(l));
+  for (int64_t k = 0; k < d.mtp_num_layers; ++k) {
+    MtpLayerWeights mw;
+    mw.enorm = next();
+    mw.hnorm = next();
+    mw.eh_proj = next();
+    mw.layer = bind_layer(d.num_layers + k);
+    mw.final_norm = next();
+    w.mtp.push_back(std::move(mw));
   }
   w.final_norm = next();
   w.output = next();
@@ -261,11 +294,6 @@ MoeModel::MoeModel(MoeDims dims, MoeRouterSettings router, at::Device device)
     : dims_(dims), router_(router), device_(device) {
   validate_moe_dims(dims_);
   const MoeRouterSettings& r = router_;
-  if (dims_.attention != MoeAttention::kGqa) {
-    refuse(
-        "model.attention=mla: the MoE model builds grouped-query attention only (multi-latent "
-        "attention is not built); accepted gqa");
-  }
   if (dims_.router_expert_bias && r.score_function != MoeRouterScore::kSigmoid) {
     refuse(
         "model.moe_router_enable_expert_bias: Megatron accepts the expert bias with the sigmoid "
@@ -292,7 +320,8 @@ MoeModel::MoeModel(MoeDims dims, MoeRouterSettings router, at::Device device)
              "experts per group");
     }
   }
-  for (int64_t l = dims_.first_k_dense_replace; l < dims_.num_layers; ++l) {
+  for (int64_t l = dims_.first_k_dense_replace; l < dims_.total_layers(); ++l) {
+    if (!dims_.is_moe_layer(l)) continue;  // MTP layers after dense decoder layers
     if (dims_.router_expert_bias) {
       const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
       expert_bias_.push_back(at::zeros({dims_.num_experts}, f32));
@@ -302,14 +331,25 @@ MoeModel::MoeModel(MoeDims dims, MoeRouterSettings router, at::Device device)
     s.layer = l;
     stats_.push_back(s);
   }
-  // RoPE tables as Llama's (non-interleaved halves).
-  const int64_t half = dims_.head_dim / 2;
-  auto inv_freq =
-      at::pow(dims_.rope_base, -at::arange(0, half, at::kDouble) * 2.0 / double(dims_.head_dim));
+  // RoPE tables as Llama's (non-interleaved halves). MLA: over the RoPE dims only, with YaRN's
+  // frequencies and its concentration factor on cos and sin (YarnRotaryEmbedding.get_emb and
+  // rope_utils.py _apply_rotary_pos_emb_bshd's mscale).
+  at::Tensor inv_freq;
+  double concentration = 1.0;
+  if (dims_.attention == MoeAttention::kMla) {
+    const MlaRope mla = mla_rope(dims_);
+    inv_freq = at::tensor(mla.inv_freq, at::TensorOptions().dtype(at::kDouble));
+    concentration = mla.concentration;
+    mla_softmax_scale_ = mla.softmax_scale;
+  } else {
+    const int64_t half = dims_.head_dim / 2;
+    inv_freq =
+        at::pow(dims_.rope_base, -at::arange(0, half, at::kDouble) * 2.0 / double(dims_.head_dim));
+  }
   auto freqs = at::outer(at::arange(dims_.seq_length, at::kDouble), inv_freq);
   auto emb = at::cat({freqs, freqs}, -1);
-  rope_cos_ = emb.cos().to(at::kFloat).to(device_);
-  rope_sin_ = emb.sin().to(at::kFloat).to(device_);
+  rope_cos_ = (emb.cos() * concentration).to(at::kFloat).to(device_);
+  rope_sin_ = (emb.sin() * concentration).to(at::kFloat).to(device_);
 }
 
 void MoeModel::set_expert_parallel(std::shared_ptr<ProcessGroup> ep) {
@@ -446,7 +486,7 @@ std::pair<at::Tensor, at::Tensor> MoeModel::drop(const at::Tensor& probs,
 MoeRouting MoeModel::route(const at::Tensor& h, const at::Tensor& router_weight, int64_t layer,
                            double backward_scale, int64_t seq_length) const {
   nvtx::Range range(kRouterLabel);
-  if (!dims_.is_moe_layer(layer) || layer >= dims_.num_layers) {
+  if (!dims_.is_moe_layer(layer) || layer >= dims_.total_layers()) {
     refuse("MoE model: layer " + std::to_string(layer) + " is not an MoE layer");
   }
   MoeRouting out;
@@ -539,7 +579,8 @@ at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x
     for (size_t i = 0; i < ends.size(); ++i)
       ends[i] = static_cast<int32_t>(end += rows_per_expert[i]);
     const at::Tensor offs = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(x.device());
-    const at::Tensor g = at::_grouped_mm(x.contiguous(), stacked_experts(w.fc1).transpose(1, 2), offs);
+    const at::Tensor g =
+        at::_grouped_mm(x.contiguous(), stacked_experts(w.fc1).transpose(1, 2), offs);
     const at::Tensor act = weighted_swiglu(g, probs, f).contiguous();
     return at::_grouped_mm(act, stacked_experts(w.fc2).transpose(1, 2), offs);
   }
@@ -663,14 +704,18 @@ at::Tensor MoeModel::moe_block(const MoeBlockWeights& w, const at::Tensor& h, in
 // ---- Layers and the loss ----------------------------------------------------------------------
 
 at::Tensor MoeModel::apply_rope(const at::Tensor& x) const {
-  const int64_t s = x.size(1), d = dims_.head_dim, half = d / 2;
+  const int64_t s = x.size(1), d = x.size(-1), half = d / 2;
   auto cos = rope_cos_.narrow(0, 0, s).to(x.scalar_type()).view({1, s, 1, d});
   auto sin = rope_sin_.narrow(0, 0, s).to(x.scalar_type()).view({1, s, 1, d});
   auto rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * cos + rotated * sin;
 }
 
-at::Tensor MoeModel::attention(const MoeLayerWeights& w, const at::Tensor& x) const {
+at::Tensor MoeModel::self_attention(const MoeLayerWeights& w, const at::Tensor& x) const {
+  return dims_.attention == MoeAttention::kMla ? mla_attention(w, x) : gqa_attention(w, x);
+}
+
+at::Tensor MoeModel::gqa_attention(const MoeLayerWeights& w, const at::Tensor& x) const {
   const MoeDims& d = dims_;
   const at::Tensor qkv = at::linear(at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps), w.qkv);
   const int64_t b = qkv.size(0), s = qkv.size(1);
@@ -690,10 +735,62 @@ at::Tensor MoeModel::attention(const MoeLayerWeights& w, const at::Tensor& x) co
   return at::linear(attn.transpose(1, 2).reshape({b, s, d.q_dim()}), w.proj);
 }
 
+// Megatron's MLASelfAttention (MLM:megatron/core/transformer/multi_latent_attention.py,
+// get_query_key_value_tensors without the fused RoPE, then core attention and linear_proj):
+//   q  = q_up(RMSNorm_q(q_down(h)))  or q_proj(h)              [B, S, H, qk_head + rope]
+//   kv_down(h) = [c_kv | k_rope]; kv = kv_up(RMSNorm_kv(c_kv))   [B, S, H, qk_head + v_head]
+//   RoPE on q's rope dims (every head) and on k_rope (one head, then expanded to every head);
+//   query = [q_nope | q_rope], key = [k_nope | k_rope], value = v;
+//   causal softmax(query key^T * softmax_scale) value, then linear_proj over H * v_head.
+// The RoPE dims are de-interleaved first (even dims, then odd dims: Megatron's
+// mla_rotary_interleaved) and rotated in halves; q and k are permuted alike, so the scores are
+// those of RoPE on the interleaved pairs (DeepSeek's layout).
+at::Tensor MoeModel::mla_attention(const MoeLayerWeights& w, const at::Tensor& x) const {
+  const MoeDims& d = dims_;
+  const int64_t b = x.size(0), s = x.size(1), heads = d.heads;
+  const int64_t nope = d.qk_head_dim, rope = d.qk_pos_emb_head_dim, vd = d.v_head_dim;
+  const at::Tensor h = at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps);
+  at::Tensor q;
+  if (d.q_lora_rank > 0) {
+    at::Tensor q_latent = at::linear(h, w.q_down);
+    if (d.qk_layernorm) {
+      q_latent = at::rms_norm(q_latent, {d.q_lora_rank}, w.q_latent_norm, d.norm_eps);
+    }
+    q = at::linear(q_latent, w.q_up);
+  } else {
+    q = at::linear(h, w.q_proj);
+  }
+  q = q.view({b, s, heads, nope + rope});
+  const at::Tensor kv_combined = at::linear(h, w.kv_down);  // [B, S, kv_lora_rank + rope]
+  at::Tensor kv_latent = kv_combined.narrow(-1, 0, d.kv_lora_rank);
+  at::Tensor k_rope = kv_combined.narrow(-1, d.kv_lora_rank, rope).unsqueeze(2);  // one head
+  if (d.qk_layernorm) {
+    kv_latent = at::rms_norm(kv_latent, {d.kv_lora_rank}, w.kv_latent_norm, d.norm_eps);
+  }
+  const at::Tensor kv = at::linear(kv_latent, w.kv_up).view({b, s, heads, nope + vd});
+  auto deinterleave = [&](const at::Tensor& t) {  // [..., rope]: even dims, then odd dims
+    std::vector<int64_t> pairs = t.sizes().vec();
+    pairs.back() = rope / 2;
+    pairs.push_back(2);
+    return t.reshape(pairs).transpose(-1, -2).reshape(t.sizes());
+  };
+  const at::Tensor q_rope = apply_rope(deinterleave(q.narrow(-1, nope, rope)));
+  k_rope = apply_rope(deinterleave(k_rope)).expand({b, s, heads, rope});
+  const at::Tensor query = at::cat({q.narrow(-1, 0, nope), q_rope}, -1).transpose(1, 2);
+  const at::Tensor key = at::cat({kv.narrow(-1, 0, nope), k_rope}, -1).transpose(1, 2);
+  at::Tensor value = kv.narrow(-1, nope, vd).transpose(1, 2);
+  const bool pad = mla_core_ == MlaCoreAttention::kPadValue && vd < nope + rope;
+  if (pad) value = at::constant_pad_nd(value, {0, nope + rope - vd});
+  at::Tensor attn = at::scaled_dot_product_attention(query, key, value, {}, 0.0,
+                                                     /*is_causal=*/true, mla_softmax_scale_);
+  if (pad) attn = attn.narrow(-1, 0, vd);
+  return at::linear(attn.transpose(1, 2).reshape({b, s, heads * vd}), w.proj);
+}
+
 at::Tensor MoeModel::layer_forward(const MoeLayerWeights& w, const at::Tensor& x, int64_t layer,
                                    double backward_scale) const {
   const MoeDims& d = dims_;
-  const at::Tensor x1 = x + attention(w, x);
+  const at::Tensor x1 = x + self_attention(w, x);
   if (!d.is_moe_layer(layer)) {
     return x1 +
            swiglu_mlp(at::rms_norm(x1, {d.hidden}, w.mlp_norm, d.norm_eps), w.fc1, w.fc2, d.ffn);
@@ -729,13 +826,108 @@ at::Tensor MoeModel::forward_loss(const MoeWeights& w, const at::Tensor& tokens,
     if (hooks) x = hooks->post_forward(m, x);
   }
   const int head = head_module(d);
+  if (d.mtp_num_layers == 0) {
+    if (hooks) hooks->pre_forward(head);
+    const at::Tensor logits =
+        at::linear(at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps), w.output);
+    at::Tensor loss =
+        at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat), labels.reshape({-1}));
+    if (hooks) loss = hooks->post_forward(head, loss);
+    return loss;
+  }
+  // Megatron's GPTModel with MTP: the decoder's final norm, the MTP block on its output, then the
+  // output layer on the main and on each MTP layer's hidden state (process_mtp_loss).
+  at::Tensor hidden = at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps);
+  const at::Tensor mtp = mtp_loss(w, hidden, tokens, labels, hooks, backward_scale);
   if (hooks) hooks->pre_forward(head);
-  const at::Tensor logits =
-      at::linear(at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps), w.output);
+  if (at::GradMode::is_enabled() && mtp.requires_grad()) {
+    // MTPLossAutoScaler: the main hidden state carries the MTP loss, whose gradient in backward
+    // is the main loss's scale; the returned loss stays the main loss.
+    hidden = AuxLossScaler::apply(hidden, mtp, backward_scale);
+  }
+  const at::Tensor logits = at::linear(hidden, w.output);
   at::Tensor loss =
       at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat), labels.reshape({-1}));
   if (hooks) loss = hooks->post_forward(head, loss);
   return loss;
+}
+
+namespace {
+
+// roll_tensor(shifts=-1) of Megatron's MTP without context parallelism: every row moves one
+// position left along the sequence (the last dim) and the last position becomes 0.
+at::Tensor roll_left(const at::Tensor& t) {
+  const int64_t s = t.size(-1);
+  return at::cat({t.narrow(-1, 1, s - 1), at::zeros_like(t.narrow(-1, 0, 1))}, -1);
+}
+
+}  // namespace
+
+// MultiTokenPredictionBlock and process_mtp_loss (MLM:megatron/core/transformer/
+// multi_token_prediction.py): MTP layer k embeds the tokens shifted k + 1 positions left (the
+// positions past the end get token 0), normalises that embedding (enorm) and the previous hidden
+// state (hnorm: the decoder's final-normed output for k = 0, MTP layer k - 1's output after),
+// projects [enorm | hnorm] from 2h to h (eh_proj), runs its transformer layer and its final
+// norm. Its loss is the cross-entropy of the shared output layer's logits against the labels
+// shifted k + 1 positions left, averaged over the B x (S - k - 1) positions that still have
+// one (the loss mask rolled alike), times mtp_loss_scaling_factor / mtp_num_layers.
+at::Tensor MoeModel::mtp_loss(const MoeWeights& w, const at::Tensor& hidden,
+                              const at::Tensor& tokens, const at::Tensor& labels,
+                              ModuleHooks* hooks, double backward_scale) const {
+  const MoeDims& d = dims_;
+  if (static_cast<int64_t>(w.mtp.size()) != d.mtp_num_layers) {
+    refuse("MoE model: bound " + std::to_string(w.mtp.size()) + " MTP layers, the model has " +
+           std::to_string(d.mtp_num_layers));
+  }
+  if (mtp_losses_.empty()) {
+    for (int64_t k = 0; k < d.mtp_num_layers; ++k) {
+      mtp_losses_.push_back(at::zeros({}, hidden.options().dtype(at::kFloat)));
+    }
+  }
+  at::Tensor ids = tokens;
+  at::Tensor h = hidden;
+  std::vector<at::Tensor> states;
+  for (int64_t k = 0; k < d.mtp_num_layers; ++k) {
+    const MtpLayerWeights& mw = w.mtp[static_cast<size_t>(k)];
+    const int64_t layer = d.num_layers + k;
+    const int m = static_cast<int>(layer) + 1;
+    if (hooks) hooks->pre_forward(m);
+    ids = roll_left(ids);
+    const at::Tensor e = at::embedding(w.embedding, ids);
+    const at::Tensor z = at::linear(at::cat({at::rms_norm(e, {d.hidden}, mw.enorm, d.norm_eps),
+                                             at::rms_norm(h, {d.hidden}, mw.hnorm, d.norm_eps)},
+                                            -1),
+                                    mw.eh_proj);
+    h = at::rms_norm(layer_forward(mw.layer, z, layer, backward_scale), {d.hidden}, mw.final_norm,
+                     d.norm_eps);
+    if (hooks) h = hooks->post_forward(m, h);
+    states.push_back(h);
+  }
+  // The losses on the shared output layer (Megatron computes them after the MTP block, with the
+  // main loss).
+  at::Tensor lab = labels.reshape(tokens.sizes());
+  at::Tensor mask = at::ones(tokens.sizes(), hidden.options().dtype(at::kFloat));
+  at::Tensor total = at::zeros({}, hidden.options().dtype(at::kFloat));
+  const double scale = d.mtp_loss_scaling_factor / static_cast<double>(d.mtp_num_layers);
+  for (int64_t k = 0; k < d.mtp_num_layers; ++k) {
+    lab = roll_left(lab);
+    mask = roll_left(mask);
+    const at::Tensor logits = at::linear(states[static_cast<size_t>(k)], w.output);
+    const at::Tensor ce = at::cross_entropy_loss(logits.reshape({-1, d.vocab}).to(at::kFloat),
+                                                 lab.reshape({-1}), {}, at::Reduction::None);
+    const at::Tensor loss = (ce * mask.reshape({-1})).sum() / mask.sum().clamp_min(1.0);
+    mtp_losses_[static_cast<size_t>(k)] += loss.detach();
+    total = total + loss * scale;
+  }
+  ++mtp_forwards_;
+  return total;
+}
+
+std::pair<std::vector<at::Tensor>, int64_t> MoeModel::take_mtp_losses() const {
+  std::pair<std::vector<at::Tensor>, int64_t> out{std::move(mtp_losses_), mtp_forwards_};
+  mtp_losses_.clear();
+  mtp_forwards_ = 0;
+  return out;
 }
 
 // ---- Expert bias and statistics ---------------------------------------------------------------

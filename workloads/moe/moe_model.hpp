@@ -38,7 +38,7 @@ class MoeSpec final : public ModelSpec {
   std::unique_ptr<ModelSpec> clone() const override { return std::make_unique<MoeSpec>(*this); }
   std::string family() const override { return "moe"; }
   int module_count() const override { return static_cast<int>(shardbench::module_count(dims_)); }
-  int unit_count() const override { return static_cast<int>(dims_.num_layers); }
+  int unit_count() const override { return static_cast<int>(shardbench::unit_count(dims_)); }
   std::vector<ParamSpec> param_specs(int tp) const override {
     return moe_param_specs(dims_, ep_, ep_rank_, tp);
   }
@@ -68,15 +68,30 @@ struct MoeBlockWeights {
   std::vector<at::Tensor> fc1, fc2;   // the local experts', in global expert order
 };
 struct MoeLayerWeights {
-  at::Tensor input_norm, qkv, q_norm, k_norm, proj;  // q_norm, k_norm: with qk_layernorm only
+  at::Tensor input_norm, proj;  // both attention kinds: the input RMSNorm, linear_proj
+  // GQA: linear_qkv; q_norm, k_norm with qk_layernorm only.
+  at::Tensor qkv, q_norm, k_norm;
+  // MLA (Megatron's MLASelfAttention): with q_lora_rank > 0 linear_q_down_proj, the q latent's
+  // RMSNorm (with qk_layernorm) and linear_q_up_proj; without it one linear_q_proj.
+  // linear_kv_down_proj (the kv latent and the shared RoPE key), the kv latent's RMSNorm (with
+  // qk_layernorm) and linear_kv_up_proj.
+  at::Tensor q_down, q_latent_norm, q_up, q_proj, kv_down, kv_latent_norm, kv_up;
   // Dense layer (below first_k_dense_replace): the MLP.
   at::Tensor mlp_norm, fc1, fc2;
   // MoE layer.
   MoeBlockWeights moe;
 };
+// One MTP layer's weights (Megatron's MultiTokenPredictionLayer).
+struct MtpLayerWeights {
+  at::Tensor enorm, hnorm;  // RMSNorm of the shifted tokens' embedding and of the hidden state
+  at::Tensor eh_proj;       // [h, 2h] over [enorm(embedding) | hnorm(hidden)]
+  MoeLayerWeights layer;    // the inner transformer layer, built like the last decoder layer
+  at::Tensor final_norm;    // final_layernorm before the shared output layer
+};
 struct MoeWeights {
   at::Tensor embedding, final_norm, output;
   std::vector<MoeLayerWeights> layers;
+  std::vector<MtpLayerWeights> mtp;
 };
 // `params[i]` is the tensor of moe_param_specs(dims, ep, ep_rank)[i]. Throws
 // std::invalid_argument when the count or a shape differs (e.g. parameters of another ep).
@@ -91,6 +106,13 @@ MoeWeights bind_moe_weights(const MoeDims& dims, int ep, int ep_rank,
 bool experts_back_to_back(const std::vector<at::Tensor>& weights);
 
 enum class MoeDropPolicy { kProbs, kPosition };
+
+// How MLA's core attention meets SDPA, whose value head (v_head_dim) is narrower than the query
+// and key heads (qk_head_dim + qk_pos_emb_head_dim): kPadValue pads the value heads with zeros to
+// the query's width and drops the padding from the output (one head dim for q, k and v, which
+// the flash kernels require; docs/moe.md, "Multi-latent attention"); kUnpadded hands SDPA the
+// narrower value (backends that accept it: memory-efficient, math).
+enum class MlaCoreAttention { kPadValue, kUnpadded };
 
 // How the local experts compute: at::_grouped_mm over all local experts at once, or a loop of
 // at::matmul per expert.
@@ -121,9 +143,9 @@ struct MoeLayerStats {
 
 class MoeModel final : public TrainableModel {
  public:
-  // Throws std::invalid_argument for invalid dims, MLA attention (not built), an expert bias with
-  // the softmax score (Megatron allows it only with sigmoid), global_aux_loss (not built), or
-  // router groups that do not divide the experts or top-k.
+  // Throws std::invalid_argument for invalid dims, an expert bias with the softmax score (Megatron
+  // allows it only with sigmoid), global_aux_loss (not built), or router groups that do not divide
+  // the experts or top-k.
   MoeModel(MoeDims dims, MoeRouterSettings router, at::Device device);
 
   const MoeDims& dims() const { return dims_; }
@@ -152,6 +174,14 @@ class MoeModel final : public TrainableModel {
   // (at::_grouped_mm's 16-byte stride rule), the loop otherwise (or what force_experts_path set).
   MoeExpertsPath experts_path(at::ScalarType dtype) const;
   void force_experts_path(std::optional<MoeExpertsPath> path) { forced_path_ = path; }
+
+  // MLA's core attention (default kPadValue).
+  void set_mla_core_attention(MlaCoreAttention how) { mla_core_ = how; }
+  MlaCoreAttention mla_core_attention() const { return mla_core_; }
+
+  // One layer's self-attention on x [B, S, h] (its input norm included, the residual not):
+  // GQA or MLA as the dims say. [B, S, h] in x's dtype.
+  at::Tensor self_attention(const MoeLayerWeights& w, const at::Tensor& x) const;
 
   at::Tensor forward_loss(const std::vector<at::Tensor>& params, const at::Tensor& tokens,
                           const at::Tensor& labels, ModuleHooks* hooks,
@@ -187,14 +217,24 @@ class MoeModel final : public TrainableModel {
   // The counts accumulated for the next update, one fp32 [E] per MoE layer.
   const std::vector<at::Tensor>& expert_bias_counts() const { return bias_counts_; }
 
-  // Each MoE layer's statistics since the last call, and resets them.
+  // Each MoE layer's statistics since the last call, and resets them. An MTP layer with experts
+  // is layer num_layers + k.
   std::vector<MoeLayerStats> take_stats() const;
+
+  // The MTP layers' losses (fp32, detached, each before mtp_loss_scaling_factor / mtp_num_layers)
+  // summed over the forwards since the last call, and the forwards counted; resets them. Empty
+  // without MTP layers. The returned loss of forward_loss is the main loss alone: the MTP loss
+  // reaches the gradients as Megatron's MTPLossAutoScaler adds it (docs/moe.md, "Multi-token
+  // prediction").
+  std::pair<std::vector<at::Tensor>, int64_t> take_mtp_losses() const;
 
  private:
   at::Tensor layer_forward(const MoeLayerWeights& w, const at::Tensor& x, int64_t layer,
                            double backward_scale) const;  // x: [B, S, h]
-  at::Tensor attention(const MoeLayerWeights& w, const at::Tensor& x) const;
-  at::Tensor apply_rope(const at::Tensor& x) const;  // [B, S, H, D]
+  at::Tensor gqa_attention(const MoeLayerWeights& w, const at::Tensor& x) const;
+  at::Tensor mla_attention(const MoeLayerWeights& w, const at::Tensor& x) const;
+  // [B, S, H, D] with D the tables' width (GQA: head_dim; MLA: qk_pos_emb_head_dim).
+  at::Tensor apply_rope(const at::Tensor& x) const;
   // Routed experts: dispatch, the local experts, combine.
   at::Tensor routed_experts(const MoeBlockWeights& w, const at::Tensor& h,
                             const MoeRouting& routing, int64_t layer) const;
@@ -206,11 +246,17 @@ class MoeModel final : public TrainableModel {
   at::Tensor aux_loss(const at::Tensor& logits, int64_t seq_length) const;
   std::pair<at::Tensor, at::Tensor> drop(const at::Tensor& probs, const at::Tensor& map) const;
   int64_t moe_index(int64_t layer) const { return layer - dims_.first_k_dense_replace; }
+  // The MTP losses on the final-normed decoder output `hidden` [B, S, h]: the scaled sum, fp32,
+  // with grad; adds each layer's unscaled loss to mtp_losses_.
+  at::Tensor mtp_loss(const MoeWeights& w, const at::Tensor& hidden, const at::Tensor& tokens,
+                      const at::Tensor& labels, ModuleHooks* hooks, double backward_scale) const;
 
   MoeDims dims_;
   MoeRouterSettings router_;
   at::Device device_;
-  at::Tensor rope_cos_, rope_sin_;  // [S, D] fp32
+  at::Tensor rope_cos_, rope_sin_;  // [S, D] fp32 (MLA: times YaRN's concentration factor)
+  double mla_softmax_scale_ = 0.0;  // MLA: mla_rope(dims).softmax_scale
+  MlaCoreAttention mla_core_ = MlaCoreAttention::kPadValue;
   std::shared_ptr<ProcessGroup> ep_;
   int ep_size_ = 1;
   int ep_rank_ = 0;
@@ -224,6 +270,8 @@ class MoeModel final : public TrainableModel {
   mutable at::Generator balance_gen_;  // force_load_balancing's random logits
   // Per forward, not configuration; forward_loss is const.
   mutable std::vector<MoeLayerStats> stats_;
+  mutable std::vector<at::Tensor> mtp_losses_;  // per MTP layer, summed since take_mtp_losses
+  mutable int64_t mtp_forwards_ = 0;
 };
 
 }  // namespace shardbench

@@ -34,7 +34,14 @@ MoeDims deepseek_v3_dims() {
   d.qk_pos_emb_head_dim = 64;  // qk_rope_head_dim
   d.v_head_dim = 128;
   d.mtp_num_layers = 1;   // num_nextn_predict_layers
-  d.rope_base = 10000.0;  // with YaRN scaling (factor 40), which the engine must add
+  d.rope_base = 10000.0;  // rope_theta, with YaRN (rope_scaling in config.json):
+  d.rope_type = MoeRopeType::kYarn;
+  d.rotary_scaling_factor = 40.0;  // factor
+  d.original_max_position_embeddings = 4096;
+  d.beta_fast = 32.0;
+  d.beta_slow = 1.0;
+  d.mscale = 1.0;
+  d.mscale_all_dim = 1.0;  // Megatron's default is 0; DeepSeek-V3's config.json says 1
   d.norm_eps = 1e-6;
   d.init_std = 0.006;  // Megatron-Bridge's recipes
   return d;
@@ -85,6 +92,47 @@ MoeDims moe_bench_3b_dims() {
   return d;
 }
 
+MoeDims deepseek_v3_cut_1gpu_dims() {
+  MoeDims d = deepseek_v3_dims();
+  d.num_layers = 8;
+  d.first_k_dense_replace = 1;
+  d.hidden = 2048;
+  d.ffn = 5632;     // the dense layer: DeepSeek-V3's 18432 / 7168 of hidden, rounded to 256
+  d.heads = 16;     // hidden / 128; each head keeps DeepSeek-V3's dims (128 + 64 RoPE, 128 values)
+  d.kv_heads = 16;  // MLA reads neither of these two
+  d.num_experts = 64;
+  d.moe_ffn_hidden = 768;
+  d.router_topk = 8;
+  d.shared_expert_ffn = 768;  // one shared expert as wide as a routed one
+  d.mtp_num_layers = 1;       // as DeepSeek-V3
+  return d;
+}
+
+MoeDims deepseek_v3_tiny_cpu_dims() {
+  MoeDims d = deepseek_v3_dims();
+  d.num_layers = 3;
+  d.first_k_dense_replace = 1;
+  d.hidden = 64;
+  d.ffn = 128;
+  d.heads = 4;
+  d.kv_heads = 4;
+  d.head_dim = 16;
+  d.vocab = 512;
+  d.seq_length = 32;
+  d.num_experts = 8;
+  d.moe_ffn_hidden = 32;
+  d.router_topk = 2;
+  d.shared_expert_ffn = 32;
+  d.q_lora_rank = 24;
+  d.kv_lora_rank = 16;
+  d.qk_head_dim = 8;
+  d.qk_pos_emb_head_dim = 4;
+  d.v_head_dim = 8;
+  d.mtp_num_layers = 1;
+  d.init_std = 0.02;
+  return d;
+}
+
 namespace {
 
 MoeRouterSettings deepseek_v3_router() {
@@ -98,6 +146,14 @@ MoeRouterSettings deepseek_v3_router() {
   r.aux_loss_coeff = 1e-4;
   r.bias_update_rate = 1e-3;
   r.router_fp32 = true;
+  return r;
+}
+
+// DeepSeek-V3's router on 8 experts: 4 groups of 2, the best 2 groups kept for the top-2.
+MoeRouterSettings tiny_router() {
+  MoeRouterSettings r = deepseek_v3_router();
+  r.num_groups = 4;
+  r.group_topk = 2;
   return r;
 }
 
@@ -120,6 +176,13 @@ const std::vector<MoeModelFacts>& moe_models() {
        "Megatron-Bridge qwen3_moe_bridge.py over Qwen3-30B-A3B's config.json; perf recipes"},
       {"qwen3_235b_a22b", qwen3_235b_a22b_dims(), qwen3_moe_router(), 128,
        "Megatron-Bridge qwen3_moe_bridge.py over Qwen3-235B-A22B's config.json; perf recipes"},
+      {"deepseek_v3_cut_1gpu", deepseek_v3_cut_1gpu_dims(), deepseek_v3_router(), 1280,
+       "DeepSeek-V3's architecture cut to one GPU: 8 layers of hidden 2048 (the first dense), 64 "
+       "experts of 768 and one shared expert, its MLA ranks and head dims, its router and one MTP "
+       "layer"},
+      {"deepseek_v3_tiny_cpu", deepseek_v3_tiny_cpu_dims(), tiny_router(), 128,
+       "DeepSeek-V3's architecture at CPU-test size: 3 layers of hidden 64, 8 experts, one MTP "
+       "layer"},
       {"moe_bench_3b", moe_bench_3b_dims(), qwen3_moe_router(), 128,
        "shardbench's one-GPU MoE bench shape (issue 38): Qwen3-30B-A3B cut to 8 layers of 64 "
        "experts"},

@@ -1,7 +1,7 @@
 // The mixture-of-experts models shardbench's MoE recipes train, as data (docs/moe.md, "Models"):
 // DeepSeek-V3, Qwen3-30B-A3B and Qwen3-235B-A22B with Megatron-Bridge's dimensions and router
-// settings, and a one-GPU bench shape. Torch-free. Not yet recipes: the configuration and
-// perf-launch do not read these (docs/moe.md, "What is not built yet").
+// settings, DeepSeek-V3 cut to one GPU and to CPU-test size, and a one-GPU bench shape.
+// Torch-free. The recipes (moe_recipes.hpp) write them into the configuration.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +49,17 @@ struct MoeModelFacts {
 MoeDims deepseek_v3_dims();
 MoeDims qwen3_30b_a3b_dims();
 MoeDims qwen3_235b_a22b_dims();
+// DeepSeek-V3's architecture (MLA with its ranks and head dims and YaRN, sigmoid router with the
+// expert bias and group-limited top-k, a shared expert, dense first layers, one MTP layer) cut to
+// one 80 GB GPU with fp32 Adam state: 8 layers of hidden 2048 (the first dense, FFN 5632), 16
+// heads, 64 experts of 768 plus one shared expert of 768, top-8 over 8 groups keeping 4,
+// DeepSeek-V3's vocabulary; 2.83 B parameters and 0.33 B more in the MTP layer, 3.17 B trained
+// (50.6 GB of weights, gradients and Adam state at 16 bytes each).
+MoeDims deepseek_v3_cut_1gpu_dims();
+// The same kinds at CPU-test size: 3 layers of hidden 64 (the first dense), 4 heads, MLA ranks
+// 24 / 16 with head dims 8 + 4 RoPE and 8 for values, 8 experts of 32, top-2 over 4 groups
+// keeping 2, a shared expert, one MTP layer, a 512-token vocabulary, sequence 32.
+MoeDims deepseek_v3_tiny_cpu_dims();
 // One GPU: hidden 2048, 8 layers of 64 experts of width 768, top-8, seq 4096, Qwen3-MoE's
 // attention (GQA 32/4 x 128 with QK-norm) and vocabulary. Not a published model: no real
 // model's name.

@@ -45,18 +45,25 @@ void apply_moe_model(ConfigContainer& c, const std::string& name) {
     m.moe_layer_freq = IntList(static_cast<size_t>(d.first_k_dense_replace), 0);
     m.moe_layer_freq.resize(static_cast<size_t>(d.num_layers), 1);
   }
-  m.moe_router_score_function = r.score_function == MoeRouterScore::kSigmoid ? "sigmoid" : "softmax";
+  m.moe_router_score_function =
+      r.score_function == MoeRouterScore::kSigmoid ? "sigmoid" : "softmax";
   m.moe_router_pre_softmax = r.pre_softmax;
   if (r.num_groups > 0) m.moe_router_num_groups = r.num_groups;
   if (r.group_topk > 0) m.moe_router_group_topk = r.group_topk;
   m.moe_router_topk_scaling_factor = r.topk_scaling_factor;
   switch (r.load_balancing) {
-    case MoeLoadBalancing::kAuxLoss: m.moe_router_load_balancing_type = "aux_loss"; break;
-    case MoeLoadBalancing::kSeqAuxLoss: m.moe_router_load_balancing_type = "seq_aux_loss"; break;
+    case MoeLoadBalancing::kAuxLoss:
+      m.moe_router_load_balancing_type = "aux_loss";
+      break;
+    case MoeLoadBalancing::kSeqAuxLoss:
+      m.moe_router_load_balancing_type = "seq_aux_loss";
+      break;
     case MoeLoadBalancing::kGlobalAuxLoss:
       m.moe_router_load_balancing_type = "global_aux_loss";
       break;
-    case MoeLoadBalancing::kNone: m.moe_router_load_balancing_type = "none"; break;
+    case MoeLoadBalancing::kNone:
+      m.moe_router_load_balancing_type = "none";
+      break;
   }
   m.moe_aux_loss_coeff = r.aux_loss_coeff;
   m.moe_router_enable_expert_bias = d.router_expert_bias;
@@ -73,10 +80,17 @@ void apply_moe_model(ConfigContainer& c, const std::string& name) {
     m.qk_head_dim = d.qk_head_dim;
     m.qk_pos_emb_head_dim = d.qk_pos_emb_head_dim;
     m.v_head_dim = d.v_head_dim;
+    m.rope_type = d.rope_type == MoeRopeType::kYarn ? "yarn" : "rope";
+    m.rotary_scaling_factor = d.rotary_scaling_factor;
+    m.original_max_position_embeddings = d.original_max_position_embeddings;
+    m.beta_fast = d.beta_fast;
+    m.beta_slow = d.beta_slow;
+    m.mscale = d.mscale;
+    m.mscale_all_dim = d.mscale_all_dim;
   }
   if (d.mtp_num_layers > 0) {
     m.mtp_num_layers = d.mtp_num_layers;
-    m.mtp_loss_scaling_factor = 0.1;
+    m.mtp_loss_scaling_factor = d.mtp_loss_scaling_factor;
   }
 
   apply_pretrain_common(c);
@@ -113,6 +127,41 @@ void deepseek_v3_perf(ConfigContainer& c) {
   c.train.micro_batch_size = 2;
   c.train.global_batch_size = 256;  // 64 GPUs
   c.env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32";
+}
+
+// DeepSeek-V3's architecture cut to one GPU (moe_models.hpp, deepseek_v3_cut_1gpu_dims): no
+// published row; the model (its MTP layer included) with the alltoall dispatcher, forced
+// balanced routing as every MoE perf row, EP 1 and one sequence per step.
+void deepseek_v3_cut_1gpu_canonical(ConfigContainer& c) {
+  apply_moe_model(c, "deepseek_v3_cut_1gpu");
+}
+
+void deepseek_v3_cut_1gpu_perf(ConfigContainer& c) {
+  c.model.expert_tensor_parallel_size = 1;
+  c.model.moe_router_force_load_balancing = true;
+  c.train.micro_batch_size = 1;
+  c.train.global_batch_size = 1;  // one GPU
+  c.env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32";
+  c.env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True";
+}
+
+// The same architecture at CPU-test size, fp32 on gloo (as llama3_tiny_cpu).
+void deepseek_v3_tiny_cpu_canonical(ConfigContainer& c) {
+  apply_moe_model(c, "deepseek_v3_tiny_cpu");
+}
+
+void deepseek_v3_tiny_cpu_perf(ConfigContainer& c) {
+  c.model.expert_tensor_parallel_size = 1;
+  c.train.micro_batch_size = 1;
+  c.train.global_batch_size = 4;  // 2 ranks
+  c.train.train_iters = 5;
+  c.shardbench.device = "cpu";
+  c.shardbench.backend = "gloo";
+  c.shardbench.compute_dtype = "fp32";
+  c.mixed_precision.name = std::nullopt;
+  c.mixed_precision.bf16 = false;
+  c.mixed_precision.params_dtype = "fp32";
+  c.dist.distributed_backend = "gloo";
 }
 
 // ---- Qwen3-MoE (MB:perf_recipes/qwen/common.py, .../<gpu>/qwen3_moe.py)
@@ -171,15 +220,24 @@ void moe_bench_3b_perf(ConfigContainer& c) {
 std::vector<RecipeSpec> moe_recipes() {
   return {
       {"deepseek_v3", "deepseek", 64,
-       "DeepSeek-V3 671B MoE, 64-GPU GB300 FSDP row (EP 64; MLA: --dryrun only)", deepseek_v3_canonical,
-       deepseek_v3_perf},
-      {"qwen3_30b_a3b", "qwen", 16, "Qwen3-30B-A3B MoE, 16-GPU H100 bf16 row (EP 16; flex dispatcher: --dryrun, alltoall runs)",
+       "DeepSeek-V3 671B MoE, 64-GPU GB300 FSDP row (EP 64; flex dispatcher: --dryrun, alltoall "
+       "runs)",
+       deepseek_v3_canonical, deepseek_v3_perf},
+      {"deepseek_v3_cut_1gpu", "deepseek", 1,
+       "DeepSeek-V3's architecture cut to one 80 GB GPU: 3.17B params with MTP (50.6 GB with "
+       "fp32 Adam), MLA, 64 experts top-8 + shared",
+       deepseek_v3_cut_1gpu_canonical, deepseek_v3_cut_1gpu_perf},
+      {"deepseek_v3_tiny_cpu", "deepseek", 2,
+       "Tiny DeepSeek-V3 architecture for CPU tests (fp32, gloo; MLA, 8 experts, MTP)",
+       deepseek_v3_tiny_cpu_canonical, deepseek_v3_tiny_cpu_perf},
+      {"qwen3_30b_a3b", "qwen", 16,
+       "Qwen3-30B-A3B MoE, 16-GPU H100 bf16 row (EP 16; flex dispatcher: --dryrun, alltoall runs)",
        qwen3_30b_a3b_canonical, qwen3_30b_a3b_perf},
       {"qwen3_235b_a22b", "qwen", 256,
        "Qwen3-235B-A22B MoE, 256-GPU B200 bf16 row (PP 8, EP 8; --dryrun only)",
        qwen3_235b_a22b_canonical, qwen3_235b_a22b_perf},
-      {"moe_bench_3b", "moe", 1, "3.2B MoE one-GPU bench, 64 experts top-8",
-       moe_bench_3b_canonical, moe_bench_3b_perf},
+      {"moe_bench_3b", "moe", 1, "3.2B MoE one-GPU bench, 64 experts top-8", moe_bench_3b_canonical,
+       moe_bench_3b_perf},
   };
 }
 

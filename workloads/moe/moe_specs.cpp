@@ -1,5 +1,6 @@
 #include "workloads/moe/moe_specs.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -68,6 +69,10 @@ void validate_moe_dims(const MoeDims& d) {
   for (const auto& [field, value] : non_negative) {
     if (value < 0) refuse(field, value, "accepted 0 or more");
   }
+  if (!(d.mtp_loss_scaling_factor >= 0.0)) {
+    throw std::invalid_argument("model.mtp_loss_scaling_factor=" +
+                                std::to_string(d.mtp_loss_scaling_factor) + ": accepted 0 or more");
+  }
   if (d.router_topk > d.num_experts) {
     refuse("model.moe_router_topk", d.router_topk,
            "at most model.num_moe_experts=" + std::to_string(d.num_experts));
@@ -96,7 +101,86 @@ void validate_moe_dims(const MoeDims& d) {
       if (value < 1) refuse(field, value, "multi-latent attention needs 1 or more");
     }
     if (d.q_lora_rank < 0) refuse("model.q_lora_rank", d.q_lora_rank, "accepted 0 (none) or more");
+    if (d.qk_pos_emb_head_dim % 2 != 0) {
+      refuse("model.qk_pos_emb_head_dim", d.qk_pos_emb_head_dim,
+             "RoPE rotates pairs of dims; accepted an even number");
+    }
+    if (d.original_max_position_embeddings < 1) {
+      refuse("model.original_max_position_embeddings", d.original_max_position_embeddings,
+             "accepted 1 or more");
+    }
+    auto refuse_double = [](const char* field, double value, const char* why) {
+      throw std::invalid_argument(std::string(field) + "=" + std::to_string(value) + ": " + why);
+    };
+    if (!(d.rotary_scaling_factor > 0.0)) {
+      refuse_double("model.rotary_scaling_factor", d.rotary_scaling_factor, "accepted above 0");
+    }
+    if (!(d.beta_fast > 0.0) || !(d.beta_slow > 0.0)) {
+      refuse_double(d.beta_fast > 0.0 ? "model.beta_slow" : "model.beta_fast",
+                    d.beta_fast > 0.0 ? d.beta_slow : d.beta_fast, "accepted above 0");
+    }
+    if (!(d.rope_base > 1.0)) refuse_double("model.rotary_base", d.rope_base, "accepted above 1");
   }
+}
+
+double yarn_mscale(double scale, double mscale) {
+  if (scale <= 1.0) return 1.0;
+  return 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+namespace {
+
+// _yarn_find_correction_dim: the pair index whose wavelength makes `rotations` turns over the
+// original context.
+double yarn_correction_dim(double rotations, int64_t dim, double base, int64_t max_positions) {
+  return (static_cast<double>(dim) *
+          std::log(static_cast<double>(max_positions) / (rotations * 2.0 * M_PI))) /
+         (2.0 * std::log(base));
+}
+
+}  // namespace
+
+MlaRope mla_rope(const MoeDims& d) {
+  if (d.attention != MoeAttention::kMla) {
+    throw std::invalid_argument(
+        "model.multi_latent_attention=false: the MLA rotary embedding needs multi-latent "
+        "attention");
+  }
+  validate_moe_dims(d);
+  const int64_t dim = d.qk_pos_emb_head_dim, pairs = dim / 2;
+  MlaRope r;
+  // MLASelfAttention.__init__: softmax_scale = mscale^2 / sqrt(q_head_dim) with
+  // mscale = _yarn_get_mscale(rotary_scaling_factor, mscale_all_dim), for both rope types.
+  const double m = yarn_mscale(d.rotary_scaling_factor, d.mscale_all_dim);
+  r.softmax_scale = m * m / std::sqrt(static_cast<double>(d.qk_head_dim + dim));
+  r.inv_freq.resize(static_cast<size_t>(pairs));
+  for (int64_t i = 0; i < pairs; ++i) {
+    r.inv_freq[static_cast<size_t>(i)] =
+        1.0 / std::pow(d.rope_base, static_cast<double>(2 * i) / static_cast<double>(dim));
+  }
+  if (d.rope_type == MoeRopeType::kRope) return r;
+  // YarnRotaryEmbedding.get_emb: the correction range rounded outwards and clamped to
+  // [0, dim - 1], the ramp (i - low) / (high - low) clamped to [0, 1] over the pairs, and
+  // inv_freq = inter * ramp + extra * (1 - ramp).
+  double low = std::floor(
+      yarn_correction_dim(d.beta_fast, dim, d.rope_base, d.original_max_position_embeddings));
+  double high = std::ceil(
+      yarn_correction_dim(d.beta_slow, dim, d.rope_base, d.original_max_position_embeddings));
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  r.ramp_low = low;
+  r.ramp_high = high;
+  if (low == high) high += 0.001;  // _yarn_linear_ramp_mask's guard
+  for (int64_t i = 0; i < pairs; ++i) {
+    const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    const double extra = r.inv_freq[static_cast<size_t>(i)];
+    const double inter = extra / d.rotary_scaling_factor;
+    r.inv_freq[static_cast<size_t>(i)] = inter * ramp + extra * (1.0 - ramp);
+  }
+  // _yarn_get_concentration_factor (mscale and mscale_all_dim are always set here).
+  r.concentration = yarn_mscale(d.rotary_scaling_factor, d.mscale) /
+                    yarn_mscale(d.rotary_scaling_factor, d.mscale_all_dim);
+  return r;
 }
 
 int64_t moe_local_experts(const MoeDims& d, int ep) {
@@ -117,12 +201,11 @@ std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, in
   const int64_t local = moe_local_experts(d, ep);
   const int64_t first_expert = moe_first_local_expert(d, ep, ep_rank);
   if (tp < 1) refuse("tensor-parallel size", tp, "accepted 1 or more");
-  if (d.mtp_num_layers > 0) {
-    refuse("model.mtp_num_layers", d.mtp_num_layers,
-           "multi-token prediction layers are counted (FLOPs, parameter counts) but not built; "
-           "accepted 0");
-  }
   if (tp > 1) {
+    if (d.mtp_num_layers > 0) {
+      refuse("tensor-parallel size", tp,
+             "tensor parallelism of the MTP layers is not built; accepted 1");
+    }
     if (d.attention == MoeAttention::kMla) {
       refuse("tensor-parallel size", tp,
              "tensor parallelism of multi-latent attention is not built; accepted 1");
@@ -152,10 +235,11 @@ std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, in
   };
   const int64_t h = d.hidden;
   add("embedding.word_embeddings.weight", {d.vocab, h}, 0, -1, false, d.init_std, 0);
-  for (int64_t l = 0; l < d.num_layers; ++l) {
+  // One transformer layer `l` (a decoder layer, or MTP layer l - L's inner layer) named under
+  // prefix `p`, in module l + 1 and unit l.
+  auto add_layer = [&](int64_t l, const std::string& p) {
     const int m = static_cast<int>(l) + 1;
     const int li = static_cast<int>(l);
-    const std::string p = "decoder.layers." + std::to_string(l) + ".";
     const std::string a = p + "self_attention.";
     if (d.attention == MoeAttention::kMla) {
       // tp_dim is written for tp = 1 only (tp > 1 is refused above): the up-projections and the
@@ -194,7 +278,7 @@ std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, in
       add(p + "mlp.linear_fc1.layer_norm_weight", {h}, m, li, true, 0, -1);
       add(p + "mlp.linear_fc1.weight", {2 * d.ffn, h}, m, li, false, d.init_std, 0);
       add(p + "mlp.linear_fc2.weight", {h, d.ffn}, m, li, false, scaled_std, 1);
-      continue;
+      return;
     }
     // MoE layer, in the order Megatron's MoELayer runs it without shared-expert overlap: the
     // shared experts on the normed input, then the router, then the routed experts.
@@ -214,6 +298,22 @@ std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, in
       add(p + "mlp.experts.linear_fc2.weight" + std::to_string(e), {h, d.moe_ffn_hidden}, m, li,
           false, scaled_std, -1, ReduceGroup::kExpertDataParallel);
     }
+  };
+  for (int64_t l = 0; l < d.num_layers; ++l)
+    add_layer(l, "decoder.layers." + std::to_string(l) + ".");
+  // MTP layers (MLM:megatron/core/transformer/multi_token_prediction.py,
+  // MultiTokenPredictionLayer): enorm and hnorm, eh_proj [h, 2h] (column-parallel in Megatron),
+  // the inner transformer layer, final_layernorm.
+  for (int64_t k = 0; k < d.mtp_num_layers; ++k) {
+    const int64_t l = d.num_layers + k;
+    const int m = static_cast<int>(l) + 1;
+    const int li = static_cast<int>(l);
+    const std::string p = "mtp.layers." + std::to_string(k) + ".";
+    add(p + "enorm.weight", {h}, m, li, true, 0, -1);
+    add(p + "hnorm.weight", {h}, m, li, true, 0, -1);
+    add(p + "eh_proj.weight", {h, 2 * h}, m, li, false, d.init_std, 0);
+    add_layer(l, p + "mtp_model_layer.");
+    add(p + "final_layernorm.weight", {h}, m, li, true, 0, -1);
   }
   const int head = head_module(d);
   add("decoder.final_layernorm.weight", {h}, head, -1, true, 0, -1);
@@ -225,9 +325,13 @@ std::vector<MoeBufferSpec> moe_buffer_specs(const MoeDims& d) {
   validate_moe_dims(d);
   std::vector<MoeBufferSpec> buffers;
   if (!d.router_expert_bias) return buffers;
-  for (int64_t l = d.first_k_dense_replace; l < d.num_layers; ++l) {
-    buffers.push_back({"decoder.layers." + std::to_string(l) + ".mlp.router.expert_bias",
-                       d.num_experts, static_cast<int>(l) + 1, static_cast<int>(l)});
+  for (int64_t l = d.first_k_dense_replace; l < d.total_layers(); ++l) {
+    if (!d.is_moe_layer(l)) continue;
+    const std::string layer =
+        l < d.num_layers ? "decoder.layers." + std::to_string(l) + "."
+                         : "mtp.layers." + std::to_string(l - d.num_layers) + ".mtp_model_layer.";
+    buffers.push_back({layer + "mlp.router.expert_bias", d.num_experts, static_cast<int>(l) + 1,
+                       static_cast<int>(l)});
   }
   return buffers;
 }
@@ -265,6 +369,8 @@ MoeParamCounts moe_parameter_count(const MoeDims& d) {
                                     ? c.moe_dense_per_layer + d.num_experts * c.routed_expert
                                     : c.dense_mlp_per_layer;
   c.mtp = d.mtp_num_layers * (3 * h + 2 * h * h + c.attention_per_layer + mtp_layer_mlp);
+  c.mtp_routed_experts =
+      d.num_moe_layers() > 0 ? d.mtp_num_layers * d.num_experts * c.routed_expert : 0;
   return c;
 }
 
