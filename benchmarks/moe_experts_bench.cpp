@@ -11,6 +11,12 @@
 // buffer as the engine places them (1); BM_MoeBlockExpertsOnly: its two grouped GEMMs with the
 // block's row counts, forward and backward. Their difference is the router, permute and
 // unpermute (the bar: at most 15% of the block).
+// BM_WeightedSwiglu/<ffn>/<fused>: the routed experts' probability-weighted SwiGLU on 32768 rows
+// of [gate | up] bf16 with fp32 probs, forward and backward (d gate_up and d probs): shardbench's
+// kernel (1, workloads/moe/moe_fused_ops.hpp) against ATen's composition (0), the model's
+// fallback. Counter GBps: the least traffic both need per second (forward reads gate_up and
+// writes out, backward reads d_out and gate_up and writes d_gate_up: 16 bytes per row and ffn
+// column in bf16).
 //
 // Run (GPU): build/benchmarks/moe_experts_bench --benchmark_repetitions=3
 //      --benchmark_out=moe_experts.json --benchmark_out_format=json
@@ -19,8 +25,10 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include "harness/engine/device_runtime.hpp"
+#include "workloads/moe/moe_fused_ops.hpp"
 #include "workloads/moe/moe_model.hpp"
 #include "workloads/moe/moe_models.hpp"
 
@@ -155,6 +163,37 @@ void BM_MoeBlockExpertsOnly(benchmark::State& state) {
   });
 }
 
+void BM_WeightedSwiglu(benchmark::State& state) {
+  if (!cuda_available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  constexpr int64_t kRows = 32768;
+  const int64_t ffn = state.range(0);
+  const bool fused = state.range(1) == 1;
+  const at::Tensor g = at::randn({kRows, 2 * ffn}, kBf16).requires_grad_(true);
+  const at::Tensor p = at::rand({kRows}, kBf16.dtype(at::kFloat)).requires_grad_(true);
+  const at::Tensor d_out = at::randn({kRows, ffn}, kBf16);
+  if (fused && !moe_fused::supports(g, p, ffn)) {
+    state.SkipWithError("built without the CUDA kernels");
+    return;
+  }
+  time_on_gpu(state, [&] {
+    at::Tensor out;
+    if (fused) {
+      out = moe_fused::weighted_swiglu(g, p, ffn);
+    } else {  // MoeModel's weighted_swiglu without the kernel
+      const at::Tensor act = at::silu(g.narrow(-1, 0, ffn)) * g.narrow(-1, ffn, ffn);
+      out = (act.to(at::kFloat) * p.unsqueeze(-1)).to(at::kBFloat16);
+    }
+    benchmark::DoNotOptimize(torch::autograd::grad({out}, {g, p}, {d_out}));
+  });
+  const double bytes = 16.0 * kRows * static_cast<double>(ffn);
+  state.counters["GBps"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(fused ? "shardbench kernel" : "ATen composition");
+}
+
 BENCHMARK(BM_GroupedExperts)
     ->ArgsProduct({{8, 64, 128}, {4096}})
     ->UseManualTime()
@@ -162,6 +201,11 @@ BENCHMARK(BM_GroupedExperts)
 BENCHMARK(BM_DenseSameFlops)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MoeBlock)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MoeBlockExpertsOnly)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_WeightedSwiglu)
+    ->ArgNames({"ffn", "fused"})
+    ->ArgsProduct({{768, 1408}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace shardbench

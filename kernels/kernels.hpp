@@ -1,9 +1,10 @@
-// shardbench's CUDA kernels: the fused operations of the Llama workload and the flat AdamW.
-// Plain CUDA C++ behind a torch-free interface (raw device pointers and a stream), so nvcc
+// shardbench's CUDA kernels: the fused operations of the Llama and MoE workloads and the flat
+// AdamW. Plain CUDA C++ behind a torch-free interface (raw device pointers and a stream), so nvcc
 // compiles them in seconds and the engine's torch wrappers (workloads/llama/fused_ops.cpp,
-// harness/parallel/flat_adamw.cpp) stay in the precompiled-header world. Every entry point
-// launches asynchronously on `stream` and throws std::runtime_error naming the kernel if the
-// launch fails. Tensors are row-major; "stride" is the distance between rows in elements.
+// workloads/moe/moe_fused_ops.cpp, harness/parallel/flat_adamw.cpp) stay in the
+// precompiled-header world. Every entry point launches asynchronously on `stream` and throws
+// std::runtime_error naming the kernel if the launch fails. Tensors are row-major; "stride" is
+// the distance between rows in elements.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,20 @@ void swiglu_forward(const void* gate_up, void* out, DType dtype, int64_t rows, i
 // d_gate_up [rows, 2 * ffn] from d_out [rows, ffn], recomputing silu from gate_up.
 void swiglu_backward(const void* d_out, const void* gate_up, void* d_gate_up, DType dtype,
                      int64_t rows, int64_t ffn, Stream stream);
+
+// ---- probability-weighted SwiGLU of the MoE routed experts (weighted_swiglu.cu) --------------
+// Megatron-LM's weighted_bias_swiglu_impl (megatron/core/fusions/fused_bias_swiglu.py) without
+// bias: gate_up [rows, 2 * ffn] = [gate | up] in `dtype`, probs fp32 [rows] (each row's router
+// probability). fp32 math, one rounding to `dtype` per output element.
+// out[r, j] = silu(gate[r, j]) * up[r, j] * probs[r], out is [rows, ffn].
+void weighted_swiglu_forward(const void* gate_up, const float* probs, void* out, DType dtype,
+                             int64_t rows, int64_t ffn, Stream stream);
+// From d_out [rows, ffn]: d_gate_up [rows, 2 * ffn] (d_out * probs[r] through SwiGLU's
+// derivative, silu recomputed from gate_up) and d_probs fp32 [rows],
+// d_probs[r] = sum_j d_out[r, j] * silu(gate[r, j]) * up[r, j] (fp32 sum, a warp per row).
+void weighted_swiglu_backward(const void* d_out, const void* gate_up, const float* probs,
+                              void* d_gate_up, float* d_probs, DType dtype, int64_t rows,
+                              int64_t ffn, Stream stream);
 
 // ---- rotary embedding fused with the split of the fused qkv projection ------------------------
 // qkv: [tokens, (heads + 2 * kv_heads) * head_dim] contiguous, token t at position t % seq.

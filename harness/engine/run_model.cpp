@@ -35,6 +35,8 @@ void build_moe(RunModel& m, const ConfigContainer& config, const WorkerContext& 
   auto moe = std::make_unique<MoeModel>(dims, moe_router_from(config.model), ctx.device);
   moe->set_expert_parallel(ctx.engine_pgs.ep, ep, ep_rank);
   if (!config.model.moe_grouped_gemm) moe->force_experts_path(MoeExpertsPath::kLoop);
+  // The routed experts' weighted SwiGLU kernel (docs/moe.md), within shardbench.fused_kernels.
+  moe->set_fused_kernels(config.shardbench.fused_kernels);
   moe->set_token_dropping(config.model.moe_expert_capacity_factor,
                           config.model.moe_token_drop_policy == "position"
                               ? MoeDropPolicy::kPosition

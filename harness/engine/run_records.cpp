@@ -84,6 +84,7 @@ void record_engine(RunRecord& rec, const RunModel& model, const DataParallelEngi
                    const ConfigContainer& config, const EngineOptions& options,
                    const WorkerContext& ctx) {
   if (model.llama) rec.fused_kernel_set = model.llama->fused_kernel_names(options.compute_dtype);
+  if (model.moe) rec.fused_kernel_set = model.moe->fused_kernel_names(options.compute_dtype);
   if (engine.optimizer_uses_kernel()) rec.fused_kernel_set.push_back("adamw");
   // The weight-gradient GEMMs accumulate into the main grads (model.gradient_accumulation_fusion).
   if (model.llama && model.llama->gradient_accumulation_fusion()) {

@@ -20,6 +20,7 @@
 
 #include "harness/measure/nvtx.hpp"
 #include "harness/parallel/process_group.hpp"
+#include "workloads/moe/moe_fused_ops.hpp"
 
 namespace shardbench {
 
@@ -113,8 +114,13 @@ at::Tensor swiglu_mlp(const at::Tensor& x, const at::Tensor& fc1, const at::Tens
 }
 
 // A routed expert's activation: SwiGLU, times each row's prob in fp32, cast back (Megatron's
-// weighted SwiGLU: probs after the activation, before fc2).
-at::Tensor weighted_swiglu(const at::Tensor& g, const at::Tensor& probs, int64_t width) {
+// weighted SwiGLU: probs after the activation, before fc2). `fused`: shardbench's kernel
+// (moe_fused_ops.hpp, one pass each way) where it applies, ATen's five ops otherwise.
+at::Tensor weighted_swiglu(const at::Tensor& g, const at::Tensor& probs, int64_t width,
+                           bool fused) {
+  if (fused && moe_fused::supports(g, probs, width)) {
+    return moe_fused::weighted_swiglu(g, probs, width);
+  }
   const at::Tensor act = at::silu(g.narrow(-1, 0, width)) * g.narrow(-1, width, width);
   return (act.to(at::kFloat) * probs.unsqueeze(-1)).to(g.scalar_type());
 }
@@ -579,9 +585,14 @@ at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x
     for (size_t i = 0; i < ends.size(); ++i)
       ends[i] = static_cast<int32_t>(end += rows_per_expert[i]);
     const at::Tensor offs = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(x.device());
+<<<<<<< HEAD
     const at::Tensor g =
         at::_grouped_mm(x.contiguous(), stacked_experts(w.fc1).transpose(1, 2), offs);
     const at::Tensor act = weighted_swiglu(g, probs, f).contiguous();
+=======
+    const at::Tensor g = at::_grouped_mm(x.contiguous(), stacked_experts(w.fc1).transpose(1, 2), offs);
+    const at::Tensor act = weighted_swiglu(g, probs, f, fused_kernels_).contiguous();
+>>>>>>> weighted-swiglu
     return at::_grouped_mm(act, stacked_experts(w.fc2).transpose(1, 2), offs);
   }
   // A matmul per expert, an expert without rows included (its weights get a zero gradient).
@@ -590,9 +601,14 @@ at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < xs.size(); ++i) {
     const at::Tensor g = at::matmul(xs[i], w.fc1[i].t());
-    outs.push_back(at::matmul(weighted_swiglu(g, ps[i], f), w.fc2[i].t()));
+    outs.push_back(at::matmul(weighted_swiglu(g, ps[i], f, fused_kernels_), w.fc2[i].t()));
   }
   return at::cat(outs);
+}
+
+std::vector<std::string> MoeModel::fused_kernel_names(at::ScalarType dtype) const {
+  if (fused_kernels_ && moe_fused::supports(dtype, device_)) return {"weighted_swiglu"};
+  return {};
 }
 
 at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& h,

@@ -183,6 +183,14 @@ class MoeModel final : public TrainableModel {
   // GQA or MLA as the dims say. [B, S, h] in x's dtype.
   at::Tensor self_attention(const MoeLayerWeights& w, const at::Tensor& x) const;
 
+  // shardbench.fused_kernels: the routed experts' probability-weighted SwiGLU runs shardbench's
+  // kernel (workloads/moe/moe_fused_ops.hpp) on CUDA bf16 / fp32 tensors, ATen's ops elsewhere.
+  // Off by default (as LlamaModel's).
+  void set_fused_kernels(bool on) { fused_kernels_ = on; }
+  bool fused_kernels() const { return fused_kernels_; }
+  // The kernels that run on `dtype` tensors on this model's device: {"weighted_swiglu"} or none.
+  std::vector<std::string> fused_kernel_names(at::ScalarType dtype) const;
+
   at::Tensor forward_loss(const std::vector<at::Tensor>& params, const at::Tensor& tokens,
                           const at::Tensor& labels, ModuleHooks* hooks,
                           double backward_scale) const override;
@@ -264,6 +272,7 @@ class MoeModel final : public TrainableModel {
   MoeDropPolicy drop_policy_ = MoeDropPolicy::kProbs;
   bool pad_to_capacity_ = false;
   std::optional<MoeExpertsPath> forced_path_;
+  bool fused_kernels_ = false;
   std::vector<at::Tensor> expert_bias_;  // fp32 [E] per MoE layer
   std::vector<at::Tensor> bias_counts_;  // fp32 [E] per MoE layer (mutated in forward)
   std::shared_ptr<ProcessGroup> bias_group_;

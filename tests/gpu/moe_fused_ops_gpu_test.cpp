@@ -1,0 +1,229 @@
+// The MoE experts' probability-weighted SwiGLU kernel (workloads/moe/moe_fused_ops.hpp) against
+// the ATen composition the MoE model runs without it: forward, d_gate_up and d_probs, fp32
+// (relative error below 1e-5) and bf16 (below 1e-2: the composition rounds silu * up to bf16
+// before the fp32 product by probs, the kernel rounds once), on the vectorised path (ffn a
+// multiple of 8), the scalar path (ffn not a multiple of 8, or a misaligned gate_up), one and
+// three rows, no rows, and a non-contiguous incoming gradient. Then the MoE block with the
+// kernel on and off. Runs on the GPU machine (label "gpu").
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include "harness/engine/device_runtime.hpp"
+#include "workloads/moe/moe_fused_ops.hpp"
+#include "workloads/moe/moe_model.hpp"
+
+namespace shardbench {
+namespace {
+
+const at::Device kCuda(at::kCUDA, 0);
+
+at::TensorOptions on_gpu(at::ScalarType t) { return at::TensorOptions().device(kCuda).dtype(t); }
+
+// ||a - b|| / ||b|| in fp64 (0 when both are empty).
+double rel_err(const at::Tensor& a, const at::Tensor& b) {
+  if (b.numel() == 0) return 0.0;
+  const auto a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
+  return (a64 - b64).norm().item<double>() / std::max(1e-30, b64.norm().item<double>());
+}
+
+// The MoE model's ATen composition (moe_model.cpp weighted_swiglu without the kernel).
+at::Tensor aten_weighted_swiglu(const at::Tensor& g, const at::Tensor& probs, int64_t ffn) {
+  const at::Tensor act = at::silu(g.narrow(-1, 0, ffn)) * g.narrow(-1, ffn, ffn);
+  return (act.to(at::kFloat) * probs.unsqueeze(-1)).to(g.scalar_type());
+}
+
+struct Result {
+  at::Tensor out, d_gate_up, d_probs;
+};
+
+// Forward and both gradients for `upstream` (d out).
+template <typename Fn>
+Result run(Fn&& fn, const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn,
+           const at::Tensor& upstream) {
+  at::Tensor g = gate_up.detach().clone().requires_grad_(true);
+  at::Tensor p = probs.detach().clone().requires_grad_(true);
+  Result r;
+  r.out = fn(g, p, ffn);
+  const auto grads = torch::autograd::grad({r.out}, {g, p}, {upstream});
+  r.d_gate_up = grads[0];
+  r.d_probs = grads[1];
+  return r;
+}
+
+class MoeFusedOpsGpu : public ::testing::TestWithParam<at::ScalarType> {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    if (!moe_fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
+    at::manual_seed(11);
+  }
+  at::ScalarType dtype() const { return GetParam(); }
+  double tol() const { return dtype() == at::kFloat ? 1e-5 : 1e-2; }
+
+  void expect_matches(int64_t rows, int64_t ffn, bool strided_upstream = false) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + ", ffn " + std::to_string(ffn));
+    const at::Tensor gate_up = (at::randn({rows, 2 * ffn}, on_gpu(at::kFloat)) * 2).to(dtype());
+    const at::Tensor probs = at::rand({rows}, on_gpu(at::kFloat));
+    at::Tensor upstream = at::randn({rows, ffn}, on_gpu(at::kFloat)).to(dtype());
+    if (strided_upstream) upstream = at::randn({ffn, rows}, on_gpu(at::kFloat)).to(dtype()).t();
+    ASSERT_TRUE(moe_fused::supports(gate_up, probs, ffn));
+    const Result ref = run(aten_weighted_swiglu, gate_up, probs, ffn, upstream);
+    const Result got = run(moe_fused::weighted_swiglu, gate_up, probs, ffn, upstream);
+    EXPECT_EQ(got.out.sizes(), ref.out.sizes());
+    EXPECT_EQ(got.out.scalar_type(), dtype());
+    EXPECT_EQ(got.d_gate_up.scalar_type(), dtype());
+    EXPECT_EQ(got.d_probs.scalar_type(), at::kFloat);
+    EXPECT_EQ(got.d_gate_up.sizes(), gate_up.sizes());
+    EXPECT_EQ(got.d_probs.sizes(), probs.sizes());
+    EXPECT_LT(rel_err(got.out, ref.out), tol());
+    EXPECT_LT(rel_err(got.d_gate_up, ref.d_gate_up), tol());
+    EXPECT_LT(rel_err(got.d_probs, ref.d_probs), tol());
+    if (rows > 0) {
+      EXPECT_GT(ref.out.to(at::kFloat).abs().max().item<double>(), 1e-3);
+    }
+  }
+};
+
+TEST_P(MoeFusedOpsGpu, WeightedSwigluVectorPathMatchesAten) {
+  for (int64_t rows : {1, 3, 1000}) {
+    for (int64_t ffn : {8, 768, 1408}) expect_matches(rows, ffn);
+  }
+}
+
+TEST_P(MoeFusedOpsGpu, WeightedSwigluScalarPathMatchesAten) {
+  for (int64_t rows : {1, 3, 1000}) {
+    for (int64_t ffn : {1, 13, 101}) expect_matches(rows, ffn);  // not multiples of 4 or 8
+  }
+}
+
+TEST_P(MoeFusedOpsGpu, WeightedSwigluNoRows) {
+  expect_matches(0, 768);
+  expect_matches(0, 13);
+}
+
+TEST_P(MoeFusedOpsGpu, WeightedSwigluNonContiguousIncomingGradient) {
+  expect_matches(1000, 768, /*strided_upstream=*/true);
+  expect_matches(3, 13, /*strided_upstream=*/true);
+}
+
+// gate_up contiguous but 2 bytes (bf16) or 4 bytes (fp32) off a 16-byte boundary: the scalar
+// path although ffn is a multiple of 8.
+TEST_P(MoeFusedOpsGpu, WeightedSwigluMisalignedInputTakesTheScalarPath) {
+  const int64_t rows = 37, ffn = 64, n = rows * 2 * ffn;
+  const at::Tensor values = (at::randn({n + 1}, on_gpu(at::kFloat)) * 2).to(dtype());
+  const at::Tensor probs = at::rand({rows}, on_gpu(at::kFloat));
+  const at::Tensor upstream = at::randn({rows, ffn}, on_gpu(at::kFloat)).to(dtype());
+  auto run_shifted = [&](auto&& fn) {
+    at::Tensor base = values.clone().requires_grad_(true);
+    at::Tensor p = probs.clone().requires_grad_(true);
+    const at::Tensor gate_up = base.narrow(0, 1, n).view({rows, 2 * ffn});
+    EXPECT_TRUE(gate_up.is_contiguous());
+    EXPECT_NE(reinterpret_cast<uintptr_t>(gate_up.data_ptr()) % 16, 0u);
+    EXPECT_TRUE(moe_fused::supports(gate_up, p, ffn));
+    Result r;
+    r.out = fn(gate_up, p, ffn);
+    const auto grads = torch::autograd::grad({r.out}, {base, p}, {upstream});
+    r.d_gate_up = grads[0].narrow(0, 1, n).view({rows, 2 * ffn});
+    r.d_probs = grads[1];
+    return r;
+  };
+  const Result ref = run_shifted(aten_weighted_swiglu);
+  const Result got = run_shifted(moe_fused::weighted_swiglu);
+  EXPECT_LT(rel_err(got.out, ref.out), tol());
+  EXPECT_LT(rel_err(got.d_gate_up, ref.d_gate_up), tol());
+  EXPECT_LT(rel_err(got.d_probs, ref.d_probs), tol());
+}
+
+TEST_P(MoeFusedOpsGpu, WeightedSwigluWithoutProbsGradient) {
+  const int64_t rows = 64, ffn = 96;
+  const at::Tensor gate_up = at::randn({rows, 2 * ffn}, on_gpu(dtype())).requires_grad_(true);
+  const at::Tensor probs = at::rand({rows}, on_gpu(at::kFloat));  // no grad
+  const at::Tensor out = moe_fused::weighted_swiglu(gate_up, probs, ffn);
+  const at::Tensor ref = aten_weighted_swiglu(gate_up, probs, ffn);
+  const at::Tensor up = at::randn_like(out);
+  const at::Tensor g = torch::autograd::grad({out}, {gate_up}, {up})[0];
+  const at::Tensor g_ref = torch::autograd::grad({ref}, {gate_up}, {up})[0];
+  EXPECT_LT(rel_err(g, g_ref), tol());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, MoeFusedOpsGpu, ::testing::Values(at::kFloat, at::kBFloat16),
+                         [](const auto& info) {
+                           return std::string(info.param == at::kFloat ? "fp32" : "bf16");
+                         });
+
+TEST(MoeFusedOpsGpuSupport, RefusesWhatTheKernelDoesNotTake) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!moe_fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
+  const at::Tensor g = at::randn({4, 16}, on_gpu(at::kBFloat16));
+  const at::Tensor p = at::rand({4}, on_gpu(at::kFloat));
+  EXPECT_TRUE(moe_fused::supports(g, p, 8));
+  EXPECT_FALSE(moe_fused::supports(g, p, 4)) << "last dim is not 2 * ffn";
+  EXPECT_FALSE(moe_fused::supports(g.to(at::kHalf), p, 8)) << "fp16";
+  EXPECT_FALSE(moe_fused::supports(g, p.to(at::kBFloat16), 8)) << "probs not fp32";
+  EXPECT_FALSE(moe_fused::supports(g, p.narrow(0, 0, 3), 8)) << "a prob per row";
+  EXPECT_FALSE(moe_fused::supports(g.t().contiguous().t(), p, 8)) << "non-contiguous";
+  EXPECT_FALSE(moe_fused::supports(g.cpu(), p.cpu(), 8)) << "CPU";
+  EXPECT_THROW(moe_fused::weighted_swiglu(g.to(at::kHalf), p, 8), std::invalid_argument);
+}
+
+// The MoE block with the kernel on (grouped GEMM in bf16 on Hopper, else the loop) computes what
+// it computes with ATen's weighted SwiGLU, within bf16 rounding, outputs and gradients.
+TEST(MoeFusedOpsGpuBlock, KernelOnMatchesKernelOff) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!moe_fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
+  MoeDims d;
+  d.num_layers = 2;
+  d.first_k_dense_replace = 1;
+  d.hidden = 256;
+  d.ffn = 512;
+  d.heads = 4;
+  d.kv_heads = 2;
+  d.head_dim = 64;
+  d.vocab = 512;
+  d.seq_length = 128;
+  d.num_experts = 16;
+  d.moe_ffn_hidden = 128;
+  d.router_topk = 4;
+  d.init_std = 0.05;
+  MoeSpec spec(d);
+  const auto specs = spec.param_specs(1);
+  std::vector<at::Tensor> params;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    at::Tensor p = at::empty(specs[i].shape, at::TensorOptions().dtype(at::kFloat));
+    spec.init_param_part(specs[i], static_cast<int64_t>(i), 3, 1, 0, p);
+    params.push_back(p.to(kCuda, at::kBFloat16).requires_grad_(true));
+  }
+  const MoeWeights w = bind_moe_weights(d, 1, 0, params);
+  const MoeBlockWeights& b = w.layers[1].moe;
+  at::manual_seed(5);
+  const at::Tensor h0 = at::randn({2 * d.seq_length, d.hidden}, on_gpu(at::kBFloat16));
+  const at::Tensor probe = at::randn({2 * d.seq_length, d.hidden}, on_gpu(at::kFloat));
+  auto run_block = [&](bool fused) {
+    MoeModel model(d, MoeRouterSettings{}, kCuda);
+    model.set_fused_kernels(fused);
+    EXPECT_EQ(model.fused_kernel_names(at::kBFloat16),
+              fused ? std::vector<std::string>{"weighted_swiglu"} : std::vector<std::string>{});
+    for (const at::Tensor& t : params) t.mutable_grad() = at::Tensor();
+    const at::Tensor h = h0.clone().requires_grad_(true);
+    const at::Tensor out = model.moe_block(b, h, 1, 1.0);
+    (out.to(at::kFloat) * probe).sum().backward();
+    std::vector<at::Tensor> r{out.detach(), h.grad(), b.router.grad()};
+    for (const at::Tensor& t : b.fc1) r.push_back(t.grad());
+    for (const at::Tensor& t : b.fc2) r.push_back(t.grad());
+    return r;
+  };
+  const auto off = run_block(false);
+  const auto on = run_block(true);
+  ASSERT_EQ(on.size(), off.size());
+  for (size_t i = 0; i < on.size(); ++i) {
+    ASSERT_TRUE(on[i].defined() && off[i].defined()) << "tensor " << i;
+    EXPECT_LT(rel_err(on[i], off[i]), 2e-2) << "tensor " << i << " (0 out, 1 d h, 2 d router)";
+  }
+}
+
+}  // namespace
+}  // namespace shardbench

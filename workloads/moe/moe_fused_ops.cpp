@@ -1,0 +1,102 @@
+#include "workloads/moe/moe_fused_ops.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#ifdef SHARDBENCH_CUDA_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+
+#include "kernels/kernels.hpp"
+#endif
+
+namespace shardbench::moe_fused {
+
+bool built() {
+#ifdef SHARDBENCH_CUDA_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool supports(at::ScalarType dtype, const at::Device& device) {
+  return built() && device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kFloat);
+}
+
+bool supports(const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn) {
+  // ffn 0 has no rows to count: the ATen composition handles it.
+  if (!gate_up.defined() || !probs.defined() || ffn <= 0) return false;
+  if (!supports(gate_up.scalar_type(), gate_up.device())) return false;
+  if (gate_up.dim() < 1 || gate_up.size(-1) != 2 * ffn || !gate_up.is_contiguous()) return false;
+  return probs.scalar_type() == at::kFloat && probs.device() == gate_up.device() &&
+         probs.numel() == gate_up.numel() / (2 * ffn);
+}
+
+#ifdef SHARDBENCH_CUDA_KERNELS
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+kernels::DType kdtype(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 ? kernels::DType::kBFloat16 : kernels::DType::kFloat32;
+}
+
+kernels::Stream stream_of(const at::Tensor& t) {
+  return at::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
+
+struct WeightedSwigluFn : torch::autograd::Function<WeightedSwigluFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up,
+                            const at::Tensor& probs, int64_t ffn) {
+    if (!supports(gate_up, probs, ffn)) {
+      throw std::invalid_argument(
+          "fused op: weighted_swiglu needs a contiguous bf16 or fp32 CUDA [..., 2 * ffn] and fp32 "
+          "probs with one value per row (ffn " +
+          std::to_string(ffn) + ")");
+    }
+    auto sizes = gate_up.sizes().vec();
+    sizes.back() = ffn;
+    at::Tensor out = at::empty(sizes, gate_up.options());
+    const at::Tensor p = probs.contiguous();
+    const int64_t rows = gate_up.numel() / (2 * ffn);
+    kernels::weighted_swiglu_forward(gate_up.data_ptr(), p.data_ptr<float>(), out.data_ptr(),
+                                     kdtype(gate_up), rows, ffn, stream_of(gate_up));
+    ctx->save_for_backward({gate_up, p});
+    ctx->saved_data["ffn"] = ffn;
+    ctx->saved_data["probs_sizes"] = probs.sizes().vec();
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& gate_up = saved[0];
+    const at::Tensor& p = saved[1];
+    const int64_t ffn = ctx->saved_data["ffn"].toInt();
+    const int64_t rows = gate_up.numel() / (2 * ffn);
+    const at::Tensor d_out = grads[0].to(gate_up.scalar_type()).contiguous();
+    at::Tensor d_gate_up = at::empty_like(gate_up);
+    at::Tensor d_probs = at::empty({rows}, p.options());
+    kernels::weighted_swiglu_backward(d_out.data_ptr(), gate_up.data_ptr(), p.data_ptr<float>(),
+                                      d_gate_up.data_ptr(), d_probs.data_ptr<float>(),
+                                      kdtype(gate_up), rows, ffn, stream_of(gate_up));
+    return {d_gate_up, d_probs.view(ctx->saved_data["probs_sizes"].toIntVector()), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor weighted_swiglu(const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn) {
+  return WeightedSwigluFn::apply(gate_up, probs, ffn);
+}
+
+#else  // no kernels built: callers check supports() first
+
+at::Tensor weighted_swiglu(const at::Tensor&, const at::Tensor&, int64_t) {
+  throw std::logic_error("shardbench was built without its CUDA kernels (no nvcc at configure)");
+}
+
+#endif
+
+}  // namespace shardbench::moe_fused

@@ -1,0 +1,33 @@
+// The MoE workload's fused GPU operations as autograd functions, over shardbench's CUDA kernels
+// (kernels/kernels.hpp), as workloads/llama/fused_ops.hpp does for the Llama workload. The MoE
+// model uses them on CUDA tensors when the kernels are built and `shardbench.fused_kernels` is
+// on (MoeModel::set_fused_kernels), and its ATen composition everywhere else (CPU runs, other
+// dtypes).
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/ATen.h>
+
+namespace shardbench::moe_fused {
+
+// True when the kernels were built (nvcc found at configure time).
+bool built();
+
+// True when weighted_swiglu() takes (gate_up, probs, ffn): the kernels built, gate_up a
+// contiguous bf16 or fp32 CUDA tensor [..., 2 * ffn], probs fp32 on the same device with one
+// value per row of gate_up.
+bool supports(const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn);
+// Whether the weighted SwiGLU kernel runs on `dtype` tensors of `device` (supports() then holds
+// for every contiguous gate_up of that dtype and fp32 probs).
+bool supports(at::ScalarType dtype, const at::Device& device);
+
+// Megatron-LM's weighted_bias_swiglu_impl without bias
+// (megatron/core/fusions/fused_bias_swiglu.py): silu(gate) * up * probs[row] for gate_up = [..., 2
+// * ffn] laid out [gate | up] and probs fp32 with one value per row; the output [..., ffn] in
+// gate_up's dtype. fp32 math, one rounding. Backward gives gate_up's gradient and probs' (fp32, a
+// sum over each row); only gate_up and probs are kept for it. Throws std::invalid_argument where
+// supports() is false.
+at::Tensor weighted_swiglu(const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn);
+
+}  // namespace shardbench::moe_fused
