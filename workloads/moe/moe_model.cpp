@@ -585,14 +585,9 @@ at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x
     for (size_t i = 0; i < ends.size(); ++i)
       ends[i] = static_cast<int32_t>(end += rows_per_expert[i]);
     const at::Tensor offs = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(x.device());
-<<<<<<< HEAD
     const at::Tensor g =
         at::_grouped_mm(x.contiguous(), stacked_experts(w.fc1).transpose(1, 2), offs);
-    const at::Tensor act = weighted_swiglu(g, probs, f).contiguous();
-=======
-    const at::Tensor g = at::_grouped_mm(x.contiguous(), stacked_experts(w.fc1).transpose(1, 2), offs);
     const at::Tensor act = weighted_swiglu(g, probs, f, fused_kernels_).contiguous();
->>>>>>> weighted-swiglu
     return at::_grouped_mm(act, stacked_experts(w.fc2).transpose(1, 2), offs);
   }
   // A matmul per expert, an expert without rows included (its weights get a zero gradient).
