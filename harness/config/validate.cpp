@@ -75,8 +75,8 @@ void moe_model_kernels(Rules& r) {
   if (!r.c.model.num_moe_experts.has_value()) return;
   std::vector<std::string> changed;
   for (const char* key :
-       {"model.apply_rope_fusion", "model.cross_entropy_loss_fusion", "model.moe_router_fusion",
-        "model.moe_permute_fusion", "model.gradient_accumulation_fusion"}) {
+       {"model.apply_rope_fusion", "model.moe_router_fusion", "model.moe_permute_fusion",
+        "model.gradient_accumulation_fusion"}) {
     if (r.force(key, false, "moe_model_kernels (the MoE model has no fused kernel for it)")) {
       changed.push_back(key);
     }
@@ -85,9 +85,9 @@ void moe_model_kernels(Rules& r) {
     std::string keys;
     for (const std::string& k : changed) keys += (keys.empty() ? "" : ", ") + k;
     r.notice("mixture of experts: " + keys +
-             " set to false (the MoE model's RoPE, cross-entropy, router and permutes are ATen "
-             "ops, its weight gradients go through autograd; its experts use at::_grouped_mm "
-             "where the device allows)");
+             " set to false (the MoE model's RoPE, router and permutes are ATen ops, its weight "
+             "gradients go through autograd; its experts use at::_grouped_mm where the device "
+             "allows, and its cross-entropy and weighted SwiGLU shardbench's kernels)");
   }
 }
 

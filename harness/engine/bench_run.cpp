@@ -73,7 +73,6 @@ OutOfMemoryAttempt out_of_memory_attempt(const c10::OutOfMemoryError& e, int64_t
   const std::string what = e.what_without_backtrace();
   a.error = what.substr(0, what.find('\n'));
   const AllocatorSnapshot s = allocator_snapshot(ctx.device, "out_of_memory", ctx.rank);
-  a.allocated_bytes = s.allocated_bytes;
   a.max_allocated_bytes = s.max_allocated_bytes;
   a.device_total_bytes = device_total_bytes(ctx.device);
   return a;

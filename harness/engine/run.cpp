@@ -78,8 +78,7 @@ RunRecord run_fitting(const PlannedRun& planned, nlohmann::json provenance,
     if (ctx.rank == 0) {
       constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
       char figures[96];
-      std::snprintf(figures, sizeof figures, "%.2f GiB allocated, peak %.2f of %.2f GiB",
-                    static_cast<double>(oom.allocated_bytes) / kGiB,
+      std::snprintf(figures, sizeof figures, "allocator peak %.2f of %.2f GiB",
                     static_cast<double>(oom.max_allocated_bytes) / kGiB,
                     static_cast<double>(oom.device_total_bytes) / kGiB);
       std::cout << "perf-launch: " << rec.label

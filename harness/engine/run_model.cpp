@@ -37,6 +37,7 @@ void build_moe(RunModel& m, const ConfigContainer& config, const WorkerContext& 
   if (!config.model.moe_grouped_gemm) moe->force_experts_path(MoeExpertsPath::kLoop);
   // The routed experts' weighted SwiGLU kernel (docs/moe.md), within shardbench.fused_kernels.
   moe->set_fused_kernels(config.shardbench.fused_kernels);
+  moe->set_fused_cross_entropy(config.model.cross_entropy_loss_fusion);
   moe->set_token_dropping(config.model.moe_expert_capacity_factor,
                           config.model.moe_token_drop_policy == "position"
                               ? MoeDropPolicy::kPosition

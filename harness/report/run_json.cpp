@@ -550,7 +550,6 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
     for (const OutOfMemoryAttempt& a : run.out_of_memory) {
       attempts.push_back({{"micro_batch_size", a.micro_batch_size},
                           {"error", a.error},
-                          {"allocated_bytes", a.allocated_bytes},
                           {"max_allocated_bytes", a.max_allocated_bytes},
                           {"device_total_bytes", a.device_total_bytes}});
     }

@@ -49,8 +49,7 @@ struct AllocatorSnapshot {
 struct OutOfMemoryAttempt {
   int64_t micro_batch_size = 0;
   std::string error;                // the allocator's message, its first line
-  int64_t allocated_bytes = 0;      // allocated when it failed
-  int64_t max_allocated_bytes = 0;  // the peak since the run's engine was built
+  int64_t max_allocated_bytes = 0;  // the allocator's peak since the run's engine was built
   int64_t device_total_bytes = 0;   // the device's whole memory
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -20,6 +21,7 @@
 
 #include "harness/measure/nvtx.hpp"
 #include "harness/parallel/process_group.hpp"
+#include "workloads/llama/fused_ops.hpp"
 #include "workloads/moe/moe_fused_ops.hpp"
 
 namespace shardbench {
@@ -28,6 +30,9 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 namespace {
+
+// at::cross_entropy_loss's and the fused kernel's ignore_index: a label that counts for nothing.
+constexpr int64_t kIgnoredLabel = -100;
 
 [[noreturn]] void refuse(const std::string& what) { throw std::invalid_argument(what); }
 
@@ -134,6 +139,87 @@ int64_t sum_except(const std::vector<int64_t>& v, size_t skip) {
   int64_t s = 0;
   for (size_t i = 0; i < v.size(); ++i) s += i == skip ? 0 : v[i];
   return s;
+}
+
+// Dispatch and combine without atomic adds (docs/moe.md, "Permute and unpermute"). The routed
+// rows are in expert-major order; token_of_row [R] names each row's token, and row_of_slot
+// [T * slots] names the row of each of a token's slots (R, an extra zero row, for a slot a
+// dropped token leaves empty). Dispatch gathers the tokens' rows; combine gathers each token's
+// rows and sums them. Each is the other's adjoint, so both directions are gathers and sums: no
+// scatter-add whose atomics collide where a token's k rows meet (ATen's index_add backward).
+struct TokenRows {
+  at::Tensor token_of_row;  // [R] int64
+  at::Tensor row_of_slot;   // [T * slots] int64
+  int64_t tokens = 0;
+  int64_t slots = 0;
+  bool padded = false;  // some slot is empty: row_of_slot names row R
+};
+
+// sum over a token's slots of rows[row_of_slot]: [T, h].
+at::Tensor sum_slots(const at::Tensor& rows, const TokenRows& tr) {
+  const at::Tensor src =
+      tr.padded ? at::cat({rows, at::zeros({1, rows.size(1)}, rows.options())}) : rows;
+  return src.index_select(0, tr.row_of_slot).view({tr.tokens, tr.slots, rows.size(1)}).sum(1);
+}
+
+struct DispatchRowsFn : torch::autograd::Function<DispatchRowsFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
+                            const at::Tensor& token_of_row, const at::Tensor& row_of_slot,
+                            int64_t slots, bool padded) {
+    ctx->save_for_backward({token_of_row, row_of_slot});
+    ctx->saved_data["slots"] = slots;
+    ctx->saved_data["padded"] = padded;
+    ctx->saved_data["tokens"] = h.size(0);
+    return h.index_select(0, token_of_row);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    TokenRows tr{saved[0], saved[1], ctx->saved_data["tokens"].toInt(),
+                 ctx->saved_data["slots"].toInt(), ctx->saved_data["padded"].toBool()};
+    return {sum_slots(grads[0].contiguous(), tr), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+struct CombineRowsFn : torch::autograd::Function<CombineRowsFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& rows,
+                            const at::Tensor& token_of_row, const at::Tensor& row_of_slot,
+                            int64_t tokens, int64_t slots, bool padded) {
+    ctx->save_for_backward({token_of_row});
+    return sum_slots(rows, TokenRows{token_of_row, row_of_slot, tokens, slots, padded});
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor token_of_row = ctx->get_saved_variables()[0];
+    return {grads[0].index_select(0, token_of_row), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
+  }
+};
+
+// The slots of each token from a [T, E] routing map with at most `slots` experts per token, for
+// `rows` routed rows in expert-major order (experts in order, tokens in order inside one): on the
+// device, no host sync.
+TokenRows token_rows(const at::Tensor& routing_map, const at::Tensor& token_of_row, int64_t rows,
+                     int64_t slots) {
+  const int64_t t = routing_map.size(0);
+  const at::Tensor map = routing_map.to(at::kLong);
+  // Each (token, expert) pair's expert-major row: the expert's first row plus the pair's place
+  // among the expert's tokens.
+  const at::Tensor per_expert = map.sum(0);
+  const at::Tensor expert_start = per_expert.cumsum(0) - per_expert;
+  const at::Tensor place = map.cumsum(0) - 1;
+  const at::Tensor pairs = at::nonzero_static(routing_map, rows);  // token-major (token, expert)
+  const at::Tensor tok = pairs.select(1, 0), exp = pairs.select(1, 1);
+  const at::Tensor row = place.index({tok, exp}) + expert_start.index_select(0, exp);
+  // Each pair's slot: its token's first slot plus its place among the token's pairs.
+  const at::Tensor per_token = map.sum(1);
+  const at::Tensor token_start = per_token.cumsum(0) - per_token;
+  const at::Tensor slot =
+      tok * slots + at::arange(rows, tok.options()) - token_start.index_select(0, tok);
+  at::Tensor row_of_slot = at::full({t * slots}, rows, tok.options());
+  row_of_slot.index_copy_(0, slot, row);
+  return {token_of_row, row_of_slot, t, slots, rows < t * slots};
 }
 
 // Rows cut in chunk order `from` (sizes[c]) and put together in the order `order` lists.
@@ -602,8 +688,13 @@ at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x
 }
 
 std::vector<std::string> MoeModel::fused_kernel_names(at::ScalarType dtype) const {
-  if (fused_kernels_ && moe_fused::supports(dtype, device_)) return {"weighted_swiglu"};
-  return {};
+  std::vector<std::string> names;
+  if (fused_kernels_ && moe_fused::supports(dtype, device_)) names.push_back("weighted_swiglu");
+  if (fused_kernels_ && fused_cross_entropy_ && fused::built() && device_.is_cuda() &&
+      (dtype == at::kBFloat16 || dtype == at::kFloat)) {
+    names.push_back("cross_entropy");
+  }
+  return names;
 }
 
 at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& h,
@@ -635,7 +726,14 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   // Permute: rows in expert-major order, token order inside an expert.
   const at::Tensor nz = at::nonzero_static(routing.routing_map.t(), rows);
   const at::Tensor expert_of_row = nz.select(1, 0), token_of_row = nz.select(1, 1);
-  at::Tensor x = h.index_select(0, token_of_row);
+  // Padding to capacity can route a token to every expert; otherwise it has at most k rows.
+  const std::optional<TokenRows> slots =
+      pad_to_capacity_ ? std::nullopt
+                       : std::optional<TokenRows>(
+                             token_rows(routing.routing_map, token_of_row, rows, dims_.router_topk));
+  at::Tensor x = slots ? DispatchRowsFn::apply(h, token_of_row, slots->row_of_slot, slots->slots,
+                                               slots->padded)
+                       : h.index_select(0, token_of_row);
   at::Tensor p = routing.probs.reshape(-1).index_select(0, token_of_row * e_all + expert_of_row);
   at::Tensor y;
   if (!ep_) {
@@ -683,6 +781,10 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   }
   // Unpermute: each token sums its k experts' rows (the probs were applied in the experts).
   nvtx::Range range(kCombineLabel);
+  if (slots) {
+    return CombineRowsFn::apply(y, token_of_row, slots->row_of_slot, t, slots->slots,
+                                slots->padded);
+  }
   return at::zeros({t, h.size(1)}, y.options()).index_add(0, token_of_row, y);
 }
 
@@ -812,6 +914,15 @@ at::Tensor MoeModel::layer_forward(const MoeLayerWeights& w, const at::Tensor& x
   return x1 + out.view(x1.sizes());
 }
 
+at::Tensor MoeModel::lm_loss(const at::Tensor& logits, const at::Tensor& labels) const {
+  const at::Tensor flat = logits.reshape({-1, dims_.vocab});
+  if (fused_kernels_ && fused_cross_entropy_ && fused::supports(flat)) {
+    // The logits feed nothing but the loss: their gradient may overwrite them.
+    return fused::cross_entropy(flat.contiguous(), labels.reshape({-1}), /*grad_in_place=*/true);
+  }
+  return at::cross_entropy_loss(flat.to(at::kFloat), labels.reshape({-1}));
+}
+
 at::Tensor MoeModel::forward_loss(const std::vector<at::Tensor>& params, const at::Tensor& tokens,
                                   const at::Tensor& labels, ModuleHooks* hooks,
                                   double backward_scale) const {
@@ -841,8 +952,7 @@ at::Tensor MoeModel::forward_loss(const MoeWeights& w, const at::Tensor& tokens,
     if (hooks) hooks->pre_forward(head);
     const at::Tensor logits =
         at::linear(at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps), w.output);
-    at::Tensor loss =
-        at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat), labels.reshape({-1}));
+    at::Tensor loss = lm_loss(logits, labels);
     if (hooks) loss = hooks->post_forward(head, loss);
     return loss;
   }
@@ -857,8 +967,7 @@ at::Tensor MoeModel::forward_loss(const MoeWeights& w, const at::Tensor& tokens,
     hidden = AuxLossScaler::apply(hidden, mtp, backward_scale);
   }
   const at::Tensor logits = at::linear(hidden, w.output);
-  at::Tensor loss =
-      at::cross_entropy_loss(logits.view({-1, d.vocab}).to(at::kFloat), labels.reshape({-1}));
+  at::Tensor loss = lm_loss(logits, labels);
   if (hooks) loss = hooks->post_forward(head, loss);
   return loss;
 }
@@ -924,9 +1033,8 @@ at::Tensor MoeModel::mtp_loss(const MoeWeights& w, const at::Tensor& hidden,
     lab = roll_left(lab);
     mask = roll_left(mask);
     const at::Tensor logits = at::linear(states[static_cast<size_t>(k)], w.output);
-    const at::Tensor ce = at::cross_entropy_loss(logits.reshape({-1, d.vocab}).to(at::kFloat),
-                                                 lab.reshape({-1}), {}, at::Reduction::None);
-    const at::Tensor loss = (ce * mask.reshape({-1})).sum() / mask.sum().clamp_min(1.0);
+    // The mean over the positions the mask keeps: the rolled-in ones are ignored (-100).
+    const at::Tensor loss = lm_loss(logits, lab.masked_fill(mask == 0, kIgnoredLabel));
     mtp_losses_[static_cast<size_t>(k)] += loss.detach();
     total = total + loss * scale;
   }

@@ -187,9 +187,16 @@ class MoeModel final : public TrainableModel {
   // kernel (workloads/moe/moe_fused_ops.hpp) on CUDA bf16 / fp32 tensors, ATen's ops elsewhere.
   // Off by default (as LlamaModel's).
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
+  // model.cross_entropy_loss_fusion, within shardbench.fused_kernels: the loss runs shardbench's
+  // cross-entropy kernel on the bf16 logits (workloads/llama/fused_ops.hpp) instead of ATen's on
+  // an fp32 copy of them.
+  void set_fused_cross_entropy(bool on) { fused_cross_entropy_ = on; }
   bool fused_kernels() const { return fused_kernels_; }
   // The kernels that run on `dtype` tensors on this model's device: {"weighted_swiglu"} or none.
   std::vector<std::string> fused_kernel_names(at::ScalarType dtype) const;
+
+  // The mean cross-entropy of logits [..., V] against labels (-100: ignored), fused or ATen's.
+  at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& labels) const;
 
   at::Tensor forward_loss(const std::vector<at::Tensor>& params, const at::Tensor& tokens,
                           const at::Tensor& labels, ModuleHooks* hooks,
@@ -273,6 +280,7 @@ class MoeModel final : public TrainableModel {
   bool pad_to_capacity_ = false;
   std::optional<MoeExpertsPath> forced_path_;
   bool fused_kernels_ = false;
+  bool fused_cross_entropy_ = false;
   std::vector<at::Tensor> expert_bias_;  // fp32 [E] per MoE layer
   std::vector<at::Tensor> bias_counts_;  // fp32 [E] per MoE layer (mutated in forward)
   std::shared_ptr<ProcessGroup> bias_group_;
