@@ -196,10 +196,11 @@ int64_t moe_first_local_expert(const MoeDims& d, int ep, int ep_rank) {
   return static_cast<int64_t>(ep_rank) * local;
 }
 
-std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, int tp) {
-  validate_moe_dims(d);
-  const int64_t local = moe_local_experts(d, ep);
-  const int64_t first_expert = moe_first_local_expert(d, ep, ep_rank);
+namespace {
+
+// What tensor parallelism over `tp` ranks needs of the MoE model: the MTP layers and MLA are
+// not split, and the split widths divide by tp.
+void check_moe_tensor_parallel(const MoeDims& d, int tp) {
   if (tp < 1) refuse("tensor-parallel size", tp, "accepted 1 or more");
   if (tp > 1) {
     if (d.mtp_num_layers > 0) {
@@ -225,6 +226,15 @@ std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, in
       }
     }
   }
+}
+
+}  // namespace
+
+std::vector<ParamSpec> moe_param_specs(const MoeDims& d, int ep, int ep_rank, int tp) {
+  validate_moe_dims(d);
+  const int64_t local = moe_local_experts(d, ep);
+  const int64_t first_expert = moe_first_local_expert(d, ep, ep_rank);
+  check_moe_tensor_parallel(d, tp);
   // Expert fc2 writes into the residual stream too (scaled_init_std).
   const double scaled_std = scaled_init_std(d.init_std, d.num_layers);
   std::vector<ParamSpec> specs;
