@@ -6,9 +6,10 @@
 // [h, F]) over `tokens` x top-k rows spread evenly over `experts` experts, as two grouped GEMMs;
 // BM_DenseSameFlops/<tokens>: the same rows through one fc1 and one fc2 matmul (what the grouped
 // GEMM is held to: at least 85% of its TFLOP/s). Counter TFLOPs: the GEMMs' FLOPs per second.
-// BM_MoeBlock/<flat>: the moe_bench_3b layer's MoE block (hidden 2048, 64 experts of 768, top-8,
-// 4096 tokens), forward and backward, its weights in separate tensors (0) or back to back in one
-// buffer as the engine places them (1); BM_MoeBlockExpertsOnly: its two grouped GEMMs with the
+// BM_MoeBlock/flat/fused: the moe_bench_3b layer's MoE block (hidden 2048, 64 experts of 768,
+// top-8, 4096 tokens), forward and backward, its weights in separate tensors (flat 0) or back to
+// back in one buffer as the engine places them (flat 1), with ATen's ops (fused 0) or the model's
+// fused kernels as a run takes them (fused 1); BM_MoeBlockExpertsOnly: its two grouped GEMMs with the
 // block's row counts, forward and backward. Their difference is the router, permute and
 // unpermute (the bar: at most 15% of the block).
 // BM_WeightedSwiglu/<ffn>/<fused>: the routed experts' probability-weighted SwiGLU on 32768 rows
@@ -129,6 +130,10 @@ void BM_MoeBlock(benchmark::State& state) {
   const MoeWeights w = bind_moe_weights(d, 1, 0, params);
   const int64_t layer = d.first_k_dense_replace;
   MoeModel model(d, find_moe_model("moe_bench_3b").router, at::Device(at::kCUDA, 0));
+  // state.range(1) = 1: shardbench's kernels where the model has them (the weighted SwiGLU), as
+  // a run with shardbench.fused_kernels=true takes them; 0: ATen's ops.
+  const bool fused = state.range(1) == 1;
+  model.set_fused_kernels(fused);
   const at::Tensor h = at::randn({d.seq_length, d.hidden}, kBf16).requires_grad_(true);
   const at::Tensor probe = at::randn({d.seq_length, d.hidden}, kBf16);
   time_on_gpu(state, [&] {
@@ -138,7 +143,8 @@ void BM_MoeBlock(benchmark::State& state) {
   });
   const bool view = experts_back_to_back(w.layers[static_cast<size_t>(layer)].moe.fc1);
   state.SetLabel(std::string(to_string(model.experts_path(at::kBFloat16))) +
-                 (view ? ", weights viewed" : ", weights stacked"));
+                 (view ? ", weights viewed" : ", weights stacked") +
+                 (fused ? ", fused kernels" : ", ATen ops"));
 }
 
 void BM_MoeBlockExpertsOnly(benchmark::State& state) {
@@ -199,7 +205,11 @@ BENCHMARK(BM_GroupedExperts)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DenseSameFlops)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_MoeBlock)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MoeBlock)
+    ->ArgNames({"flat", "fused"})
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MoeBlockExpertsOnly)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_WeightedSwiglu)
     ->ArgNames({"ffn", "fused"})
