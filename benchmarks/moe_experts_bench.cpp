@@ -9,8 +9,8 @@
 // BM_MoeBlock/flat/fused: the moe_bench_3b layer's MoE block (hidden 2048, 64 experts of 768,
 // top-8, 4096 tokens), forward and backward, its weights in separate tensors (flat 0) or back to
 // back in one buffer as the engine places them (flat 1), with ATen's ops (fused 0) or the model's
-// fused kernels as a run takes them (fused 1); BM_MoeBlockExpertsOnly: its two grouped GEMMs with the
-// block's row counts, forward and backward. Their difference is the router, permute and
+// fused kernels as a run takes them (fused 1); BM_MoeBlockExpertsOnly: its two grouped GEMMs with
+// the block's row counts, forward and backward. Their difference is the router, permute and
 // unpermute (the bar: at most 15% of the block).
 // BM_WeightedSwiglu/<ffn>/<fused>: the routed experts' probability-weighted SwiGLU on 32768 rows
 // of [gate | up] bf16 with fp32 probs, forward and backward (d gate_up and d probs): shardbench's
