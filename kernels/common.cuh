@@ -1,6 +1,8 @@
 // Shared device helpers of shardbench's kernels.
 #pragma once
 
+#include <initializer_list>
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -45,5 +47,33 @@ struct alignas(16) Vec {
 };
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// The device's streaming multiprocessors (132 if the runtime cannot say).
+inline int sm_count() {
+  int sms = 132;
+  int dev = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess) {
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  }
+  return sms;
+}
+
+// Blocks of `threads_per_block` for `work` threads of a grid-stride loop: enough to cover the
+// work, at most `per_sm` blocks per SM, at least one.
+inline int grid_stride_blocks(int64_t work, int threads_per_block, int per_sm) {
+  const int64_t needed = (work + threads_per_block - 1) / threads_per_block;
+  const int64_t cap = int64_t(sm_count()) * per_sm;
+  return static_cast<int>(needed < cap ? (needed > 0 ? needed : 1) : cap);
+}
+
+// Whether rows of `width` elements of T at these pointers can be read as 16-byte vectors.
+template <typename T>
+bool vectorizable(int64_t width, std::initializer_list<const void*> ptrs) {
+  if (width % vec_elems<T>() != 0) return false;
+  for (const void* p : ptrs) {
+    if (!aligned16(p)) return false;
+  }
+  return true;
+}
 
 }  // namespace shardbench::kernels::detail

@@ -90,25 +90,8 @@ __global__ void swiglu_bwd_kernel(const T* __restrict__ d_out, const T* __restri
   }
 }
 
-int blocks_for(int64_t work) {
-  int sms = 132;
-  int dev = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess) {
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  }
-  const int64_t needed = (work + kThreads - 1) / kThreads;
-  const int64_t cap = int64_t(sms) * 16;
-  return static_cast<int>(needed < cap ? (needed > 0 ? needed : 1) : cap);
-}
-
-template <typename T>
-bool vec_ok(int64_t ffn, std::initializer_list<const void*> ptrs) {
-  if (ffn % vec_elems<T>() != 0) return false;
-  for (const void* p : ptrs) {
-    if (!detail::aligned16(p)) return false;
-  }
-  return true;
-}
+// Grid-stride loops: at most 16 blocks of kThreads per SM.
+int blocks_for(int64_t work) { return detail::grid_stride_blocks(work, kThreads, 16); }
 
 template <typename T>
 void fwd(const void* gate_up, void* out, int64_t rows, int64_t ffn, Stream stream) {
@@ -116,7 +99,7 @@ void fwd(const void* gate_up, void* out, int64_t rows, int64_t ffn, Stream strea
   const auto* g = static_cast<const T*>(gate_up);
   auto* o = static_cast<T*>(out);
   constexpr int W = vec_elems<T>();
-  if (vec_ok<T>(ffn, {gate_up, out})) {
+  if (detail::vectorizable<T>(ffn, {gate_up, out})) {
     swiglu_fwd_kernel<T, W><<<blocks_for(rows * ffn / W), kThreads, 0, stream>>>(g, o, rows, ffn);
   } else {
     swiglu_fwd_kernel<T, 1><<<blocks_for(rows * ffn), kThreads, 0, stream>>>(g, o, rows, ffn);
@@ -132,7 +115,7 @@ void bwd(const void* d_out, const void* gate_up, void* d_gate_up, int64_t rows, 
   const auto* g = static_cast<const T*>(gate_up);
   auto* dg = static_cast<T*>(d_gate_up);
   constexpr int W = vec_elems<T>();
-  if (vec_ok<T>(ffn, {d_out, gate_up, d_gate_up})) {
+  if (detail::vectorizable<T>(ffn, {d_out, gate_up, d_gate_up})) {
     swiglu_bwd_kernel<T, W>
         <<<blocks_for(rows * ffn / W), kThreads, 0, stream>>>(d, g, dg, rows, ffn);
   } else {

@@ -116,30 +116,8 @@ __global__ void weighted_swiglu_bwd_kernel(const T* __restrict__ d_out,
   }
 }
 
-int sm_count() {
-  int sms = 132;
-  int dev = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess) {
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  }
-  return sms;
-}
-
-// Blocks for `threads` threads of work, at most 16 blocks per SM (the loops are grid-stride).
-int blocks_for(int64_t threads) {
-  const int64_t needed = (threads + kThreads - 1) / kThreads;
-  const int64_t cap = int64_t(sm_count()) * 16;
-  return static_cast<int>(needed < cap ? (needed > 0 ? needed : 1) : cap);
-}
-
-template <typename T>
-bool vec_ok(int64_t ffn, std::initializer_list<const void*> ptrs) {
-  if (ffn % vec_elems<T>() != 0) return false;
-  for (const void* p : ptrs) {
-    if (!detail::aligned16(p)) return false;
-  }
-  return true;
-}
+// Grid-stride loops: at most 16 blocks of kThreads per SM.
+int blocks_for(int64_t work) { return detail::grid_stride_blocks(work, kThreads, 16); }
 
 template <typename T>
 void fwd(const void* gate_up, const float* probs, void* out, int64_t rows, int64_t ffn,
@@ -148,7 +126,7 @@ void fwd(const void* gate_up, const float* probs, void* out, int64_t rows, int64
   const auto* g = static_cast<const T*>(gate_up);
   auto* o = static_cast<T*>(out);
   constexpr int W = vec_elems<T>();
-  if (vec_ok<T>(ffn, {gate_up, out})) {
+  if (detail::vectorizable<T>(ffn, {gate_up, out})) {
     weighted_swiglu_fwd_kernel<T, W>
         <<<blocks_for(rows * ffn / W), kThreads, 0, stream>>>(g, probs, o, rows, ffn);
   } else {
@@ -167,7 +145,7 @@ void bwd(const void* d_out, const void* gate_up, const float* probs, void* d_gat
   auto* dg = static_cast<T*>(d_gate_up);
   constexpr int W = vec_elems<T>();
   const int blocks = blocks_for(rows * kWarp);
-  if (vec_ok<T>(ffn, {d_out, gate_up, d_gate_up})) {
+  if (detail::vectorizable<T>(ffn, {d_out, gate_up, d_gate_up})) {
     weighted_swiglu_bwd_kernel<T, W>
         <<<blocks, kThreads, 0, stream>>>(d, g, probs, dg, d_probs, rows, ffn);
   } else {

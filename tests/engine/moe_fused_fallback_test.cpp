@@ -9,6 +9,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "tests/moe_test_dims.hpp"
+#include "workloads/llama/fused_ops.hpp"
 #include "workloads/moe/moe_fused_ops.hpp"
 #include "workloads/moe/moe_model.hpp"
 
@@ -22,8 +23,8 @@ TEST(MoeFusedFallback, SupportsNoCpuTensor) {
   const at::Tensor p = at::rand({4}, kF32);
   EXPECT_FALSE(moe_fused::supports(g, p, 8));
   EXPECT_FALSE(moe_fused::supports(g.to(at::kBFloat16), p, 8));
-  EXPECT_FALSE(moe_fused::supports(at::kFloat, at::Device(at::kCPU)));
-  EXPECT_FALSE(moe_fused::supports(at::kBFloat16, at::Device(at::kCPU)));
+  EXPECT_FALSE(fused::supports(at::kFloat, at::Device(at::kCPU)));
+  EXPECT_FALSE(fused::supports(at::kBFloat16, at::Device(at::kCPU)));
 }
 
 TEST(MoeFusedFallback, KernelSwitchOnCpuRunsAtenBitForBit) {

@@ -13,6 +13,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "harness/engine/device_runtime.hpp"
+#include "workloads/llama/fused_ops.hpp"
 #include "workloads/moe/moe_fused_ops.hpp"
 #include "workloads/moe/moe_model.hpp"
 
@@ -58,7 +59,7 @@ class MoeFusedOpsGpu : public ::testing::TestWithParam<at::ScalarType> {
  protected:
   void SetUp() override {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-    if (!moe_fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
+    if (!fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
     at::manual_seed(11);
   }
   at::ScalarType dtype() const { return GetParam(); }
@@ -157,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MoeFusedOpsGpu, ::testing::Values(at::kFloat, a
 
 TEST(MoeFusedOpsGpuSupport, RefusesWhatTheKernelDoesNotTake) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  if (!moe_fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
+  if (!fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
   const at::Tensor g = at::randn({4, 16}, on_gpu(at::kBFloat16));
   const at::Tensor p = at::rand({4}, on_gpu(at::kFloat));
   EXPECT_TRUE(moe_fused::supports(g, p, 8));
@@ -174,7 +175,7 @@ TEST(MoeFusedOpsGpuSupport, RefusesWhatTheKernelDoesNotTake) {
 // it computes with ATen's weighted SwiGLU, within bf16 rounding, outputs and gradients.
 TEST(MoeFusedOpsGpuBlock, KernelOnMatchesKernelOff) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  if (!moe_fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
+  if (!fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
   MoeDims d;
   d.num_layers = 2;
   d.first_k_dense_replace = 1;

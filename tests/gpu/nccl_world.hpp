@@ -18,9 +18,11 @@ inline ProcessGroups nccl_world1() {
   ProcessGroupOptions po;
   po.backend = CommBackend::kNccl;
   po.device_index = 0;
-  return {ProcessGroup::create(store, "world", 0, 1, po),
-          ProcessGroup::create(store, "ag", 0, 1, po), ProcessGroup::create(store, "rs", 0, 1, po),
-          /*tp=*/nullptr, /*outer=*/nullptr};
+  ProcessGroups pgs;  // no tensor-parallel, outer or expert groups
+  pgs.world = ProcessGroup::create(store, "world", 0, 1, po);
+  pgs.all_gather = ProcessGroup::create(store, "ag", 0, 1, po);
+  pgs.reduce_scatter = ProcessGroup::create(store, "rs", 0, 1, po);
+  return pgs;
 }
 
 }  // namespace shardbench::testing

@@ -6,9 +6,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #ifdef SHARDBENCH_CUDA_KERNELS
-#include <ATen/cuda/CUDAContext.h>
-
-#include "kernels/kernels.hpp"
+#include "workloads/llama/kernel_tensors.hpp"
 #endif
 
 namespace shardbench::fused {
@@ -24,21 +22,14 @@ bool built() {
 #endif
 }
 
-bool supports(const at::Tensor& t) {
-  return built() && t.is_cuda() &&
-         (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kFloat);
+bool supports(at::ScalarType dtype, const at::Device& device) {
+  return built() && device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kFloat);
 }
+
+bool supports(const at::Tensor& t) { return supports(t.scalar_type(), t.device()); }
 
 #ifdef SHARDBENCH_CUDA_KERNELS
 namespace {
-
-kernels::DType kdtype(const at::Tensor& t) {
-  return t.scalar_type() == at::kBFloat16 ? kernels::DType::kBFloat16 : kernels::DType::kFloat32;
-}
-
-kernels::Stream stream_of(const at::Tensor& t) {
-  return at::cuda::getCurrentCUDAStream(t.device().index()).stream();
-}
 
 void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("fused op: " + what);

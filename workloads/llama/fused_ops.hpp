@@ -14,6 +14,8 @@ namespace shardbench::fused {
 bool built();
 // True when `t` can take the fused path: built, a CUDA tensor, bf16 or fp32.
 bool supports(const at::Tensor& t);
+// The same for tensors of `dtype` on `device`.
+bool supports(at::ScalarType dtype, const at::Device& device);
 
 // Mean cross-entropy of [N, V] logits against [N] int64 labels (ignore_index -100 as
 // at::cross_entropy_loss), fp32 math on the logits' own dtype. With `grad_in_place` the

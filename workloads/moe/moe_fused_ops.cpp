@@ -5,30 +5,18 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
-#ifdef SHARDBENCH_CUDA_KERNELS
-#include <ATen/cuda/CUDAContext.h>
+#include "workloads/llama/fused_ops.hpp"
 
-#include "kernels/kernels.hpp"
+#ifdef SHARDBENCH_CUDA_KERNELS
+#include "workloads/llama/kernel_tensors.hpp"
 #endif
 
 namespace shardbench::moe_fused {
 
-bool built() {
-#ifdef SHARDBENCH_CUDA_KERNELS
-  return true;
-#else
-  return false;
-#endif
-}
-
-bool supports(at::ScalarType dtype, const at::Device& device) {
-  return built() && device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kFloat);
-}
-
 bool supports(const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn) {
   // ffn 0 has no rows to count: the ATen composition handles it.
   if (!gate_up.defined() || !probs.defined() || ffn <= 0) return false;
-  if (!supports(gate_up.scalar_type(), gate_up.device())) return false;
+  if (!fused::supports(gate_up)) return false;
   if (gate_up.dim() < 1 || gate_up.size(-1) != 2 * ffn || !gate_up.is_contiguous()) return false;
   return probs.scalar_type() == at::kFloat && probs.device() == gate_up.device() &&
          probs.numel() == gate_up.numel() / (2 * ffn);
@@ -40,13 +28,8 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-kernels::DType kdtype(const at::Tensor& t) {
-  return t.scalar_type() == at::kBFloat16 ? kernels::DType::kBFloat16 : kernels::DType::kFloat32;
-}
-
-kernels::Stream stream_of(const at::Tensor& t) {
-  return at::cuda::getCurrentCUDAStream(t.device().index()).stream();
-}
+using fused::kdtype;
+using fused::stream_of;
 
 struct WeightedSwigluFn : torch::autograd::Function<WeightedSwigluFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up,

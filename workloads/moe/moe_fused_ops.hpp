@@ -11,16 +11,13 @@
 
 namespace shardbench::moe_fused {
 
-// True when the kernels were built (nvcc found at configure time).
-bool built();
-
 // True when weighted_swiglu() takes (gate_up, probs, ffn): the kernels built, gate_up a
 // contiguous bf16 or fp32 CUDA tensor [..., 2 * ffn], probs fp32 on the same device with one
 // value per row of gate_up.
 bool supports(const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn);
-// Whether the weighted SwiGLU kernel runs on `dtype` tensors of `device` (supports() then holds
-// for every contiguous gate_up of that dtype and fp32 probs).
-bool supports(at::ScalarType dtype, const at::Device& device);
+// Whether the kernel runs on `dtype` tensors of `device` is fused::supports(dtype, device)
+// (workloads/llama/fused_ops.hpp): supports() then holds for every contiguous gate_up of that
+// dtype and fp32 probs.
 
 // Megatron-LM's weighted_bias_swiglu_impl without bias
 // (megatron/core/fusions/fused_bias_swiglu.py): silu(gate) * up * probs[row] for gate_up = [..., 2

@@ -689,11 +689,9 @@ at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x
 
 std::vector<std::string> MoeModel::fused_kernel_names(at::ScalarType dtype) const {
   std::vector<std::string> names;
-  if (fused_kernels_ && moe_fused::supports(dtype, device_)) names.push_back("weighted_swiglu");
-  if (fused_kernels_ && fused_cross_entropy_ && fused::built() && device_.is_cuda() &&
-      (dtype == at::kBFloat16 || dtype == at::kFloat)) {
-    names.push_back("cross_entropy");
-  }
+  if (!fused_kernels_ || !fused::supports(dtype, device_)) return names;
+  names.push_back("weighted_swiglu");
+  if (fused_cross_entropy_) names.push_back("cross_entropy");
   return names;
 }
 
