@@ -23,4 +23,24 @@ inline MoeDims small_moe_dims() {
   return d;
 }
 
+// The GPU tests' MoE: 2 layers of hidden 256, the first dense, 16 experts of width 128, top-4,
+// GQA 4/2 heads of 64, a 512-token vocabulary, sequences of 128 (widths the grouped GEMM takes).
+inline MoeDims gpu_moe_dims() {
+  MoeDims d;
+  d.num_layers = 2;
+  d.first_k_dense_replace = 1;
+  d.hidden = 256;
+  d.ffn = 512;
+  d.heads = 4;
+  d.kv_heads = 2;
+  d.head_dim = 64;
+  d.vocab = 512;
+  d.seq_length = 128;
+  d.num_experts = 16;
+  d.moe_ffn_hidden = 128;
+  d.router_topk = 4;
+  d.init_std = 0.05;
+  return d;
+}
+
 }  // namespace shardbench::testing

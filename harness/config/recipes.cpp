@@ -5,6 +5,16 @@
 
 namespace shardbench {
 
+void apply_cpu_fp32(ConfigContainer& c) {
+  c.shardbench.device = "cpu";
+  c.shardbench.backend = "gloo";
+  c.shardbench.compute_dtype = "fp32";
+  c.mixed_precision.name = std::nullopt;
+  c.mixed_precision.bf16 = false;
+  c.mixed_precision.params_dtype = "fp32";
+  c.dist.distributed_backend = "gloo";
+}
+
 void apply_pretrain_common(ConfigContainer& c) {
   c.ddp.use_distributed_optimizer = true;
   c.ddp.overlap_grad_reduce = true;

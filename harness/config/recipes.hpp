@@ -33,6 +33,11 @@ struct RecipeSpec {
 // warm-up iterations, torch_dist checkpoints. Each family's canonical recipe calls it.
 void apply_pretrain_common(ConfigContainer& c);
 
+// What the CPU test recipes run on: the CPU, gloo, fp32 compute and parameters, so that every
+// strategy can be compared with DDP to 1e-5 (docs/targets.md 3). Each family's tiny CPU recipe
+// calls it from its perf settings.
+void apply_cpu_fp32(ConfigContainer& c);
+
 // Every model family's recipes, in listing order (defined by workloads/recipes.cpp).
 const std::vector<RecipeSpec>& recipes();
 // Throws UsageError naming the recipe, the nearest known name and the list of recipes.

@@ -15,6 +15,7 @@
 #include "harness/engine/device_runtime.hpp"
 #include "workloads/llama/fused_ops.hpp"
 #include "workloads/moe/moe_fused_ops.hpp"
+#include "tests/moe_test_dims.hpp"
 #include "workloads/moe/moe_model.hpp"
 
 namespace shardbench {
@@ -176,20 +177,7 @@ TEST(MoeFusedOpsGpuSupport, RefusesWhatTheKernelDoesNotTake) {
 TEST(MoeFusedOpsGpuBlock, KernelOnMatchesKernelOff) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (!fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
-  MoeDims d;
-  d.num_layers = 2;
-  d.first_k_dense_replace = 1;
-  d.hidden = 256;
-  d.ffn = 512;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 64;
-  d.vocab = 512;
-  d.seq_length = 128;
-  d.num_experts = 16;
-  d.moe_ffn_hidden = 128;
-  d.router_topk = 4;
-  d.init_std = 0.05;
+  const MoeDims d = testing::gpu_moe_dims();
   MoeSpec spec(d);
   const auto specs = spec.param_specs(1);
   std::vector<at::Tensor> params;

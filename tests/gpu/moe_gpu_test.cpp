@@ -7,28 +7,11 @@
 #include <ATen/cuda/CUDAContext.h>
 
 #include "harness/engine/device_runtime.hpp"
+#include "tests/moe_test_dims.hpp"
 #include "workloads/moe/moe_model.hpp"
 
 namespace shardbench {
 namespace {
-
-MoeDims gpu_dims() {
-  MoeDims d;
-  d.num_layers = 2;
-  d.first_k_dense_replace = 1;
-  d.hidden = 256;
-  d.ffn = 512;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 64;
-  d.vocab = 512;
-  d.seq_length = 128;
-  d.num_experts = 16;
-  d.moe_ffn_hidden = 128;
-  d.router_topk = 4;
-  d.init_std = 0.05;
-  return d;
-}
 
 struct BlockRun {
   at::Tensor out;
@@ -36,7 +19,7 @@ struct BlockRun {
 };
 
 BlockRun run_block(MoeExpertsPath path) {
-  const MoeDims d = gpu_dims();
+  const MoeDims d = testing::gpu_moe_dims();
   const at::Device dev(at::kCUDA, 0);
   MoeSpec spec(d);
   std::vector<at::Tensor> params;
@@ -73,7 +56,7 @@ double rel_diff(const at::Tensor& a, const at::Tensor& b) {
 
 TEST(MoeGpu, GroupedMmIsTheBf16PathAndMatchesTheLoop) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const MoeDims d = gpu_dims();
+  const MoeDims d = testing::gpu_moe_dims();
   MoeModel model(d, MoeRouterSettings{}, at::Device(at::kCUDA, 0));
   const auto props = at::cuda::getCurrentDeviceProperties();
   if (props->major >= 9) {

@@ -112,8 +112,12 @@ TEST(MoeSpecs, MtpLayersFollowTheDecoderInTheirOwnUnits) {
       EXPECT_EQ(s.layer, 3) << s.name;
       mtp0.push_back(s.name.substr(13));
     }
-    if (s.name.rfind("mtp.layers.1.", 0) == 0) EXPECT_EQ(s.layer, 4) << s.name;
-    if (s.name == "output_layer.weight") EXPECT_EQ(s.module, 6);
+    if (s.name.rfind("mtp.layers.1.", 0) == 0) {
+      EXPECT_EQ(s.layer, 4) << s.name;
+    }
+    if (s.name == "output_layer.weight") {
+      EXPECT_EQ(s.module, 6);
+    }
   }
   ASSERT_GE(mtp0.size(), 6u);
   EXPECT_EQ(mtp0[0], "enorm.weight");

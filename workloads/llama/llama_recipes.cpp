@@ -132,13 +132,7 @@ void llama3_tiny_cpu_perf(ConfigContainer& c) {
   c.train.micro_batch_size = 2;
   c.train.global_batch_size = 8;  // 2 ranks
   c.train.train_iters = 5;
-  c.shardbench.device = "cpu";
-  c.shardbench.backend = "gloo";
-  c.shardbench.compute_dtype = "fp32";
-  c.mixed_precision.name = std::nullopt;
-  c.mixed_precision.bf16 = false;
-  c.mixed_precision.params_dtype = "fp32";
-  c.dist.distributed_backend = "gloo";
+  apply_cpu_fp32(c);
 }
 
 }  // namespace
