@@ -44,11 +44,10 @@
 namespace shardbench {
 namespace {
 
-// The SHARDBENCH_FAULT drill (harness/launch/fault_spec.hpp), fired at `step` of the run
-// `label` on `rank`: the launcher checked the spec before any worker started.
-void maybe_inject_fault(int rank, int64_t step, int64_t micro_batch, const std::string& label,
-                        int world_size, int64_t train_iters) {
-  const std::optional<FaultSpec> fault = check_fault_env(world_size, train_iters);
+// The SHARDBENCH_FAULT drill (harness/launch/fault_spec.hpp, read once per run), fired at `step`
+// of the run `label` on `rank`: the launcher checked the spec before any worker started.
+void maybe_inject_fault(const std::optional<FaultSpec>& fault, int rank, int64_t step,
+                        int64_t micro_batch, const std::string& label) {
   if (!fault || fault->rank != rank) return;
   if (fault->kind == "oom") {
     if (step != 1 || micro_batch < fault->micro_batch || label.rfind(fault->label_prefix, 0) != 0) {
@@ -334,13 +333,13 @@ void train_run(const ConfigContainer& config, RunModel& model, const EngineOptio
 
   // A resumed run continues with the iteration after the checkpoint's: its batch, its LR.
   const int64_t iters = config.train.train_iters;
+  const std::optional<FaultSpec> fault = check_fault_env(ctx.world_size, iters);
   const int64_t first_it = checkpoints.resume(engine, *ctx.pgs.world, iters, ctx.rank == 0);
   std::vector<double> my_step_ms;
   for (int64_t it = first_it; it < iters; ++it) {
     const int64_t iteration = it + 1;
     heartbeat("step " + std::to_string(iteration));
-    maybe_inject_fault(ctx.rank, iteration, config.train.micro_batch_size, rec.label,
-                       ctx.world_size, iters);
+    maybe_inject_fault(fault, ctx.rank, iteration, config.train.micro_batch_size, rec.label);
     const StepInputs in{
         mock_global_batch(static_cast<uint64_t>(config.rng.seed), it,
                           config.train.global_batch_size, model.seq_length, model.vocab),
