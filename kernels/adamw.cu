@@ -10,49 +10,77 @@ namespace {
 using detail::to_float;
 
 constexpr int kThreads = 256;
-constexpr int kUnroll = 4;
+
+// One element's update; the vector and scalar paths below share it, so both give the same bits.
+struct AdamMath {
+  float decay, step_size, bc2_sqrt, beta1, beta2, eps;
+  __device__ __forceinline__ void update(float g, float& p, float& m, float& v) const {
+    p *= decay;
+    m = m + (1.f - beta1) * (g - m);
+    v = beta2 * v + (1.f - beta2) * g * g;
+    const float denom = sqrtf(v) / bc2_sqrt + eps;
+    p -= step_size * m / denom;
+  }
+};
+
+// Four grads as floats, from one 8-byte (bf16) or 16-byte (fp32) load.
+__device__ __forceinline__ void load4(const __nv_bfloat16* g, float out[4]) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(g);
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
+  out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
+}
+__device__ __forceinline__ void load4(const float* g, float out[4]) {
+  const float4 raw = *reinterpret_cast<const float4*>(g);
+  out[0] = raw.x, out[1] = raw.y, out[2] = raw.z, out[3] = raw.w;
+}
 
 template <typename G, bool kModel>
 __global__ void __launch_bounds__(kThreads)
     adamw_kernel(const AdamTile* __restrict__ tiles, float* __restrict__ param,
                  const G* __restrict__ grad, float* __restrict__ exp_avg,
                  float* __restrict__ exp_avg_sq, AdamStep h, const float* __restrict__ grad_scale,
-                 __nv_bfloat16* __restrict__ model) {
+                 __nv_bfloat16* __restrict__ model, bool vectors) {
   const AdamTile tile = tiles[blockIdx.x];
   const float inv_scale = grad_scale ? 1.f / grad_scale[0] : 1.f;
-  const float decay = tile.decay ? 1.f - h.lr * h.weight_decay : 1.f;
-  const float step_size = h.lr / h.bias_correction1;
-  const float bc2_sqrt = sqrtf(h.bias_correction2);
+  const AdamMath math{tile.decay ? 1.f - h.lr * h.weight_decay : 1.f,
+                      h.lr / h.bias_correction1,
+                      sqrtf(h.bias_correction2),
+                      h.beta1,
+                      h.beta2,
+                      h.eps};
   const int64_t base = tile.start;
-  for (int i0 = threadIdx.x; i0 < tile.length; i0 += kThreads * kUnroll) {
-    float g[kUnroll], p[kUnroll], m[kUnroll], v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = i0 + u * kThreads;
-      if (i < tile.length) {
-        const int64_t e = base + i;
-        g[u] = to_float(grad[e]) * inv_scale;
-        p[u] = param[e];
-        m[u] = exp_avg[e];
-        v[u] = exp_avg_sq[e];
-      }
+  // Vectors of four elements where the tile starts on a multiple of four and the buffers allow
+  // it (`vectors`, checked at launch): 16-byte loads of weight and moments, 8 or 16 bytes of
+  // grads. The rest of the tile, and tiles that start elsewhere, go element by element.
+  const int vec = vectors && base % 4 == 0 ? tile.length / 4 : 0;
+  for (int i = threadIdx.x; i < vec; i += kThreads) {
+    const int64_t e = base + 4 * static_cast<int64_t>(i);
+    float g[4];
+    load4(grad + e, g);
+    float4 p = *reinterpret_cast<const float4*>(param + e);
+    float4 m = *reinterpret_cast<const float4*>(exp_avg + e);
+    float4 v = *reinterpret_cast<const float4*>(exp_avg_sq + e);
+    math.update(g[0] * inv_scale, p.x, m.x, v.x);
+    math.update(g[1] * inv_scale, p.y, m.y, v.y);
+    math.update(g[2] * inv_scale, p.z, m.z, v.z);
+    math.update(g[3] * inv_scale, p.w, m.w, v.w);
+    *reinterpret_cast<float4*>(param + e) = p;
+    *reinterpret_cast<float4*>(exp_avg + e) = m;
+    *reinterpret_cast<float4*>(exp_avg_sq + e) = v;
+    if constexpr (kModel) {
+      __nv_bfloat162 out[2] = {__floats2bfloat162_rn(p.x, p.y), __floats2bfloat162_rn(p.z, p.w)};
+      *reinterpret_cast<uint2*>(model + e) = *reinterpret_cast<const uint2*>(out);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = i0 + u * kThreads;
-      if (i < tile.length) {
-        const int64_t e = base + i;
-        float pu = p[u] * decay;
-        const float mu = m[u] + (1.f - h.beta1) * (g[u] - m[u]);
-        const float vu = h.beta2 * v[u] + (1.f - h.beta2) * g[u] * g[u];
-        const float denom = sqrtf(vu) / bc2_sqrt + h.eps;
-        pu -= step_size * mu / denom;
-        param[e] = pu;
-        exp_avg[e] = mu;
-        exp_avg_sq[e] = vu;
-        if constexpr (kModel) model[e] = __float2bfloat16_rn(pu);
-      }
-    }
+  }
+  for (int i = 4 * vec + threadIdx.x; i < tile.length; i += kThreads) {
+    const int64_t e = base + i;
+    float p = param[e], m = exp_avg[e], v = exp_avg_sq[e];
+    math.update(to_float(grad[e]) * inv_scale, p, m, v);
+    param[e] = p;
+    exp_avg[e] = m;
+    exp_avg_sq[e] = v;
+    if constexpr (kModel) model[e] = __float2bfloat16_rn(p);
   }
 }
 
@@ -62,12 +90,17 @@ void launch(const AdamTile* tiles, int64_t num_tiles, float* param, const void* 
             void* model_out, Stream stream) {
   const auto* g = static_cast<const G*>(grad);
   auto* model = static_cast<__nv_bfloat16*>(model_out);
+  auto aligned = [](const void* p, uintptr_t bytes) {
+    return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
+  };
+  const bool vectors = aligned(param, 16) && aligned(exp_avg, 16) && aligned(exp_avg_sq, 16) &&
+                       aligned(g, 4 * sizeof(G)) && (!model || aligned(model, 8));
   if (model) {
     adamw_kernel<G, true><<<num_tiles, kThreads, 0, stream>>>(tiles, param, g, exp_avg, exp_avg_sq,
-                                                              step, grad_scale, model);
+                                                              step, grad_scale, model, vectors);
   } else {
     adamw_kernel<G, false><<<num_tiles, kThreads, 0, stream>>>(tiles, param, g, exp_avg, exp_avg_sq,
-                                                               step, grad_scale, nullptr);
+                                                               step, grad_scale, nullptr, vectors);
   }
 }
 

@@ -157,6 +157,42 @@ TEST(FusedAdamW, KernelMatchesTorchFusedAdamW) {
   }
 }
 
+// The kernel's four-element vector path (tiles that start on a multiple of four, in 16-byte
+// aligned buffers) and its element path give the same bits: the same steps on a buffer that
+// starts one element into its allocation (misaligned, so element by element throughout).
+TEST(FusedAdamW, VectorAndElementPathsGiveTheSameBits) {
+  if (!fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
+  at::manual_seed(4);
+  const std::vector<AdamSegment> segs = {{0, 70001, false}, {70001, 7, true}, {70008, 4003, false}};
+  const int64_t n = 74011;
+  for (at::ScalarType gdt : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(gdt == at::kFloat ? "fp32 grads" : "bf16 grads");
+    const at::Tensor w0 = at::randn({n}, on_gpu(at::kFloat));
+    at::Tensor aligned = w0.clone();
+    at::Tensor shifted_storage = at::empty({n + 1}, on_gpu(at::kFloat));
+    at::Tensor shifted = shifted_storage.narrow(0, 1, n);
+    shifted.copy_(w0);
+    FlatAdamW vec(aligned, segs, /*use_kernel=*/true);
+    FlatAdamW elem(shifted, segs, /*use_kernel=*/true);
+    AdamWHyper h;
+    h.lr = 1e-2;
+    at::Tensor model_storage = at::empty({2 * n + 1}, on_gpu(at::kBFloat16));
+    at::Tensor model_vec = model_storage.narrow(0, 0, n);
+    at::Tensor model_elem = model_storage.narrow(0, n + 1, n);  // odd offset: 2-byte aligned
+    for (int step = 0; step < 3; ++step) {
+      at::Tensor grad_storage = at::randn({n + 1}, on_gpu(at::kFloat)).to(gdt);
+      at::Tensor grad_aligned = grad_storage.narrow(0, 0, n).clone();
+      at::Tensor grad_shifted = grad_storage.narrow(0, 1, n);
+      grad_shifted.copy_(grad_aligned);
+      at::Tensor scale = at::full({1}, 1.5 + step, on_gpu(at::kFloat));
+      EXPECT_TRUE(vec.step(grad_aligned, h, scale, model_vec));
+      EXPECT_TRUE(elem.step(grad_shifted, h, scale, model_elem));
+    }
+    EXPECT_TRUE(at::equal(aligned, shifted)) << "the weights agree bit for bit";
+    EXPECT_TRUE(at::equal(model_vec, model_elem)) << "the bf16 copies agree bit for bit";
+  }
+}
+
 // The whole model with and without the kernels: same loss, same weight gradients (fp32 tight,
 // bf16 within its rounding).
 TEST_P(FusedOps, ModelLossAndGradsMatchAtenPath) {
