@@ -67,16 +67,14 @@ void mixed_precision_setup(Rules& r) {
   for (const auto& [key, value] : copies) r.force(key, value, rule);
 }
 
-// A mixture of experts runs the MoE model, whose RoPE, cross-entropy, router and permutes are ATen
-// ops and whose linears hand their weight gradients to autograd: the fusion switches the perf
-// recipes and the FSDP override set turn on are turned off, so that the report says what ran
-// (docs/moe-recipes.md).
+// A mixture of experts runs the MoE model, whose RoPE, router and permutes are ATen ops: the
+// fusion switches the perf recipes and the FSDP override set turn on for them are turned off, so
+// that the report says what ran (docs/moe-recipes.md). Gradient-accumulation fusion is honoured.
 void moe_model_kernels(Rules& r) {
   if (!r.c.model.num_moe_experts.has_value()) return;
   std::vector<std::string> changed;
   for (const char* key :
-       {"model.apply_rope_fusion", "model.moe_router_fusion", "model.moe_permute_fusion",
-        "model.gradient_accumulation_fusion"}) {
+       {"model.apply_rope_fusion", "model.moe_router_fusion", "model.moe_permute_fusion"}) {
     if (r.force(key, false, "moe_model_kernels (the MoE model has no fused kernel for it)")) {
       changed.push_back(key);
     }
@@ -85,9 +83,9 @@ void moe_model_kernels(Rules& r) {
     std::string keys;
     for (const std::string& k : changed) keys += (keys.empty() ? "" : ", ") + k;
     r.notice("mixture of experts: " + keys +
-             " set to false (the MoE model's RoPE, router and permutes are ATen ops, its weight "
-             "gradients go through autograd; its experts use at::_grouped_mm where the device "
-             "allows, and its cross-entropy and weighted SwiGLU shardbench's kernels)");
+             " set to false (the MoE model's RoPE, router and permutes are ATen ops; its experts "
+             "use at::_grouped_mm where the device allows, and its cross-entropy and weighted "
+             "SwiGLU shardbench's kernels)");
   }
 }
 

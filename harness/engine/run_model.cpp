@@ -84,6 +84,9 @@ void build_model(RunModel& m, const ConfigContainer& config, const EngineOptions
 }
 
 void attach_engine(RunModel& m, DataParallelEngine& engine, RunRecord& rec) {
+  if (m.moe && engine.options().gradient_accumulation_fusion) {
+    m.moe->set_gradient_accumulation_fusion(&engine);
+  }
   if (!m.llama) return;
   if (engine.options().gradient_accumulation_fusion) {
     m.llama->set_gradient_accumulation_fusion(&engine);

@@ -87,7 +87,8 @@ void record_engine(RunRecord& rec, const RunModel& model, const DataParallelEngi
   if (model.moe) rec.fused_kernel_set = model.moe->fused_kernel_names(options.compute_dtype);
   if (engine.optimizer_uses_kernel()) rec.fused_kernel_set.push_back("adamw");
   // The weight-gradient GEMMs accumulate into the main grads (model.gradient_accumulation_fusion).
-  if (model.llama && model.llama->gradient_accumulation_fusion()) {
+  if ((model.llama && model.llama->gradient_accumulation_fusion()) ||
+      (model.moe && model.moe->gradient_accumulation_fusion())) {
     rec.fused_kernel_set.push_back("wgrad_accumulation");
   }
   if (ctx.rank == 0 && options.fused_kernels && !engine.optimizer_uses_kernel() && fused::built() &&

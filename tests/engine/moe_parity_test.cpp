@@ -43,6 +43,9 @@ struct MoeSetup {
   // The experts as grouped GEMMs (ATen's CPU fallback here) over the engine's buffers, whose
   // back-to-back expert weights the model reads as one view.
   bool grouped_mm = false;
+  // model.gradient_accumulation_fusion: the linears' and experts' weight gradients go straight
+  // into the engine's main grads.
+  bool wgrad_fusion = false;
 };
 
 MoeSetup aux_loss_setup() {
@@ -81,6 +84,7 @@ MoeSetup mla_setup() {
 }
 
 struct Trained {
+  int64_t fused_wgrads = 0;  // rank 0's weight gradients accumulated by the model
   testing::StepCurve curve;
   std::map<std::string, at::Tensor> weights;  // every rank's, by name
   std::vector<at::Tensor> expert_bias;
@@ -93,6 +97,7 @@ Trained train(const MoeSetup& setup, int world, int ep, int instances, EngineOpt
   // its weight by a full learning rate in a direction set by the summation order. An epsilon
   // above that level keeps such elements still, so the weights compare at 1e-5.
   o.adam.eps = 1e-5;
+  o.gradient_accumulation_fusion = setup.wgrad_fusion;
   std::mutex mu;
   Trained got;
   testing::run_on_ranks_with(
@@ -104,6 +109,7 @@ Trained train(const MoeSetup& setup, int world, int ep, int instances, EngineOpt
         model.set_expert_parallel(pgs.ep, ep, ep_rank);
         model.set_token_dropping(setup.capacity_factor);
         if (setup.grouped_mm) model.force_experts_path(MoeExpertsPath::kGroupedMm);
+        if (setup.wgrad_fusion) model.set_gradient_accumulation_fusion(&engine);
         // The bias counts sum over every data-parallel rank (the bias cases run without HSDP,
         // where `world` is the whole data-parallel group).
         if (setup.dims.router_expert_bias) model.set_expert_bias_group(pgs.world);
@@ -120,6 +126,7 @@ Trained train(const MoeSetup& setup, int world, int ep, int instances, EngineOpt
         for (const at::Tensor& b : model.expert_bias()) mine.expert_bias.push_back(b.clone());
         std::lock_guard<std::mutex> lock(mu);
         if (rank == 0) {
+          got.fused_wgrads = engine.fused_wgrads();
           got.curve = mine.curve;
           got.expert_bias = mine.expert_bias;
         }
@@ -243,6 +250,31 @@ TEST(MoeParity, ExpertBiasBalancingTrainsLikeOneRank) {
   for (const Case& c : {kDdp, kDistOpt, kOptimGradsParams, kFsdp2}) {
     SCOPED_TRACE(name_of(c));
     expect_like_reference(train(setup, 4, 2, 1, options_of(c)), ref);
+  }
+}
+
+// Gradient-accumulation fusion: attention, dense and shared-expert linears through
+// wgrad::linear, the experts one linear at a time (loop) or stacked (grouped GEMM), their
+// gradients added into the main grads; MLA with MTP too (the output layer, used twice, stays on
+// autograd's path). Trains like the reference without the fusion.
+TEST(MoeParity, GradientAccumulationFusionTrainsLikeOneRank) {
+  MoeSetup grouped = aux_loss_setup();
+  grouped.grouped_mm = true;
+  MoeSetup mla_mtp = mla_setup();
+  mla_mtp.dims.mtp_num_layers = 1;
+  const std::pair<const char*, MoeSetup> setups[] = {
+      {"loop", aux_loss_setup()}, {"grouped GEMM", grouped}, {"MLA + MTP", mla_mtp}};
+  for (auto [label, setup] : setups) {
+    SCOPED_TRACE(label);
+    const Trained ref = train(setup, 1, 1, 1, EngineOptions{});
+    EXPECT_EQ(ref.fused_wgrads, 0);
+    setup.wgrad_fusion = true;
+    for (const Case& c : {kDdp, kDistOpt, kOptimGradsParams}) {
+      SCOPED_TRACE(name_of(c));
+      const Trained got = train(setup, 4, 2, 1, options_of(c));
+      EXPECT_GT(got.fused_wgrads, 0) << "the model accumulated no weight gradient itself";
+      expect_like_reference(got, ref);
+    }
   }
 }
 

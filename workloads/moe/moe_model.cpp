@@ -22,6 +22,7 @@
 #include "harness/measure/nvtx.hpp"
 #include "harness/parallel/process_group.hpp"
 #include "workloads/llama/fused_ops.hpp"
+#include "workloads/llama/wgrad_linear.hpp"
 #include "workloads/moe/moe_fused_ops.hpp"
 
 namespace shardbench {
@@ -112,10 +113,16 @@ std::tuple<at::Tensor, at::Tensor> group_limited_topk(const at::Tensor& scores, 
       .topk(k, -1);
 }
 
+// y = x w^T; with gradient-accumulation fusion (`main_grads`), w's gradient goes straight into
+// the engine's main grads (wgrad::linear).
+at::Tensor moe_linear(const at::Tensor& x, const at::Tensor& w, ModuleHooks* main_grads) {
+  return main_grads && w.requires_grad() ? wgrad::linear(x, w, main_grads) : at::linear(x, w);
+}
+
 at::Tensor swiglu_mlp(const at::Tensor& x, const at::Tensor& fc1, const at::Tensor& fc2,
-                      int64_t width) {
-  const at::Tensor g = at::linear(x, fc1);
-  return at::linear(at::silu(g.narrow(-1, 0, width)) * g.narrow(-1, width, width), fc2);
+                      int64_t width, ModuleHooks* main_grads) {
+  const at::Tensor g = moe_linear(x, fc1, main_grads);
+  return moe_linear(at::silu(g.narrow(-1, 0, width)) * g.narrow(-1, width, width), fc2, main_grads);
 }
 
 // A routed expert's activation: SwiGLU, times each row's prob in fp32, cast back (Megatron's
@@ -192,8 +199,12 @@ struct CombineRowsFn : torch::autograd::Function<CombineRowsFn> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const at::Tensor token_of_row = ctx->get_saved_variables()[0];
-    return {grads[0].index_select(0, token_of_row), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+    return {grads[0].index_select(0, token_of_row),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -614,31 +625,74 @@ MoeRouting MoeModel::route(const at::Tensor& h, const at::Tensor& router_weight,
 
 namespace {
 
+// [experts, rows, cols] over weights that lie back to back in one storage (experts_back_to_back).
+at::Tensor stacked_view(const std::vector<at::Tensor>& weights) {
+  const at::Tensor& first = weights[0];
+  std::vector<int64_t> sizes{static_cast<int64_t>(weights.size())};
+  std::vector<int64_t> strides{first.numel()};
+  for (int64_t d = 0; d < first.dim(); ++d) {
+    sizes.push_back(first.size(d));
+    strides.push_back(first.stride(d));
+  }
+  return first.detach().as_strided(sizes, strides, first.storage_offset());
+}
+
 // The local experts' weights as one [experts, rows, cols] view of the storage they share
 // (experts_back_to_back); backward hands each weight its slice of the gradient, as views too.
 // at::stack would copy every expert's weights each forward and keep the copy for backward.
+// With gradient-accumulation fusion (`hooks` non-zero: the engine's ModuleHooks) and main grads
+// for every expert, backward adds the stacked gradient into them instead: one add where the
+// main grads lie back to back too (as the engine places them), one per expert otherwise, and no
+// gradient goes to autograd.
 struct ExpertWeightsView : torch::autograd::Function<ExpertWeightsView> {
-  static at::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, at::TensorList weights) {
-    const at::Tensor& first = weights[0];
-    std::vector<int64_t> sizes{static_cast<int64_t>(weights.size())};
-    std::vector<int64_t> strides{first.numel()};
-    for (int64_t d = 0; d < first.dim(); ++d) {
-      sizes.push_back(first.size(d));
-      strides.push_back(first.stride(d));
-    }
-    return first.detach().as_strided(sizes, strides, first.storage_offset());
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::TensorList weights,
+                            int64_t hooks) {
+    ctx->saved_data["hooks"] = hooks;
+    // The leaves themselves (not saved variables): backward needs their identity to find their
+    // main grads.
+    if (hooks != 0) ctx->saved_data["weights"] = weights.vec();
+    return stacked_view(weights.vec());
   }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*ctx*/,
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    return grads[0].unbind(0);
+    auto* hooks = reinterpret_cast<ModuleHooks*>(ctx->saved_data["hooks"].toInt());
+    if (hooks != nullptr) {
+      const std::vector<at::Tensor> weights = ctx->saved_data["weights"].toTensorVector();
+      std::vector<at::Tensor> mains;
+      for (const at::Tensor& w : weights) {
+        mains.push_back(hooks->main_grad(w));
+        if (!mains.back().defined()) break;
+      }
+      if (mains.size() == weights.size() && mains.back().defined()) {
+        {
+          at::NoGradGuard no_grad;
+          if (experts_back_to_back(mains)) {
+            stacked_view(mains).add_(grads[0]);
+          } else {
+            for (size_t i = 0; i < mains.size(); ++i) {
+              mains[i].add_(grads[0].select(0, static_cast<int64_t>(i)));
+            }
+          }
+        }
+        for (const at::Tensor& w : weights) hooks->main_grad_accumulated(w);
+        return torch::autograd::variable_list(weights.size() + 1);
+      }
+    }
+    torch::autograd::variable_list out = grads[0].unbind(0);
+    out.emplace_back();  // hooks
+    return out;
   }
 };
 
 // The experts' weights stacked for at::_grouped_mm: a view where the engine placed them back to
 // back, a copy otherwise.
-at::Tensor stacked_experts(const std::vector<at::Tensor>& weights) {
+at::Tensor stacked_experts(const std::vector<at::Tensor>& weights, ModuleHooks* main_grads) {
   // As a TensorList: a std::vector argument would not be seen as inputs that need gradients.
-  if (experts_back_to_back(weights)) return ExpertWeightsView::apply(at::TensorList(weights));
+  if (experts_back_to_back(weights)) {
+    const bool fuse = main_grads && weights[0].requires_grad();
+    return ExpertWeightsView::apply(at::TensorList(weights),
+                                    fuse ? reinterpret_cast<int64_t>(main_grads) : int64_t{0});
+  }
   return at::stack(weights);
 }
 
@@ -672,17 +726,17 @@ at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x
       ends[i] = static_cast<int32_t>(end += rows_per_expert[i]);
     const at::Tensor offs = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(x.device());
     const at::Tensor g =
-        at::_grouped_mm(x.contiguous(), stacked_experts(w.fc1).transpose(1, 2), offs);
+        at::_grouped_mm(x.contiguous(), stacked_experts(w.fc1, main_grads_).transpose(1, 2), offs);
     const at::Tensor act = weighted_swiglu(g, probs, f, fused_kernels_).contiguous();
-    return at::_grouped_mm(act, stacked_experts(w.fc2).transpose(1, 2), offs);
+    return at::_grouped_mm(act, stacked_experts(w.fc2, main_grads_).transpose(1, 2), offs);
   }
   // A matmul per expert, an expert without rows included (its weights get a zero gradient).
   const std::vector<at::Tensor> xs = x.split_with_sizes(rows_per_expert);
   const std::vector<at::Tensor> ps = probs.split_with_sizes(rows_per_expert);
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < xs.size(); ++i) {
-    const at::Tensor g = at::matmul(xs[i], w.fc1[i].t());
-    outs.push_back(at::matmul(weighted_swiglu(g, ps[i], f, fused_kernels_), w.fc2[i].t()));
+    const at::Tensor g = moe_linear(xs[i], w.fc1[i], main_grads_);
+    outs.push_back(moe_linear(weighted_swiglu(g, ps[i], f, fused_kernels_), w.fc2[i], main_grads_));
   }
   return at::cat(outs);
 }
@@ -727,8 +781,8 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   // Padding to capacity can route a token to every expert; otherwise it has at most k rows.
   const std::optional<TokenRows> slots =
       pad_to_capacity_ ? std::nullopt
-                       : std::optional<TokenRows>(
-                             token_rows(routing.routing_map, token_of_row, rows, dims_.router_topk));
+                       : std::optional<TokenRows>(token_rows(routing.routing_map, token_of_row,
+                                                             rows, dims_.router_topk));
   at::Tensor x = slots ? DispatchRowsFn::apply(h, token_of_row, slots->row_of_slot, slots->slots,
                                                slots->padded)
                        : h.index_select(0, token_of_row);
@@ -796,7 +850,7 @@ at::Tensor MoeModel::moe_block(const MoeBlockWeights& w, const at::Tensor& h, in
   }
   at::Tensor shared;
   if (dims_.shared_expert_ffn > 0) {
-    shared = swiglu_mlp(h, w.shared_fc1, w.shared_fc2, dims_.shared_expert_ffn);
+    shared = swiglu_mlp(h, w.shared_fc1, w.shared_fc2, dims_.shared_expert_ffn, main_grads_);
   }
   const MoeRouting routing = route(h, w.router, layer, backward_scale, seq_length);
   MoeLayerStats& stats = stats_[static_cast<size_t>(moe_index(layer))];
@@ -828,7 +882,8 @@ at::Tensor MoeModel::self_attention(const MoeLayerWeights& w, const at::Tensor& 
 
 at::Tensor MoeModel::gqa_attention(const MoeLayerWeights& w, const at::Tensor& x) const {
   const MoeDims& d = dims_;
-  const at::Tensor qkv = at::linear(at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps), w.qkv);
+  const at::Tensor qkv =
+      moe_linear(at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps), w.qkv, main_grads_);
   const int64_t b = qkv.size(0), s = qkv.size(1);
   at::Tensor q = qkv.narrow(-1, 0, d.q_dim()).view({b, s, d.heads, d.head_dim});
   at::Tensor k = qkv.narrow(-1, d.q_dim(), d.kv_dim()).view({b, s, d.kv_heads, d.head_dim});
@@ -843,7 +898,7 @@ at::Tensor MoeModel::gqa_attention(const MoeLayerWeights& w, const at::Tensor& x
   v = v.transpose(1, 2);
   auto attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
                                                /*enable_gqa=*/d.kv_heads != d.heads);
-  return at::linear(attn.transpose(1, 2).reshape({b, s, d.q_dim()}), w.proj);
+  return moe_linear(attn.transpose(1, 2).reshape({b, s, d.q_dim()}), w.proj, main_grads_);
 }
 
 // Megatron's MLASelfAttention (MLM:megatron/core/transformer/multi_latent_attention.py,
@@ -863,22 +918,23 @@ at::Tensor MoeModel::mla_attention(const MoeLayerWeights& w, const at::Tensor& x
   const at::Tensor h = at::rms_norm(x, {d.hidden}, w.input_norm, d.norm_eps);
   at::Tensor q;
   if (d.q_lora_rank > 0) {
-    at::Tensor q_latent = at::linear(h, w.q_down);
+    at::Tensor q_latent = moe_linear(h, w.q_down, main_grads_);
     if (d.qk_layernorm) {
       q_latent = at::rms_norm(q_latent, {d.q_lora_rank}, w.q_latent_norm, d.norm_eps);
     }
-    q = at::linear(q_latent, w.q_up);
+    q = moe_linear(q_latent, w.q_up, main_grads_);
   } else {
-    q = at::linear(h, w.q_proj);
+    q = moe_linear(h, w.q_proj, main_grads_);
   }
   q = q.view({b, s, heads, nope + rope});
-  const at::Tensor kv_combined = at::linear(h, w.kv_down);  // [B, S, kv_lora_rank + rope]
+  const at::Tensor kv_combined =
+      moe_linear(h, w.kv_down, main_grads_);  // [B, S, kv_lora_rank + rope]
   at::Tensor kv_latent = kv_combined.narrow(-1, 0, d.kv_lora_rank);
   at::Tensor k_rope = kv_combined.narrow(-1, d.kv_lora_rank, rope).unsqueeze(2);  // one head
   if (d.qk_layernorm) {
     kv_latent = at::rms_norm(kv_latent, {d.kv_lora_rank}, w.kv_latent_norm, d.norm_eps);
   }
-  const at::Tensor kv = at::linear(kv_latent, w.kv_up).view({b, s, heads, nope + vd});
+  const at::Tensor kv = moe_linear(kv_latent, w.kv_up, main_grads_).view({b, s, heads, nope + vd});
   auto deinterleave = [&](const at::Tensor& t) {  // [..., rope]: even dims, then odd dims
     std::vector<int64_t> pairs = t.sizes().vec();
     pairs.back() = rope / 2;
@@ -895,7 +951,7 @@ at::Tensor MoeModel::mla_attention(const MoeLayerWeights& w, const at::Tensor& x
   at::Tensor attn = at::scaled_dot_product_attention(query, key, value, {}, 0.0,
                                                      /*is_causal=*/true, mla_softmax_scale_);
   if (pad) attn = attn.narrow(-1, 0, vd);
-  return at::linear(attn.transpose(1, 2).reshape({b, s, heads * vd}), w.proj);
+  return moe_linear(attn.transpose(1, 2).reshape({b, s, heads * vd}), w.proj, main_grads_);
 }
 
 at::Tensor MoeModel::layer_forward(const MoeLayerWeights& w, const at::Tensor& x, int64_t layer,
@@ -903,8 +959,8 @@ at::Tensor MoeModel::layer_forward(const MoeLayerWeights& w, const at::Tensor& x
   const MoeDims& d = dims_;
   const at::Tensor x1 = x + self_attention(w, x);
   if (!d.is_moe_layer(layer)) {
-    return x1 +
-           swiglu_mlp(at::rms_norm(x1, {d.hidden}, w.mlp_norm, d.norm_eps), w.fc1, w.fc2, d.ffn);
+    return x1 + swiglu_mlp(at::rms_norm(x1, {d.hidden}, w.mlp_norm, d.norm_eps), w.fc1, w.fc2,
+                           d.ffn, main_grads_);
   }
   const at::Tensor h = at::rms_norm(x1, {d.hidden}, w.moe.pre_mlp_norm, d.norm_eps);
   const at::Tensor out =
@@ -949,7 +1005,7 @@ at::Tensor MoeModel::forward_loss(const MoeWeights& w, const at::Tensor& tokens,
   if (d.mtp_num_layers == 0) {
     if (hooks) hooks->pre_forward(head);
     const at::Tensor logits =
-        at::linear(at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps), w.output);
+        moe_linear(at::rms_norm(x, {d.hidden}, w.final_norm, d.norm_eps), w.output, main_grads_);
     at::Tensor loss = lm_loss(logits, labels);
     if (hooks) loss = hooks->post_forward(head, loss);
     return loss;

@@ -195,6 +195,15 @@ class MoeModel final : public TrainableModel {
   // The kernels that run on `dtype` tensors on this model's device: {"weighted_swiglu"} or none.
   std::vector<std::string> fused_kernel_names(at::ScalarType dtype) const;
 
+  // Gradient-accumulation fusion (model.gradient_accumulation_fusion): the weight gradients of
+  // the attention, dense-MLP, shared-expert and output linears accumulate straight into the
+  // engine's main grads (workloads/llama/wgrad_linear.hpp), and the routed experts' stacked
+  // weight gradient goes into them with one add per linear and layer, instead of one autograd
+  // gradient and one hook per expert. The router, the MTP block's own projection and, with
+  // MTP, the output layer (used more than once per forward) keep autograd's path. nullptr: off.
+  void set_gradient_accumulation_fusion(ModuleHooks* engine) { main_grads_ = engine; }
+  bool gradient_accumulation_fusion() const { return main_grads_ != nullptr; }
+
   // The mean cross-entropy of logits [..., V] against labels (-100: ignored), fused or ATen's.
   at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& labels) const;
 
@@ -281,6 +290,7 @@ class MoeModel final : public TrainableModel {
   std::optional<MoeExpertsPath> forced_path_;
   bool fused_kernels_ = false;
   bool fused_cross_entropy_ = false;
+  ModuleHooks* main_grads_ = nullptr;    // gradient-accumulation fusion's engine
   std::vector<at::Tensor> expert_bias_;  // fp32 [E] per MoE layer
   std::vector<at::Tensor> bias_counts_;  // fp32 [E] per MoE layer (mutated in forward)
   std::shared_ptr<ProcessGroup> bias_group_;
