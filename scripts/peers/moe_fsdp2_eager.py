@@ -6,7 +6,7 @@ through FSDP2's fully_shard (one unit per transformer block, plus the root), exp
 weights run by torch._grouped_mm, AdamW, F.cross_entropy on fp32 logits. It times the training
 steps with CUDA events and writes one JSON report.
 
-  python scripts/peers/moe_fsdp2_eager.py --steps 15 --warmup 3 --out peer.json
+  python scripts/peers/moe_fsdp2_eager.py --steps 15 --out peer.json
   torchrun --nproc_per_node 2 scripts/peers/moe_fsdp2_eager.py --global_batch_size 4 --out p.json
   python scripts/peers/moe_fsdp2_eager.py --device cpu --tiny --steps 3 --warmup 1 --out p.json
 
@@ -325,7 +325,8 @@ def parse_args(argv):
     p.add_argument("--device", default="cuda", help="cuda (NCCL, bf16) or cpu (gloo, fp32)")
     p.add_argument("--tiny", action="store_true", help="the CPU-test shape instead of moe_bench_3b")
     p.add_argument("--steps", type=int, default=15, help="steps in all, warmup included")
-    p.add_argument("--warmup", type=int, default=3, help="first steps left out of the statistics")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="first steps left out of the statistics (1: perf-launch's warmup rule)")
     p.add_argument("--micro_batch_size", type=int, default=2)
     p.add_argument("--global_batch_size", type=int, default=2)
     p.add_argument("--out", required=True, help="the JSON report (written atomically)")
