@@ -11,15 +11,17 @@ using detail::to_float;
 
 constexpr int kThreads = 256;
 
-// One element's update; the vector and scalar paths below share it, so both give the same bits.
+// One element's update; the vector and scalar paths below share it. Every operation is an
+// explicitly rounded one (no contraction into FMAs, which the compiler may choose differently in
+// the two paths), so both give the same bits.
 struct AdamMath {
   float decay, step_size, bc2_sqrt, beta1, beta2, eps;
   __device__ __forceinline__ void update(float g, float& p, float& m, float& v) const {
-    p *= decay;
-    m = m + (1.f - beta1) * (g - m);
-    v = beta2 * v + (1.f - beta2) * g * g;
-    const float denom = sqrtf(v) / bc2_sqrt + eps;
-    p -= step_size * m / denom;
+    p = __fmul_rn(p, decay);
+    m = __fadd_rn(m, __fmul_rn(__fsub_rn(1.f, beta1), __fsub_rn(g, m)));
+    v = __fadd_rn(__fmul_rn(beta2, v), __fmul_rn(__fmul_rn(__fsub_rn(1.f, beta2), g), g));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps);
+    p = __fsub_rn(p, __fdiv_rn(__fmul_rn(step_size, m), denom));
   }
 };
 
@@ -61,10 +63,10 @@ __global__ void __launch_bounds__(kThreads)
     float4 p = *reinterpret_cast<const float4*>(param + e);
     float4 m = *reinterpret_cast<const float4*>(exp_avg + e);
     float4 v = *reinterpret_cast<const float4*>(exp_avg_sq + e);
-    math.update(g[0] * inv_scale, p.x, m.x, v.x);
-    math.update(g[1] * inv_scale, p.y, m.y, v.y);
-    math.update(g[2] * inv_scale, p.z, m.z, v.z);
-    math.update(g[3] * inv_scale, p.w, m.w, v.w);
+    math.update(__fmul_rn(g[0], inv_scale), p.x, m.x, v.x);
+    math.update(__fmul_rn(g[1], inv_scale), p.y, m.y, v.y);
+    math.update(__fmul_rn(g[2], inv_scale), p.z, m.z, v.z);
+    math.update(__fmul_rn(g[3], inv_scale), p.w, m.w, v.w);
     *reinterpret_cast<float4*>(param + e) = p;
     *reinterpret_cast<float4*>(exp_avg + e) = m;
     *reinterpret_cast<float4*>(exp_avg_sq + e) = v;
@@ -76,7 +78,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 4 * vec + threadIdx.x; i < tile.length; i += kThreads) {
     const int64_t e = base + i;
     float p = param[e], m = exp_avg[e], v = exp_avg_sq[e];
-    math.update(to_float(grad[e]) * inv_scale, p, m, v);
+    math.update(__fmul_rn(to_float(grad[e]), inv_scale), p, m, v);
     param[e] = p;
     exp_avg[e] = m;
     exp_avg_sq[e] = v;
