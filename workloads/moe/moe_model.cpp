@@ -209,27 +209,19 @@ struct CombineRowsFn : torch::autograd::Function<CombineRowsFn> {
 };
 
 // The slots of each token from a [T, E] routing map with at most `slots` experts per token, for
-// `rows` routed rows in expert-major order (experts in order, tokens in order inside one): on the
-// device, no host sync.
-TokenRows token_rows(const at::Tensor& routing_map, const at::Tensor& token_of_row, int64_t rows,
-                     int64_t slots) {
-  const int64_t t = routing_map.size(0);
-  const at::Tensor map = routing_map.to(at::kLong);
-  // Each (token, expert) pair's expert-major row: the expert's first row plus the pair's place
-  // among the expert's tokens.
-  const at::Tensor per_expert = map.sum(0);
-  const at::Tensor expert_start = per_expert.cumsum(0) - per_expert;
-  const at::Tensor place = map.cumsum(0) - 1;
-  const at::Tensor pairs = at::nonzero_static(routing_map, rows);  // token-major (token, expert)
-  const at::Tensor tok = pairs.select(1, 0), exp = pairs.select(1, 1);
-  const at::Tensor row = place.index({tok, exp}) + expert_start.index_select(0, exp);
-  // Each pair's slot: its token's first slot plus its place among the token's pairs.
-  const at::Tensor per_token = map.sum(1);
-  const at::Tensor token_start = per_token.cumsum(0) - per_token;
-  const at::Tensor slot =
-      tok * slots + at::arange(rows, tok.options()) - token_start.index_select(0, tok);
-  at::Tensor row_of_slot = at::full({t * slots}, rows, tok.options());
-  row_of_slot.index_copy_(0, slot, row);
+// the `rows` routed rows in expert-major order (experts in order, tokens in order inside one;
+// expert_of_row and token_of_row name each row's pair): on the device, no host sync. A pair's
+// slot is its token's first slot plus the pair's place among the token's experts, a scan along
+// each token's row of the map (the inner dimension: ATen's scan along the token dimension runs
+// one thread per expert, 1.4 ms per layer on the MoE bench recipe).
+TokenRows token_rows(const at::Tensor& routing_map, const at::Tensor& expert_of_row,
+                     const at::Tensor& token_of_row, int64_t rows, int64_t slots) {
+  const int64_t t = routing_map.size(0), e = routing_map.size(1);
+  const at::Tensor place_in_token = routing_map.to(at::kLong).cumsum(1) - 1;  // [T, E]
+  const at::Tensor slot = token_of_row * slots + place_in_token.view({-1}).index_select(
+                                                     0, token_of_row * e + expert_of_row);
+  at::Tensor row_of_slot = at::full({t * slots}, rows, token_of_row.options());
+  row_of_slot.index_copy_(0, slot, at::arange(rows, token_of_row.options()));
   return {token_of_row, row_of_slot, t, slots, rows < t * slots};
 }
 
@@ -780,9 +772,10 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   const at::Tensor expert_of_row = nz.select(1, 0), token_of_row = nz.select(1, 1);
   // Padding to capacity can route a token to every expert; otherwise it has at most k rows.
   const std::optional<TokenRows> slots =
-      pad_to_capacity_ ? std::nullopt
-                       : std::optional<TokenRows>(token_rows(routing.routing_map, token_of_row,
-                                                             rows, dims_.router_topk));
+      pad_to_capacity_
+          ? std::nullopt
+          : std::optional<TokenRows>(token_rows(routing.routing_map, expert_of_row, token_of_row,
+                                                rows, dims_.router_topk));
   at::Tensor x = slots ? DispatchRowsFn::apply(h, token_of_row, slots->row_of_slot, slots->slots,
                                                slots->padded)
                        : h.index_select(0, token_of_row);
