@@ -374,7 +374,8 @@ void build_run(RunPlan& plan, const nlohmann::json& provenance, const std::strin
         std::to_string(ctx.world_size) + " ranks");
   }
   build_model(plan, ctx);
-  plan.engine = std::make_unique<DataParallelEngine>(*plan.model.spec, plan.options, ctx.engine_pgs);
+  plan.engine =
+      std::make_unique<DataParallelEngine>(*plan.model.spec, plan.options, ctx.engine_pgs);
   attach_engine(plan);
   record_engine(plan, ctx);
 

@@ -31,7 +31,7 @@ class MoeModel;
 // offload, the MoE routing statistics). The loop sees the model through this and the model
 // interface (harness/model/model.hpp) only.
 struct RunModel {
-  std::string family;          // "llama", "moe"
+  std::string family;  // "llama", "moe"
   int64_t seq_length = 0;
   int64_t vocab = 0;           // the padded vocabulary the embedding holds
   int64_t num_parameters = 0;  // the whole model, TP 1

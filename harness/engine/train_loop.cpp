@@ -52,7 +52,6 @@ void maybe_inject_fault(const std::optional<FaultSpec>& fault, int rank, int64_t
   }
 }
 
-
 // The loop's own host synchronisations with the GPU (the engine's are not counted here). Each
 // one drains the device queue, so the count says what the measurement adds to a step. Megatron's
 // loop pays the same ones: its timer's barrier and synchronize, and the logged loss and norm.
