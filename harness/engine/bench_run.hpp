@@ -1,6 +1,6 @@
-// One measured training run on this rank: build the engine for `config`, train
-// train.train_iters iterations, time each one, and return what the report needs (complete on
-// rank 0; other ranks return their own view).
+// One measured training run on this rank: build the run for `config` (run_build.hpp), train
+// train.train_iters iterations, time each one, and return the report's record of it
+// (run_records.hpp; complete on rank 0, other ranks return their own view).
 #pragma once
 
 #include <string>

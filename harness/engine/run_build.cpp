@@ -1,44 +1,27 @@
-// Building a run from its resolved configuration: the engine's options and the model's settings
+// The build step of a run: the resolved configuration to a RunPlan in one pass
 // (harness/engine/run_build.hpp).
 #include "harness/engine/run_build.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <csignal>
-#include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "harness/config/field_registry.hpp"
 #include "harness/config/run_device.hpp"
-#include "harness/config/validate.hpp"
 #include "harness/config/wrappers.hpp"
-#include "harness/engine/checkpoint_run.hpp"
-#include "harness/engine/determinism.hpp"
 #include "harness/engine/device_runtime.hpp"
-#include "harness/engine/lr_schedule.hpp"
-#include "harness/engine/mock_data.hpp"
-#include "harness/engine/step_checks.hpp"
-#include "harness/engine/train_step_phases.hpp"
-#include "harness/engine/unit_timing.hpp"
 #include "harness/launch/heartbeat.hpp"
 #include "harness/measure/flops.hpp"
-#include "harness/measure/nsys_capture.hpp"
-#include "harness/measure/nvtx.hpp"
-#include "harness/measure/phase_timer_cuda.hpp"
-#include "harness/measure/step_injection.hpp"
-#include "harness/measure/torch_profiler.hpp"
+#include "harness/measure/sharding.hpp"
 #include "harness/measure/zero_model.hpp"
-#include "harness/report/console.hpp"
-#include "workloads/llama/activation_offload.hpp"
-#include "workloads/llama/fp8_linear.hpp"
+#include "harness/report/run_json.hpp"
 #include "workloads/llama/fused_ops.hpp"
+#include "workloads/llama/llama_config.hpp"
+#include "workloads/moe/moe_config.hpp"
+#include "workloads/moe/moe_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -141,9 +124,88 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   return o;
 }
 
-// The model's kernels, recompute, FP8 and activation offload, as the config asks; FP8's choices
-// go into the report and the console.
-void configure_model(LlamaModel& model, const ConfigContainer& config, const EngineOptions& options,
+LrSchedule lr_schedule_from(const ConfigContainer& config) {
+  LrSchedule lr;
+  lr.max_lr = config.optimizer.lr;
+  lr.min_lr = config.optimizer.min_lr;
+  lr.warmup_iters = config.optimizer.lr_warmup_iters;
+  lr.decay_iters = config.optimizer.lr_decay_iters.value_or(config.train.train_iters);
+  lr.style = config.optimizer.lr_decay_style;
+  return lr;
+}
+
+namespace {
+
+// ---- build_run's steps, in the order it takes them ---------------------------------------------
+
+RunModel describe_moe(const ConfigContainer& config) {
+  RunModel m;
+  const MoeDims dims = moe_dims_from(config.model);
+  m.family = "moe";
+  m.seq_length = dims.seq_length;
+  m.vocab = dims.vocab;
+  m.num_parameters = moe_parameter_count(dims).total_with_mtp();  // what the run trains
+  m.flops_per_step = moe_model_flops_per_step(moe_flops_dims(dims), config.train.global_batch_size,
+                                              dims.seq_length);
+  m.moe_dims = dims;
+  return m;
+}
+
+// The model's shape facts from the configuration (no tensors yet).
+RunModel describe_model(const ConfigContainer& config) {
+  if (is_moe_config(config.model)) return describe_moe(config);
+  RunModel m;
+  const LlamaDims dims = llama_dims_from(config);
+  m.family = "llama";
+  m.seq_length = dims.seq_length;
+  m.vocab = dims.vocab;
+  for (const ParamSpec& spec : llama_param_specs(dims)) m.num_parameters += spec.numel();
+  m.flops_per_step =
+      model_flops_per_step(decoder_dims(dims), config.train.global_batch_size, dims.seq_length);
+  m.llama_dims = dims;
+  return m;
+}
+
+// What the report says about the run before the engine exists: its shape, dtypes and FLOPs.
+RunRecord describe_run(const ConfigContainer& config, const nlohmann::json& provenance,
+                       const std::string& recipe, const RunModel& model,
+                       const EngineOptions& options, const WorkerContext& ctx) {
+  RunRecord rec;
+  rec.recipe = recipe;
+  rec.world_size = ctx.world_size;
+  rec.global_batch_size = config.train.global_batch_size;
+  rec.micro_batch_size = config.train.micro_batch_size;
+  rec.seq_length = model.seq_length;
+  rec.train_iters = config.train.train_iters;
+  rec.compute_dtype = config.shardbench.compute_dtype;
+  rec.device = device_name(ctx.device);
+  rec.backend = to_string(ctx.backend);
+  rec.config = config_to_json(config);
+  rec.provenance = provenance;
+  rec.model_flops_per_step = model.flops_per_step;
+  if (model.moe_dims) rec.flops_formula = kMoeFlopsFormulaName;
+  rec.dtype_policy = DtypePolicy::for_compute_dtype(
+      rec.compute_dtype, options.grad_reduce_in_fp32 || options.compute_dtype == at::kFloat);
+  if (rec.dtype_policy) {
+    // The moments as the precision-aware optimizer stores them.
+    rec.dtype_policy->optimizer_state_bytes =
+        c10::elementSize(options.exp_avg_dtype) + c10::elementSize(options.exp_avg_sq_dtype);
+  }
+  rec.deterministic = config.model.deterministic_mode;
+  // Validation refused context and pipeline parallelism; the record says how the ranks split.
+  rec.parallel_layout = ParallelLayout::make(
+      ctx.world_size, static_cast<int>(config.model.tensor_model_parallel_size),
+      static_cast<int>(config.model.context_parallel_size),
+      static_cast<int>(config.model.expert_model_parallel_size),
+      static_cast<int>(config.model.pipeline_model_parallel_size),
+      static_cast<int>(config.ddp.num_distributed_optimizer_instances));
+  rec.parallel_layout->outer_dp_sharding_strategy = config.ddp.outer_dp_sharding_strategy;
+  return rec;
+}
+
+// The Llama model's kernels, recompute, FP8 and activation offload, as the config asks; FP8's
+// choices go into the record and the console.
+void configure_llama(LlamaModel& model, const ConfigContainer& config, const EngineOptions& options,
                      const LlamaDims& dims, const WorkerContext& ctx, RunRecord& rec) {
   const int64_t gbs = config.train.global_batch_size;
   const int64_t mbs = config.train.micro_batch_size;
@@ -193,14 +255,132 @@ void configure_model(LlamaModel& model, const ConfigContainer& config, const Eng
   model.set_offload_prefetch_layers(config.shardbench.offload_prefetch_layers);
 }
 
-LrSchedule lr_schedule_from(const ConfigContainer& config) {
-  LrSchedule lr;
-  lr.max_lr = config.optimizer.lr;
-  lr.min_lr = config.optimizer.min_lr;
-  lr.warmup_iters = config.optimizer.lr_warmup_iters;
-  lr.decay_iters = config.optimizer.lr_decay_iters.value_or(config.train.train_iters);
-  lr.style = config.optimizer.lr_decay_style;
-  return lr;
+// The MoE model with the run's router, expert parallelism and experts path; its parameters are
+// this EP rank's (MoeSpec).
+void build_moe(RunModel& m, const ConfigContainer& config, const WorkerContext& ctx) {
+  const MoeDims& dims = *m.moe_dims;
+  const int ep = static_cast<int>(config.model.expert_model_parallel_size);
+  const int ep_rank = ctx.engine_pgs.ep ? ctx.engine_pgs.ep->rank() : 0;
+  auto moe = std::make_unique<MoeModel>(dims, moe_router_from(config.model), ctx.device);
+  moe->set_expert_parallel(ctx.engine_pgs.ep, ep, ep_rank);
+  if (!config.model.moe_grouped_gemm) moe->force_experts_path(MoeExpertsPath::kLoop);
+  // The routed experts' weighted SwiGLU kernel (docs/moe.md), within shardbench.fused_kernels.
+  moe->set_fused_kernels(config.shardbench.fused_kernels);
+  moe->set_fused_cross_entropy(config.model.cross_entropy_loss_fusion);
+  moe->set_token_dropping(config.model.moe_expert_capacity_factor,
+                          config.model.moe_token_drop_policy == "position"
+                              ? MoeDropPolicy::kPosition
+                              : MoeDropPolicy::kProbs,
+                          config.model.moe_pad_expert_input_to_capacity);
+  // Megatron sums the expert-bias token counts over TP x DP x CP: the whole run here.
+  if (dims.router_expert_bias) moe->set_expert_bias_group(ctx.pgs.world);
+  m.moe = moe.get();
+  m.trainable = std::move(moe);
+  m.spec = std::make_unique<MoeSpec>(dims, ep, ep_rank);
+}
+
+// The spec and the forward pass with the family's settings (kernels, recompute, FP8, offload,
+// tensor parallelism).
+void build_model(RunPlan& plan, const WorkerContext& ctx) {
+  RunModel& m = plan.model;
+  if (m.moe_dims) {
+    build_moe(m, plan.config, ctx);
+    return;
+  }
+  const LlamaDims& dims = *m.llama_dims;
+  auto llama = std::make_unique<LlamaModel>(dims, ctx.device);
+  configure_llama(*llama, plan.config, plan.options, dims, ctx, plan.record);
+  if (ctx.tp > 1) {
+    llama->set_tensor_parallel({ctx.tp, ctx.engine_pgs.tp->rank(), ctx.engine_pgs.tp});
+  }
+  m.llama = llama.get();
+  m.trainable = std::move(llama);
+  m.spec = std::make_unique<LlamaSpec>(dims);
+}
+
+// With the engine built: the settings that hand the model the engine's buffers (gradient-
+// accumulation fusion, FP8 weights gathered by the engine).
+void attach_engine(RunPlan& plan) {
+  RunModel& m = plan.model;
+  DataParallelEngine& engine = *plan.engine;
+  if (m.moe && engine.options().gradient_accumulation_fusion) {
+    m.moe->set_gradient_accumulation_fusion(&engine);
+  }
+  if (!m.llama) return;
+  if (engine.options().gradient_accumulation_fusion) {
+    m.llama->set_gradient_accumulation_fusion(&engine);
+  }
+  if (engine.gathers_fp8()) m.llama->set_fp8_weights(&engine);
+  plan.record.fp8_param_gather = engine.gathers_fp8();
+}
+
+// What the built engine and model are: label, wrapper, kernels, parameters, attention backend.
+void record_engine(RunPlan& plan, const WorkerContext& ctx) {
+  RunRecord& rec = plan.record;
+  const RunModel& model = plan.model;
+  const DataParallelEngine& engine = *plan.engine;
+  const ConfigContainer& config = plan.config;
+  const EngineOptions& options = plan.options;
+  if (model.llama) rec.fused_kernel_set = model.llama->fused_kernel_names(options.compute_dtype);
+  if (model.moe) rec.fused_kernel_set = model.moe->fused_kernel_names(options.compute_dtype);
+  if (engine.optimizer_uses_kernel()) rec.fused_kernel_set.push_back("adamw");
+  // The weight-gradient GEMMs accumulate into the main grads (model.gradient_accumulation_fusion).
+  if ((model.llama && model.llama->gradient_accumulation_fusion()) ||
+      (model.moe && model.moe->gradient_accumulation_fusion())) {
+    rec.fused_kernel_set.push_back("wgrad_accumulation");
+  }
+  if (ctx.rank == 0 && options.fused_kernels && !engine.optimizer_uses_kernel() && fused::built() &&
+      ctx.device.is_cuda() &&
+      (options.exp_avg_dtype != at::kFloat || options.exp_avg_sq_dtype != at::kFloat)) {
+    std::cout << "perf-launch: optimizer.exp_avg_dtype=" << config.optimizer.exp_avg_dtype
+              << ", exp_avg_sq_dtype=" << config.optimizer.exp_avg_sq_dtype
+              << ": shardbench's AdamW kernel keeps fp32 moments, so the optimizer runs ATen's "
+                 "fused AdamW chunk by chunk instead"
+              << std::endl;
+  }
+  rec.fused_kernels = !rec.fused_kernel_set.empty();
+  rec.label = engine.label();
+  rec.wrapper = options.wrapper;
+  rec.strategy = engine.strategy_name();
+  // Megatron FSDP always runs with MCore's distributed optimizer; FSDP2 never does (it shards the
+  // optimizer state itself, and validation turns the flag off).
+  rec.distributed_optimizer =
+      uses_distributed_optimizer(options.wrapper, options.use_distributed_optimizer);
+  // The model's parameters (under tensor parallelism the engine holds one TP rank's parts).
+  rec.num_parameters = model.num_parameters;
+  if (model.llama_dims) {
+    rec.sdpa_backend = sdpa_backend_name(*model.llama_dims, config.train.micro_batch_size,
+                                         options.compute_dtype, ctx.device);
+  }
+}
+
+}  // namespace
+
+void build_run(RunPlan& plan, const nlohmann::json& provenance, const std::string& recipe,
+               const WorkerContext& ctx) {
+  const ConfigContainer& config = plan.config;
+  plan.model = describe_model(config);
+  plan.options = engine_options_from(config, ctx);
+  plan.checkpoints.emplace(config, provenance);
+  plan.record = describe_run(config, provenance, recipe, plan.model, plan.options, ctx);
+
+  // This rank's tensors: the model, then the engine that holds its parameters.
+  heartbeat("building engine");
+  reset_allocator_peaks(ctx.device);
+  if (!ctx.engine_pgs.world || ctx.dp * ctx.tp != ctx.world_size) {
+    throw std::logic_error(
+        "run_benchmark: the worker context has no engine groups or a layout "
+        "that does not cover its " +
+        std::to_string(ctx.world_size) + " ranks");
+  }
+  build_model(plan, ctx);
+  plan.engine =
+      std::make_unique<DataParallelEngine>(*plan.model.spec, plan.options, ctx.engine_pgs);
+  attach_engine(plan);
+  record_engine(plan, ctx);
+
+  plan.lr = lr_schedule_from(config);
+  plan.fault = check_fault_env(ctx.world_size, config.train.train_iters);
 }
 
 }  // namespace shardbench

@@ -1,128 +1,55 @@
-// The report's record of a run: what the run is before it starts, what was built, and what the
-// steps measured (harness/engine/run_records.hpp).
+// The record step of a run (harness/engine/run_records.hpp).
 #include "harness/engine/run_records.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
-#include <memory>
-#include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
-#include "harness/config/field_registry.hpp"
-#include "harness/config/wrappers.hpp"
-#include "harness/engine/checkpoint_run.hpp"
-#include "harness/engine/determinism.hpp"
-#include "harness/engine/device_runtime.hpp"
-#include "harness/engine/lr_schedule.hpp"
-#include "harness/engine/mock_data.hpp"
-#include "harness/engine/step_checks.hpp"
-#include "harness/engine/train_step_phases.hpp"
-#include "harness/engine/unit_timing.hpp"
-#include "harness/launch/heartbeat.hpp"
-#include "harness/measure/flops.hpp"
-#include "harness/measure/nsys_capture.hpp"
-#include "harness/measure/nvtx.hpp"
-#include "harness/measure/phase_timer_cuda.hpp"
-#include "harness/measure/step_injection.hpp"
-#include "harness/measure/torch_profiler.hpp"
+#include "harness/config/wrapper.hpp"
+#include "harness/measure/sharding.hpp"
 #include "harness/measure/zero_model.hpp"
-#include "harness/report/console.hpp"
-#include "harness/report/run_json.hpp"
 #include "workloads/llama/activation_offload.hpp"
-#include "workloads/llama/fp8_linear.hpp"
-#include "workloads/llama/fused_ops.hpp"
+#include "workloads/llama/llama_config.hpp"
+#include "workloads/llama/llama_model.hpp"
 #include "workloads/moe/moe_model.hpp"
 
 namespace shardbench {
+namespace {
 
-// What the report says about the run before the engine exists: its shape, dtypes and FLOPs.
-RunRecord describe_run(const ConfigContainer& config, const nlohmann::json& provenance,
-                       const std::string& recipe, const RunModel& model,
-                       const EngineOptions& options, const WorkerContext& ctx) {
-  RunRecord rec;
-  rec.recipe = recipe;
-  rec.world_size = ctx.world_size;
-  rec.global_batch_size = config.train.global_batch_size;
-  rec.micro_batch_size = config.train.micro_batch_size;
-  rec.seq_length = model.seq_length;
-  rec.train_iters = config.train.train_iters;
-  rec.compute_dtype = config.shardbench.compute_dtype;
-  rec.device = device_name(ctx.device);
-  rec.backend = to_string(ctx.backend);
-  rec.config = config_to_json(config);
-  rec.provenance = provenance;
-  rec.model_flops_per_step = model.flops_per_step;
-  if (model.moe_dims) rec.flops_formula = kMoeFlopsFormulaName;
-  rec.dtype_policy = DtypePolicy::for_compute_dtype(
-      rec.compute_dtype, options.grad_reduce_in_fp32 || options.compute_dtype == at::kFloat);
-  if (rec.dtype_policy) {
-    // The moments as the precision-aware optimizer stores them.
-    rec.dtype_policy->optimizer_state_bytes =
-        c10::elementSize(options.exp_avg_dtype) + c10::elementSize(options.exp_avg_sq_dtype);
-  }
-  rec.deterministic = config.model.deterministic_mode;
-  // Validation refused context and pipeline parallelism; the record says how the ranks split.
-  rec.parallel_layout = ParallelLayout::make(
-      ctx.world_size, static_cast<int>(config.model.tensor_model_parallel_size),
-      static_cast<int>(config.model.context_parallel_size),
-      static_cast<int>(config.model.expert_model_parallel_size),
-      static_cast<int>(config.model.pipeline_model_parallel_size),
-      static_cast<int>(config.ddp.num_distributed_optimizer_instances));
-  rec.parallel_layout->outer_dp_sharding_strategy = config.ddp.outer_dp_sharding_strategy;
-  return rec;
-}
+// ---- record_run's steps, in the order it takes them --------------------------------------------
 
-// What the built engine and model are: label, wrapper, kernels, parameters, attention backend.
-void record_engine(RunRecord& rec, const RunModel& model, const DataParallelEngine& engine,
-                   const ConfigContainer& config, const EngineOptions& options,
-                   const WorkerContext& ctx) {
-  if (model.llama) rec.fused_kernel_set = model.llama->fused_kernel_names(options.compute_dtype);
-  if (model.moe) rec.fused_kernel_set = model.moe->fused_kernel_names(options.compute_dtype);
-  if (engine.optimizer_uses_kernel()) rec.fused_kernel_set.push_back("adamw");
-  // The weight-gradient GEMMs accumulate into the main grads (model.gradient_accumulation_fusion).
-  if ((model.llama && model.llama->gradient_accumulation_fusion()) ||
-      (model.moe && model.moe->gradient_accumulation_fusion())) {
-    rec.fused_kernel_set.push_back("wgrad_accumulation");
+// ddp.nccl_ub: how the pool was registered and whether every communication buffer that exists
+// at the end of the run lies inside it. A buffer outside it fails the run: the report would
+// call registered what NCCL saw as ordinary memory.
+void record_nccl_user_buffers(RunRecord& rec, const DataParallelEngine& engine,
+                              const WorkerContext& ctx) {
+  const NcclUserBufferState st = engine.nccl_user_buffers();
+  if (!st.enabled) return;
+  NcclUserBuffersRecord r;
+  r.symmetric = st.symmetric;
+  r.manual_registration = st.manual_registration;
+  r.registered_after_steps = st.registered_after_steps;
+  r.registered_groups = st.registered_groups;
+  r.pool_segments = st.pool_segments;
+  r.pool_bytes = st.pool_bytes;
+  r.buffers_checked = st.buffers_checked;
+  r.buffers_outside = st.buffers_outside;
+  rec.nccl_user_buffers = r;
+  std::string failure;
+  if (st.registered_after_steps < 0) {
+    failure = "ddp.nccl_ub=true: the NCCL user-buffer pool was never registered";
+  } else if (st.buffers_outside > 0) {
+    failure = "ddp.nccl_ub=true: " + std::to_string(st.buffers_outside) + " of " +
+              std::to_string(st.buffers_checked) +
+              " communication buffers lie outside the registered pool";
   }
-  if (ctx.rank == 0 && options.fused_kernels && !engine.optimizer_uses_kernel() && fused::built() &&
-      ctx.device.is_cuda() &&
-      (options.exp_avg_dtype != at::kFloat || options.exp_avg_sq_dtype != at::kFloat)) {
-    std::cout << "perf-launch: optimizer.exp_avg_dtype=" << config.optimizer.exp_avg_dtype
-              << ", exp_avg_sq_dtype=" << config.optimizer.exp_avg_sq_dtype
-              << ": shardbench's AdamW kernel keeps fp32 moments, so the optimizer runs ATen's "
-                 "fused AdamW chunk by chunk instead"
-              << std::endl;
+  if (!failure.empty()) {
+    rec.failure_reasons.push_back(failure);
+    if (ctx.rank == 0) std::cerr << "perf-launch: " << failure << std::endl;
   }
-  rec.fused_kernels = !rec.fused_kernel_set.empty();
-  rec.label = engine.label();
-  rec.wrapper = options.wrapper;
-  rec.strategy = engine.strategy_name();
-  // Megatron FSDP always runs with MCore's distributed optimizer; FSDP2 never does (it shards the
-  // optimizer state itself, and validation turns the flag off).
-  rec.distributed_optimizer =
-      uses_distributed_optimizer(options.wrapper, options.use_distributed_optimizer);
-  // The model's parameters (under tensor parallelism the engine holds one TP rank's parts).
-  rec.num_parameters = model.num_parameters;
-  if (model.llama_dims) {
-    rec.sdpa_backend = sdpa_backend_name(*model.llama_dims, config.train.micro_batch_size,
-                                         options.compute_dtype, ctx.device);
-  }
-}
-
-// The allocator after the first two iterations, as Megatron's memory report prints it.
-void snapshot_memory(RunRecord& rec, int64_t iteration, const WorkerContext& ctx) {
-  if (!ctx.device.is_cuda() || iteration > 2) return;
-  auto snap =
-      allocator_snapshot(ctx.device, "after_iteration_" + std::to_string(iteration), ctx.rank);
-  if (ctx.rank == 0) std::cout << format_memory_line(snap, iteration) << std::endl;
-  rec.allocator.push_back(snap);
 }
 
 // Every rank's own step times, gathered to all (small: one double per step and rank), into the
@@ -147,50 +74,8 @@ void gather_rank_step_times(RunRecord& rec, const std::vector<double>& my_step_m
   }
 }
 
-// Bytes and tensors the activation offload moved per step, averaged over the steps that ran.
-void record_activation_offload(RunRecord& rec, const LlamaModel& model, int64_t ran,
-                               const WorkerContext& ctx) {
-  const ActivationOffload* offload = model.activation_offload();
-  if (!offload || ran <= 0) return;
-  const OffloadStats s = offload->stats();
-  rec.activation_offload = ActivationOffloadRecord{
-      model.offload_layers(), s.offloaded_bytes / ran, s.offloaded_tensors / ran,
-      s.reloaded_bytes / ran, model.offload_prefetch_layers()};
-  if (ctx.rank == 0) {
-    std::printf(
-        "perf-launch: activation offload of %lld layers: %.3f GiB in %lld tensors to the host "
-        "and back per step; %lld of %lld layer reloads were not prefetched\n",
-        static_cast<long long>(model.offload_layers()),
-        static_cast<double>(s.offloaded_bytes / ran) / (1024.0 * 1024.0 * 1024.0),
-        static_cast<long long>(s.offloaded_tensors / ran), static_cast<long long>(s.sync_reloads),
-        static_cast<long long>(model.offload_layers() * ran));
-    std::fflush(stdout);
-  }
-}
-
-// What autograd kept for backward in the step's first micro-batch (rank 0), by module and op.
-void record_saved_activations(RunRecord& rec, const LlamaModel& model, int64_t iteration) {
-  std::optional<SavedActivations> census = model.take_activation_census();
-  if (!census) return;
-  census->measured = "rank 0, iteration " + std::to_string(iteration) + ", micro-batch 1";
-  int64_t layer_bytes = 0, layers = 0;
-  for (const ModuleSavedActivations& m : census->modules) {
-    if (m.name.rfind("layer ", 0) == 0) {
-      layer_bytes = std::max(layer_bytes, m.bytes);
-      ++layers;
-    }
-  }
-  constexpr double kMiB = 1024.0 * 1024.0;
-  std::printf(
-      "perf-launch: saved activations per micro-batch: %.1f MiB (largest of %lld layers %.2f MiB, "
-      "offloaded %.1f MiB; measured on %s)\n",
-      static_cast<double>(census->total_bytes) / kMiB, static_cast<long long>(layers),
-      static_cast<double>(layer_bytes) / kMiB, static_cast<double>(census->offloaded_bytes) / kMiB,
-      census->measured.c_str());
-  std::fflush(stdout);
-  rec.saved_activations = std::move(census);
-}
-
+// A mixture of experts: the routing statistics of the run's `ran` steps, the token counts summed
+// over every rank (collective over the world group), and the console's line on rank 0.
 void record_moe(RunRecord& rec, const RunModel& model, const DataParallelEngine& engine,
                 int64_t ran, const WorkerContext& ctx) {
   if (!model.moe || ran <= 0) return;
@@ -268,7 +153,26 @@ void record_moe(RunRecord& rec, const RunModel& model, const DataParallelEngine&
   rec.moe = std::move(r);
 }
 
-namespace {
+// Bytes and tensors the activation offload moved per step, averaged over the steps that ran.
+void record_activation_offload(RunRecord& rec, const LlamaModel& model, int64_t ran,
+                               const WorkerContext& ctx) {
+  const ActivationOffload* offload = model.activation_offload();
+  if (!offload || ran <= 0) return;
+  const OffloadStats s = offload->stats();
+  rec.activation_offload = ActivationOffloadRecord{
+      model.offload_layers(), s.offloaded_bytes / ran, s.offloaded_tensors / ran,
+      s.reloaded_bytes / ran, model.offload_prefetch_layers()};
+  if (ctx.rank == 0) {
+    std::printf(
+        "perf-launch: activation offload of %lld layers: %.3f GiB in %lld tensors to the host "
+        "and back per step; %lld of %lld layer reloads were not prefetched\n",
+        static_cast<long long>(model.offload_layers()),
+        static_cast<double>(s.offloaded_bytes / ran) / (1024.0 * 1024.0 * 1024.0),
+        static_cast<long long>(s.offloaded_tensors / ran), static_cast<long long>(s.sync_reloads),
+        static_cast<long long>(model.offload_layers() * ran));
+    std::fflush(stdout);
+  }
+}
 
 // Megatron FSDP over a mixture of experts (docs/moe.md, section 5): the refined model twice, once
 // for the dense groups (each layer's dense unit and the modules outside units) over the engine's
@@ -305,8 +209,6 @@ void predict_moe_memory(RunRecord& rec, const DataParallelEngine& engine, const 
       d.main_grad_bytes + e.main_grad_bytes, d.optimizer_state_bytes + e.optimizer_state_bytes};
   rec.memory.predicted_static_bytes = rec.predicted_memory->total_bytes();
 }
-
-}  // namespace
 
 // The engine's measured static buffers and, for Megatron FSDP, the model's prediction of them.
 void record_memory(RunRecord& rec, const DataParallelEngine& engine, const EngineOptions& options,
@@ -346,35 +248,32 @@ void record_memory(RunRecord& rec, const DataParallelEngine& engine, const Engin
   }
 }
 
-// ddp.nccl_ub: how the pool was registered and whether every communication buffer that exists
-// at the end of the run lies inside it. A buffer outside it fails the run: the report would
-// call registered what NCCL saw as ordinary memory.
-void record_nccl_user_buffers(RunRecord& rec, const DataParallelEngine& engine,
-                              const WorkerContext& ctx) {
-  const NcclUserBufferState st = engine.nccl_user_buffers();
-  if (!st.enabled) return;
-  NcclUserBuffersRecord r;
-  r.symmetric = st.symmetric;
-  r.manual_registration = st.manual_registration;
-  r.registered_after_steps = st.registered_after_steps;
-  r.registered_groups = st.registered_groups;
-  r.pool_segments = st.pool_segments;
-  r.pool_bytes = st.pool_bytes;
-  r.buffers_checked = st.buffers_checked;
-  r.buffers_outside = st.buffers_outside;
-  rec.nccl_user_buffers = r;
-  std::string failure;
-  if (st.registered_after_steps < 0) {
-    failure = "ddp.nccl_ub=true: the NCCL user-buffer pool was never registered";
-  } else if (st.buffers_outside > 0) {
-    failure = "ddp.nccl_ub=true: " + std::to_string(st.buffers_outside) + " of " +
-              std::to_string(st.buffers_checked) +
-              " communication buffers lie outside the registered pool";
+}  // namespace
+
+RunRecord record_run(const RunPlan& plan, const RunMeasurements& measured,
+                     const WorkerContext& ctx) {
+  RunRecord rec = plan.record;
+  rec.steps = measured.steps;
+  rec.allocator.insert(rec.allocator.end(), measured.allocator.begin(), measured.allocator.end());
+  if (measured.saved_activations) rec.saved_activations = measured.saved_activations;
+  rec.failure_reasons.insert(rec.failure_reasons.end(), measured.failure_reasons.begin(),
+                             measured.failure_reasons.end());
+  if (const auto& oom = measured.out_of_memory) {
+    rec.out_of_memory.push_back(*oom);
+    rec.failure_reasons.push_back("out of device memory at micro_batch_size=" +
+                                  std::to_string(oom->micro_batch_size) + ": " + oom->error);
+  } else {
+    const DataParallelEngine& engine = *plan.engine;
+    const auto ran = static_cast<int64_t>(measured.my_step_ms.size());
+    record_nccl_user_buffers(rec, engine, ctx);
+    gather_rank_step_times(rec, measured.my_step_ms, ctx);
+    record_moe(rec, plan.model, engine, ran, ctx);
+    if (plan.model.llama) record_activation_offload(rec, *plan.model.llama, ran, ctx);
+    record_memory(rec, engine, plan.options, plan.model, ctx);
+    rec.unit_timing = measured.unit_timing;
   }
-  if (!failure.empty()) {
-    rec.failure_reasons.push_back(failure);
-    if (ctx.rank == 0) std::cerr << "perf-launch: " << failure << std::endl;
-  }
+  if (plan.checkpoints) rec.checkpoint = plan.checkpoints->record();
+  return rec;
 }
 
 }  // namespace shardbench

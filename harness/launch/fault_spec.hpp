@@ -3,7 +3,7 @@
 // itself when iteration <step> (1-based) starts, "hang:<rank>:<step>" makes it stop forever
 // there, "oom:<rank>:<micro_batch>[:<run label prefix>]" makes it throw the caching allocator's
 // out-of-memory error at the first step of every run whose micro-batch is at least
-// <micro_batch> and whose label starts with the prefix. The engine fires it (bench_run.cpp); this
+// <micro_batch> and whose label starts with the prefix. The engine fires it (train_loop.cpp); this
 // checks it up front so that a drill that can never fire is refused instead of silently passing.
 #pragma once
 

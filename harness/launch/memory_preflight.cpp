@@ -46,7 +46,7 @@ RankMemoryEstimate estimate_one(const PlannedRun& run, int world_size) {
   DtypePolicy policy =
       DtypePolicy::for_compute_dtype(c.shardbench.compute_dtype, c.ddp.grad_reduce_in_fp32 || fp32)
           .value_or(DtypePolicy{});
-  // The moments as the precision-aware optimizer keeps them (run_records.cpp does the same).
+  // The moments as the precision-aware optimizer keeps them (run_build.cpp does the same).
   policy.optimizer_state_bytes =
       dtype_bytes(c.optimizer.exp_avg_dtype) + dtype_bytes(c.optimizer.exp_avg_sq_dtype);
 

@@ -98,7 +98,7 @@ EngineOptions options_for(const Case& c) {
   return o;
 }
 
-// Trains 0-based iterations [first, last) as bench_run does (the batch and LR of the iteration)
+// Trains 0-based iterations [first, last) as train_loop does (the batch and LR of the iteration)
 // and returns the losses averaged over the DP ranks.
 std::vector<double> train(DataParallelEngine& engine, ProcessGroups& pgs, const Case& c,
                           int64_t first, int64_t last) {
