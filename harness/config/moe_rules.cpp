@@ -1,5 +1,7 @@
 #include "harness/config/moe_rules.hpp"
 
+#include <stdexcept>
+
 #include <nlohmann/json.hpp>
 
 #include "harness/config/field_checks.hpp"
@@ -17,6 +19,28 @@ std::string refusal(const Provenance& p, const std::string& key, const json& val
 }
 
 }  // namespace
+
+int64_t moe_first_k_dense_replace(const ModelConfig& m) {
+  const IntList& freq = m.moe_layer_freq;
+  if (freq.size() == 1 && freq[0] == 1) return 0;  // Megatron's default 1: every layer MoE
+  std::string text = "[";
+  for (size_t i = 0; i < freq.size(); ++i) text += (i ? "," : "") + std::to_string(freq[i]);
+  text += "]";
+  auto bad = [&](const std::string& why) {
+    throw std::invalid_argument("model.moe_layer_freq=" + text + ": " + why);
+  };
+  if (static_cast<int64_t>(freq.size()) != m.num_layers) {
+    bad("a per-layer list needs one entry per layer (" + std::to_string(m.num_layers) + ")");
+  }
+  int64_t k = 0;
+  while (k < static_cast<int64_t>(freq.size()) && freq[static_cast<size_t>(k)] == 0) ++k;
+  for (size_t i = static_cast<size_t>(k); i < freq.size(); ++i) {
+    if (freq[i] != 1) {
+      bad("only dense first layers then MoE layers (first_k_dense_replace) are described");
+    }
+  }
+  return k;
+}
 
 std::optional<std::string> moe_run_refusal(const ConfigContainer& c, const Provenance& p) {
   const ModelConfig& m = c.model;

@@ -18,4 +18,10 @@ namespace shardbench {
 std::optional<std::string> moe_run_refusal(const ConfigContainer& config,
                                            const Provenance& provenance);
 
+// The number of dense first layers model.moe_layer_freq gives (Megatron's first_k_dense_replace):
+// [1] makes every layer an MoE layer (0); a per-layer list must be K zeros then ones (K). Throws
+// std::invalid_argument naming model.moe_layer_freq, its value and what is accepted for a list
+// of another length than model.num_layers or another pattern (the only one the MoE model builds).
+int64_t moe_first_k_dense_replace(const ModelConfig& model);
+
 }  // namespace shardbench

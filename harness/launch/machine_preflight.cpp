@@ -37,10 +37,8 @@ void refuse_or_note(bool skip, const std::string& problem, const std::string& ac
 }
 
 // nullopt when the config gives the memory model nothing to count (validation refused the
-// shapes it cannot split).
+// shapes it cannot split). A dense decoder and a mixture of experts alike (memory_preflight.hpp).
 std::optional<RankMemoryEstimate> try_estimate(const ResolvedConfig& r) {
-  // The memory model counts a dense decoder; a mixture of experts has no estimate yet.
-  if (r.config.model.num_moe_experts.value_or(0) > 0) return std::nullopt;
   try {
     return estimate_rank_memory(r.config, r.world_size);
   } catch (const std::invalid_argument&) {
@@ -178,10 +176,6 @@ void preflight_this_node(const ResolvedConfig& r, int local_ranks) {
 }
 
 std::string preflight_dryrun_text(const ResolvedConfig& r, const HostFacts& f) {
-  if (r.config.model.num_moe_experts.value_or(0) > 0) {
-    return "\nPreflight: no memory estimate for a mixture of experts yet (the memory model counts "
-           "dense decoders)\n";
-  }
   const std::optional<RankMemoryEstimate> e = try_estimate(r);
   if (!e) return "\nPreflight: no memory estimate for this model shape\n";
   std::ostringstream out;

@@ -4,6 +4,10 @@
 #include <string>
 #include <utility>
 
+#include "harness/config/config.hpp"
+#include "harness/config/moe_rules.hpp"
+#include "harness/config/vocab.hpp"
+
 namespace shardbench {
 
 namespace {
@@ -112,6 +116,40 @@ MoeFlopsPerToken moe_flops_per_token(const MoeFlopsDims& d, int64_t seq) {
 double moe_model_flops_per_step(const MoeFlopsDims& d, int64_t batch, int64_t seq) {
   return moe_flops_per_token(d, seq).total() * static_cast<double>(batch) *
          static_cast<double>(seq);
+}
+
+MoeFlopsDims moe_flops_dims_of(const ModelConfig& m, int tp) {
+  if (!m.num_moe_experts || *m.num_moe_experts <= 0) {
+    throw std::invalid_argument(
+        "model.num_moe_experts=null: not a mixture of experts; accepted 1 or more");
+  }
+  MoeFlopsDims d;
+  d.num_layers = m.num_layers;
+  d.hidden_size = m.hidden_size;
+  d.ffn_hidden_size = ffn_hidden_of(m);
+  d.num_attention_heads = m.num_attention_heads;
+  d.swiglu = true;
+  d.multi_latent_attention = m.multi_latent_attention;
+  if (m.multi_latent_attention) {
+    d.q_lora_rank = m.q_lora_rank.value_or(0);
+    d.kv_lora_rank = m.kv_lora_rank;
+    d.qk_head_dim = m.qk_head_dim;
+    d.qk_pos_emb_head_dim = m.qk_pos_emb_head_dim;
+    d.v_head_dim = m.v_head_dim;
+  } else {
+    d.num_query_groups = query_groups_of(m);
+    d.kv_channels = head_dim_of(m);
+  }
+  d.num_moe_experts = *m.num_moe_experts;
+  d.moe_ffn_hidden_size = m.moe_ffn_hidden_size.value_or(d.ffn_hidden_size);
+  d.moe_router_topk = m.moe_router_topk;
+  d.moe_shared_expert_intermediate_size = m.moe_shared_expert_intermediate_size.value_or(0);
+  d.first_k_dense_replace = moe_first_k_dense_replace(m);
+  d.mtp_num_layers = m.mtp_num_layers.value_or(0);
+  d.padded_vocab_size = padded_vocab_size(m.vocab_size.value_or(0), m.make_vocab_size_divisible_by,
+                                          m.should_pad_vocab, tp);
+  d.qk_layernorm = m.qk_layernorm;
+  return d;
 }
 
 }  // namespace shardbench

@@ -36,7 +36,21 @@ struct MoeFlopsDims {
 
   int64_t mtp_num_layers = 0;     // multi-token prediction layers
   int64_t padded_vocab_size = 0;  // the vocabulary the embedding table holds
+
+  // RMSNorm on the query and key heads (GQA) or on the q and kv latents (MLA): parameters that
+  // moe_param_counts (moe_memory.hpp) counts; the formula leaves norms out.
+  bool qk_layernorm = false;
 };
+
+struct ModelConfig;  // harness/config/config.hpp
+
+// The dims of a mixture-of-experts config (model.*), as workloads/moe/moe_config.hpp's
+// moe_dims_from reads the same fields: null fields take Megatron's defaults (the dense FFN and
+// head dims as decoder_dims_of, the routed width ffn_hidden_size, no shared experts, no query
+// down-projection, no MTP layers), the vocabulary is padded for `tp` tensor-parallel ranks and
+// model.moe_layer_freq gives first_k_dense_replace. Throws std::invalid_argument naming the field
+// for a config without experts or with a moe_layer_freq the MoE model does not build.
+MoeFlopsDims moe_flops_dims_of(const ModelConfig& model, int tp = 1);
 
 // One token's share of an iteration's FLOPs at sequence length `seq`, by term. Every term counts
 // forward, input-gradient and weight-gradient GEMMs (3 x 2 FLOPs per multiply-add).

@@ -23,8 +23,9 @@ const CudaDeviceInfo kH100{"NVIDIA H100 80GB HBM3", int64_t{81559} << 20};
 const CudaDeviceInfo kH200{"NVIDIA H200", int64_t{150109880320}};
 
 ResolvedConfig resolve_args(const std::string& recipe, const std::string& gpu, int ranks,
-                            std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"-m", "llama", "-mr", recipe, "-ng", std::to_string(ranks),
+                            std::vector<std::string> extra = {},
+                            const std::string& family = "llama") {
+  std::vector<std::string> args = {"-m", family, "-mr", recipe, "-ng", std::to_string(ranks),
                                    "-g", gpu};
   args.insert(args.end(), extra.begin(), extra.end());
   ValidationContext ctx;
@@ -169,6 +170,82 @@ TEST(MachinePreflight, DryrunTextShowsTheEstimate) {
       << text;
   EXPECT_NE(preflight_dryrun_text(resolve_args("llama3_bench_1p5b", "h100", 1), gpus(0, kH100))
                 .find("(datasheet): fits"),
+            std::string::npos);
+}
+
+// Mixtures of experts (docs/preflight.md, "Mixtures of experts").
+ResolvedConfig resolve_moe(int ranks, std::vector<std::string> extra = {}) {
+  return resolve_args("moe_bench_3b", "h100", ranks, std::move(extra), "moe");
+}
+
+TEST(MachinePreflight, MoeBenchIsEstimatedAndFitsOneH100) {
+  // The recipe's own run: DDP with the distributed optimizer at micro-batch 2.
+  const ResolvedConfig r = resolve_moe(1);
+  const RankMemoryEstimate e = estimate_rank_memory(r.config, 1);
+  EXPECT_TRUE(e.moe);
+  EXPECT_EQ(e.run, "ddp");
+  // 3.19e9 parameters of 2 + 4 + 2 + 8 bytes; 8 layers of 64 experts of 3 * 2048 * 768 are
+  // 2.42e9 of them.
+  EXPECT_NEAR(static_cast<double>(e.static_bytes), 3.190329344e9 * 16, 1e6);
+  EXPECT_EQ(e.expert_static_bytes, int64_t{8} * 64 * 3 * 2048 * 768 * 16);
+  EXPECT_GT(e.activation_bytes, 0);
+  EXPECT_EQ(refusal(r, 1, gpus(1, kH100)), "(accepted)");
+  EXPECT_NE(estimate_parts_text(e).find(
+                "static 47.5 GiB (dense 11.5 GiB + experts 36.0 GiB) + activations 9.0 GiB"),
+            std::string::npos)
+      << estimate_parts_text(e);
+}
+
+TEST(MachinePreflight, MoeBenchAtMicroBatchEightDoesNotFitAnH100) {
+  // Four times the activations of micro-batch 2 (9.7 GB) on 51 GB of model state.
+  const ResolvedConfig r = resolve_moe(1, {"-mb", "8", "-gb", "8"});
+  const std::string text = refusal(r, 1, gpus(1, kH100));
+  EXPECT_EQ(text.find("-g h100 -ng 1: the estimated peak per GPU is "), 0u) << text;
+  EXPECT_NE(text.find("(1 rank(s) of static 47.5 GiB (dense 11.5 GiB + experts 36.0 GiB) + "
+                      "activations "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("more than the 79.6 GiB of NVIDIA H100 80GB HBM3"), std::string::npos)
+      << text;
+  const ResolvedConfig skipped = resolve_moe(1, {"-mb", "8", "-gb", "8", "--skip_capacity_checks"});
+  const std::vector<std::string> notices = check_machine(skipped, 1, gpus(1, kH100));
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].find("--skip_capacity_checks: starting anyway although -g h100 -ng 1: "), 0u)
+      << notices[0];
+}
+
+TEST(MachinePreflight, MoeExpertsAreShardedOverTheExpertDataParallelGroup) {
+  // 8 ranks of Megatron FSDP optim_grads_params: the dense parameters over DP 8, the experts
+  // over EDP = 8 / EP ranks; at EP 8 each expert lives on one rank whole.
+  const int64_t experts = int64_t{8} * 64 * 3 * 2048 * 768;  // parameters of every routed expert
+  for (const int ep : {1, 2, 8}) {
+    SCOPED_TRACE("EP " + std::to_string(ep));
+    const ResolvedConfig r = resolve_moe(
+        8, {"--use_megatron_fsdp", "true", "--compare_ddp", "false", "-ep", std::to_string(ep)});
+    const RankMemoryEstimate e = estimate_rank_memory(r.config, 8);
+    EXPECT_EQ(e.run, "megatron_fsdp");
+    const int edp = 8 / ep;
+    // 16 bytes per parameter on its EP rank's share of the experts, a 1/EDP shard of them.
+    EXPECT_EQ(e.expert_static_bytes, experts / ep / edp * 16);
+    // The dense parameters (0.77e9) sharded over all 8 ranks, padding apart, but for the compute
+    // weights of the modules outside the units (embedding, final norm, output layer), which
+    // Megatron FSDP keeps whole (zero_model.hpp, fsdp_static_memory).
+    const double outside = 2.0 * 151936 * 2048 + 2048;
+    EXPECT_NEAR(static_cast<double>(e.static_bytes - e.expert_static_bytes),
+                (3.190329344e9 - static_cast<double>(experts)) * 16 / 8 + outside * 2 * 7 / 8, 1e6);
+    EXPECT_GT(e.transient_bytes, 0);
+  }
+}
+
+TEST(MachinePreflight, DryrunTextShowsTheMoeEstimate) {
+  const std::string text = preflight_dryrun_text(resolve_moe(1), gpus(0, kH100));
+  EXPECT_NE(text.find("estimated peak per rank: 56.6 GiB (static 47.5 GiB (dense 11.5 GiB + "
+                      "experts 36.0 GiB) + activations 9.0 GiB + FSDP gathers 0 MiB; run: ddp)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("of one h100's 80.0 GiB (datasheet): fits"), std::string::npos) << text;
+  EXPECT_NE(preflight_dryrun_text(resolve_moe(1, {"-mb", "8", "-gb", "8"}), gpus(0, kH100))
+                .find("(datasheet): does not fit; perf-launch refuses this run"),
             std::string::npos);
 }
 

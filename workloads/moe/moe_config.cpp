@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "harness/config/moe_rules.hpp"
 #include "harness/config/vocab.hpp"
 
 namespace shardbench {
@@ -11,28 +12,6 @@ namespace {
 
 [[noreturn]] void bad(const std::string& field, const std::string& value, const std::string& why) {
   throw std::invalid_argument("model." + field + "=" + value + ": " + why);
-}
-
-// The number of dense first layers a moe_layer_freq pattern gives.
-int64_t first_k_dense(const ModelConfig& m) {
-  const IntList& freq = m.moe_layer_freq;
-  if (freq.size() == 1 && freq[0] == 1) return 0;  // Megatron's default 1: every layer MoE
-  std::string text = "[";
-  for (size_t i = 0; i < freq.size(); ++i) text += (i ? "," : "") + std::to_string(freq[i]);
-  text += "]";
-  if (static_cast<int64_t>(freq.size()) != m.num_layers) {
-    bad("moe_layer_freq", text,
-        "a per-layer list needs one entry per layer (" + std::to_string(m.num_layers) + ")");
-  }
-  int64_t k = 0;
-  while (k < static_cast<int64_t>(freq.size()) && freq[static_cast<size_t>(k)] == 0) ++k;
-  for (size_t i = static_cast<size_t>(k); i < freq.size(); ++i) {
-    if (freq[i] != 1) {
-      bad("moe_layer_freq", text,
-          "only dense first layers then MoE layers (first_k_dense_replace) are described");
-    }
-  }
-  return k;
 }
 
 std::string gflop_text(double flops) {
@@ -70,7 +49,7 @@ MoeDims moe_dims_from(const ModelConfig& m, int tp) {
   d.moe_ffn_hidden = m.moe_ffn_hidden_size.value_or(d.ffn);
   d.router_topk = m.moe_router_topk;
   d.shared_expert_ffn = m.moe_shared_expert_intermediate_size.value_or(0);
-  d.first_k_dense_replace = first_k_dense(m);
+  d.first_k_dense_replace = moe_first_k_dense_replace(m);
   d.router_expert_bias = m.moe_router_enable_expert_bias;
   d.attention = m.multi_latent_attention ? MoeAttention::kMla : MoeAttention::kGqa;
   d.qk_layernorm = m.qk_layernorm;

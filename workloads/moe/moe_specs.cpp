@@ -409,6 +409,7 @@ MoeFlopsDims moe_flops_dims(const MoeDims& d) {
   f.first_k_dense_replace = d.first_k_dense_replace;
   f.mtp_num_layers = d.mtp_num_layers;
   f.padded_vocab_size = d.vocab;
+  f.qk_layernorm = d.qk_layernorm;
   return f;
 }
 
