@@ -2,6 +2,7 @@
 // key=value overrides), for tests of what resolution refuses before any worker starts.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,14 @@
 #include "harness/config/resolve.hpp"
 
 namespace shardbench::testing_util {
+
+// A validation context that sees no GPU and no environment variable.
+inline ValidationContext no_gpu() {
+  ValidationContext ctx;
+  ctx.getenv = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+  ctx.cuda_device_count = [] { return 0; };
+  return ctx;
+}
 
 // The UsageError's message, or "" when the configuration resolves. No GPU is visible to it.
 inline std::string resolve_error(const std::vector<std::string>& extra) {

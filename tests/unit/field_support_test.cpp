@@ -11,6 +11,7 @@
 #include "harness/config/field_checks.hpp"
 #include "harness/config/resolve.hpp"
 #include "harness/config/text.hpp"
+#include "tests/resolve_error.hpp"
 
 namespace shardbench {
 namespace {
@@ -20,12 +21,7 @@ using nlohmann::json;
 const std::vector<std::string> kBase = {"-m",  "llama", "-mr", "llama3_tiny_cpu",
                                         "-ng", "2",     "-g",  "cpu"};
 
-ValidationContext no_gpu() {
-  ValidationContext ctx;
-  ctx.getenv = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
-  ctx.cuda_device_count = [] { return 0; };
-  return ctx;
-}
+using testing_util::no_gpu;
 
 ResolvedConfig resolve_with(std::vector<std::string> extra,
                             const ValidationContext& ctx = no_gpu()) {

@@ -23,16 +23,12 @@
 #include "workloads/moe/moe_config.hpp"
 #include "workloads/moe/moe_models.hpp"
 #include "workloads/moe/moe_specs.hpp"
+#include "tests/resolve_error.hpp"
 
 namespace shardbench {
 namespace {
 
-ValidationContext no_gpu() {
-  ValidationContext ctx;
-  ctx.getenv = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
-  ctx.cuda_device_count = [] { return 0; };
-  return ctx;
-}
+using testing_util::no_gpu;
 
 // The recipe of the model's name, resolved under --dryrun at its own GPU count.
 ResolvedConfig resolve_recipe(const std::string& name) {

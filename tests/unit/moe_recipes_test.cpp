@@ -17,16 +17,12 @@
 #include "harness/measure/moe_flops.hpp"
 #include "workloads/moe/moe_config.hpp"
 #include "workloads/moe/moe_models.hpp"
+#include "tests/resolve_error.hpp"
 
 namespace shardbench {
 namespace {
 
-ValidationContext no_gpu() {
-  ValidationContext ctx;
-  ctx.getenv = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
-  ctx.cuda_device_count = [] { return 0; };
-  return ctx;
-}
+using testing_util::no_gpu;
 
 struct Published {
   const char* family;
