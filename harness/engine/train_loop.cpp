@@ -28,6 +28,7 @@
 #include "harness/measure/torch_profiler.hpp"
 #include "harness/report/console.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "workloads/moe/moe_model.hpp"
 
 namespace shardbench {
 namespace {
@@ -239,8 +240,9 @@ TimedStep timed_step(const TrainableModel& model, DataParallelEngine& engine, co
 }
 
 // The step's report row: the loss averaged over ranks, the grad norm, the phase times.
+// `moe_ep`: a mixture of experts with expert parallelism, whose exchanges the step timed.
 StepRecord record_step(const TimedStep& t, const StepInputs& in, int64_t iteration,
-                       HostSyncCounter& syncs, const WorkerContext& ctx) {
+                       HostSyncCounter& syncs, const WorkerContext& ctx, bool moe_ep) {
   at::Tensor metrics = at::stack({t.out.loss.to(at::kFloat), t.out.grad_norm.to(at::kFloat)});
   at::Tensor loss_avg = metrics.narrow(0, 0, 1).clone();
   wait_work(ctx.pgs.world->all_reduce(loss_avg, Reduction::kAvg), "loss all-reduce");
@@ -254,6 +256,10 @@ StepRecord record_step(const TimedStep& t, const StepInputs& in, int64_t iterati
   step.backward_ms = t.phases[Phase::kBackward];
   step.optimizer_ms = t.phases[Phase::kOptimizer];
   step.exposed_comm_ms = t.phases[Phase::kExposedComm];
+  if (moe_ep) {
+    step.moe_dispatch_ms = t.phases[Phase::kMoeDispatch];
+    step.moe_combine_ms = t.phases[Phase::kMoeCombine];
+  }
   // Only a GPU step has device syncs to count; on CPU the field stays absent rather than 0.
   const int64_t step_syncs = syncs.take();
   if (ctx.device.is_cuda()) step.host_syncs = step_syncs;
@@ -325,6 +331,7 @@ void train_loop(RunPlan& plan, RunMeasurements& m, WorkerContext& ctx) {
   // A resumed run continues with the iteration after the checkpoint's: its batch, its LR.
   const int64_t iters = config.train.train_iters;
   const int64_t first_it = plan.checkpoints->resume(engine, *ctx.pgs.world, iters, ctx.rank == 0);
+  const bool moe_ep = model.moe && model.moe->ep_size() > 1;
   for (int64_t it = first_it; it < iters; ++it) {
     const int64_t iteration = it + 1;
     heartbeat("step " + std::to_string(iteration));
@@ -349,7 +356,7 @@ void train_loop(RunPlan& plan, RunMeasurements& m, WorkerContext& ctx) {
         timed_step(*model.trainable, engine, in, iteration, config, probes, ctx);
     if (census) take_saved_activations(m, *model.llama, iteration);
     m.my_step_ms.push_back(timed.mine_ms);
-    m.steps.push_back(record_step(timed, in, iteration, probes.syncs(), ctx));
+    m.steps.push_back(record_step(timed, in, iteration, probes.syncs(), ctx, moe_ep));
     probes.after_step(iteration);
     log_step(config, rec, m.steps.back(), iteration, ctx);
     snapshot_memory(m, iteration, ctx);

@@ -16,8 +16,8 @@ StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
   return train_step(model, engine, in, nullptr);
 }
 
-StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine, const StepInputs& in,
-                       PhaseTimer* phases) {
+StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
+                       const StepInputs& in, PhaseTimer* phases) {
   static const nvtx::Label kForwardLabel{"forward", nvtx::Color::kForward};
   static const nvtx::Label kBackwardLabel{"backward", nvtx::Color::kBackward};
   static const nvtx::Label kGradSyncLabel{"finish_grad_sync", nvtx::Color::kWait};
@@ -26,20 +26,28 @@ StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine, 
   const int64_t dp = engine.data_parallel_size();
   const int64_t gbs = in.global_batch.size(0);
   if (gbs % (in.micro_batch * dp) != 0) {
-    throw std::invalid_argument("global batch " + std::to_string(gbs) +
-                                " is not divisible by micro batch x DP = " +
-                                std::to_string(in.micro_batch * dp));
+    throw std::invalid_argument(
+        "global batch " + std::to_string(gbs) +
+        " is not divisible by micro batch x DP = " + std::to_string(in.micro_batch * dp));
   }
   const int num_micro = static_cast<int>(gbs / (in.micro_batch * dp));
   const int64_t rank = engine.data_parallel_rank();
   const auto device = engine.options().device;
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device).dtype(at::kFloat));
-  // The engine marks its waits on collectives for this step only.
+  // The engine and the model mark their waits on collectives for this step only.
   struct CommTimerScope {
     DataParallelEngine& e;
-    CommTimerScope(DataParallelEngine& engine, PhaseTimer* t) : e(engine) { e.set_comm_timer(t); }
-    ~CommTimerScope() { e.set_comm_timer(nullptr); }
-  } comm_timer(engine, phases);
+    const TrainableModel& m;
+    CommTimerScope(DataParallelEngine& engine, const TrainableModel& model, PhaseTimer* t)
+        : e(engine), m(model) {
+      e.set_comm_timer(t);
+      m.set_comm_timer(t);
+    }
+    ~CommTimerScope() {
+      e.set_comm_timer(nullptr);
+      m.set_comm_timer(nullptr);
+    }
+  } comm_timer(engine, model, phases);
   model.new_step();  // the last optimizer step changed the weights (FP8 copies are per step)
   for (int m = 0; m < num_micro; ++m) {
     auto rows = microbatch_rows(in.global_batch, m, in.micro_batch, dp, rank).to(device);

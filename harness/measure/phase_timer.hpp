@@ -14,9 +14,12 @@ namespace shardbench {
 // kExposedComm is not a step phase but the sum of the intervals in which the compute stream
 // waited on a collective (on GPU: an event before and after each wait on the compute stream, so
 // an interval is the time the stream was stalled; on CPU the host blocked in gloo). It overlaps
-// the phase the wait happened in.
-enum class Phase { kForward, kBackward, kOptimizer, kExposedComm };
-inline constexpr std::size_t kPhaseCount = 4;
+// the phase the wait happened in. kMoeDispatch and kMoeCombine are the parts of it that a
+// mixture of experts' expert-parallel exchanges took, forward and backward: the token counts'
+// all-gather and the dispatch all-to-all, and the combine all-to-all (each of which the compute
+// stream waits for, so all of their time is exposed).
+enum class Phase { kForward, kBackward, kOptimizer, kExposedComm, kMoeDispatch, kMoeCombine };
+inline constexpr std::size_t kPhaseCount = 6;
 
 struct PhaseTimes {
   std::array<double, kPhaseCount> ms{};  // index = Phase; a phase's intervals summed

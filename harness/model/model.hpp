@@ -22,6 +22,8 @@
 
 namespace shardbench {
 
+class PhaseTimer;  // harness/measure/phase_timer.hpp
+
 namespace fp8 {
 // A tensor in FP8: `data` [rows, cols] and/or `data_t` [cols, rows], and the fp32 scalar that
 // dequantises them (at::_scaled_mm's scale). The engine's FP8 parameter all-gather hands the FP8
@@ -104,6 +106,10 @@ class TrainableModel {
   // Called after each optimizer step, on every rank: state the model updates once per global
   // batch outside the optimizer (the MoE router's expert bias, from the step's token counts).
   virtual void after_optimizer_step() const {}
+  // Where a model that waits on collectives of its own (the MoE model's expert-parallel
+  // exchanges) marks those waits (harness/measure/phase_timer.hpp); null: not measured. Set per
+  // step by train_step, as the engine's.
+  virtual void set_comm_timer(PhaseTimer* /*timer*/) const {}
 };
 
 }  // namespace shardbench

@@ -98,6 +98,8 @@ json step_json(const RunRecord& run, const StepRecord& s, std::vector<std::strin
   if (s.backward_ms) phases["backward"] = number_or_null(*s.backward_ms);
   if (s.optimizer_ms) phases["optimizer"] = number_or_null(*s.optimizer_ms);
   if (s.exposed_comm_ms) phases["exposed_comm"] = number_or_null(*s.exposed_comm_ms);
+  if (s.moe_dispatch_ms) phases["moe_dispatch"] = number_or_null(*s.moe_dispatch_ms);
+  if (s.moe_combine_ms) phases["moe_combine"] = number_or_null(*s.moe_combine_ms);
   json j = {{"iteration", s.iteration},
             {"elapsed_ms", number_or_null(s.elapsed_ms)},
             {"loss", number_or_null(s.loss)},
@@ -187,6 +189,8 @@ json summary_json(const RunRecord& run, const WarmupRule& warmup, int nan_iterat
   phase("backward", &StepRecord::backward_ms);
   phase("optimizer", &StepRecord::optimizer_ms);
   phase("exposed_comm", &StepRecord::exposed_comm_ms);
+  phase("moe_dispatch", &StepRecord::moe_dispatch_ms);
+  phase("moe_combine", &StepRecord::moe_combine_ms);
 
   return {{"num_steps", n},
           {"nan_iterations", nan_iterations},

@@ -9,10 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/config/parallel_layout.hpp"
 #include "harness/config/wrapper.hpp"
 #include "harness/measure/saved_activations.hpp"
 #include "harness/measure/zero_model.hpp"
-#include "harness/config/parallel_layout.hpp"
 
 namespace shardbench {
 
@@ -28,7 +28,10 @@ struct StepRecord {
   std::optional<double> backward_ms;
   std::optional<double> optimizer_ms;
   std::optional<double> exposed_comm_ms;  // time compute waited on communication
-  std::optional<int64_t> host_syncs;      // host synchronisations inside the step
+  // Mixture of experts with expert parallelism: the part of exposed_comm_ms its exchanges took
+  // (token counts and dispatch; combine), forward and backward. Absent otherwise.
+  std::optional<double> moe_dispatch_ms, moe_combine_ms;
+  std::optional<int64_t> host_syncs;  // host synchronisations inside the step
 };
 
 // Allocator statistics (CUDA caching allocator) at one point of the run, in bytes.
@@ -118,8 +121,8 @@ struct MoeRunRecord {
 // ddp.nccl_ub (docs/nccl-user-buffers.md): the memory pool the communication buffers came from
 // and its registration with NCCL, as the engine saw them at the end of the run.
 struct NcclUserBuffersRecord {
-  bool symmetric = false;            // NCCL symmetric windows, else local user buffers
-  bool manual_registration = false;  // ddp.fsdp_manual_registration
+  bool symmetric = false;               // NCCL symmetric windows, else local user buffers
+  bool manual_registration = false;     // ddp.fsdp_manual_registration
   int64_t registered_after_steps = -1;  // optimizer steps before registration; -1: never
   int registered_groups = 0;            // communicators the pool is registered with
   int64_t pool_segments = 0;
@@ -151,12 +154,12 @@ struct UnitTimingRecord {
   std::vector<double> backward_ms;
   double optimizer_ms = 0;  // median optimizer phase per step
   int64_t optimizer_main_weight_bytes = 0;
-  double optimizer_ns_per_byte = 0;  // optimizer_ms per byte of fp32 main weights updated
+  double optimizer_ns_per_byte = 0;     // optimizer_ms per byte of fp32 main weights updated
   std::vector<UnitTimingGroup> groups;  // in the engine's group order
 };
 
 struct RunRecord {
-  std::string label;     // e.g. "megatron_fsdp/optim_grads_params", "ddp+distopt"
+  std::string label;  // e.g. "megatron_fsdp/optim_grads_params", "ddp+distopt"
   Wrapper wrapper = Wrapper::kDdp;
   // Megatron FSDP: "no_shard", "optim", "optim_grads", "optim_grads_params"; FSDP2:
   // "reshard_after_forward" or "no_reshard_after_forward"; "ddp" for DDP.
@@ -167,15 +170,15 @@ struct RunRecord {
   int64_t micro_batch_size = 0;
   int64_t seq_length = 0;
   int64_t num_parameters = 0;
-  double model_flops_per_step = 0;  // Megatron formula, per global batch
+  double model_flops_per_step = 0;                // Megatron formula, per global batch
   std::string flops_formula = "megatron_causal";  // run_json.hpp: megatron_causal, megatron_moe
-  std::string compute_dtype;        // "bf16", "fp32"
-  std::string device;               // "cpu" or the GPU name
-  std::string backend;              // "gloo" or "nccl"
-  std::string sdpa_backend;         // backend SDPA chose (GPU); "math" on CPU
-  bool fused_kernels = false;       // the model and optimizer ran shardbench's CUDA kernels
-  nlohmann::json config;            // resolved config (dotted names, nested objects)
-  nlohmann::json provenance;        // field -> source of its value
+  std::string compute_dtype;                      // "bf16", "fp32"
+  std::string device;                             // "cpu" or the GPU name
+  std::string backend;                            // "gloo" or "nccl"
+  std::string sdpa_backend;                       // backend SDPA chose (GPU); "math" on CPU
+  bool fused_kernels = false;  // the model and optimizer ran shardbench's CUDA kernels
+  nlohmann::json config;       // resolved config (dotted names, nested objects)
+  nlohmann::json provenance;   // field -> source of its value
   std::vector<StepRecord> steps;
   std::vector<std::vector<double>> per_rank_step_ms;  // [rank][step]
   EngineMemory memory;
@@ -188,7 +191,7 @@ struct RunRecord {
   // Out-of-memory attempts of this run, the failed ones before it fitted (or the one that ended
   // it), in the order they ran.
   std::vector<OutOfMemoryAttempt> out_of_memory;
-                                             // failed; the report adds NaN/Inf loss or grad norm
+  // failed; the report adds NaN/Inf loss or grad norm
   std::vector<EngineMemory> memory_per_rank;  // index = rank; empty when only `memory` is known
   // Per-class prediction, e.g. fsdp_static_memory() over the engine's real FSDP units. When
   // absent the report uses the ZeRO paper model from num_parameters and compute_dtype.

@@ -571,6 +571,17 @@ TEST(PerfLaunchMoe, ExpertParallelFsdpAndItsDdpBaselineTrainAndReportTheRouting)
     EXPECT_GE(moe["layers"][0]["expert_load_max_over_mean"].get<double>(), 1.0);
     EXPECT_GT(moe["layers"][0]["dispatch_bytes_per_step"].get<int64_t>(), 0);
     EXPECT_TRUE(moe["layers"][0]["aux_loss"].is_number());
+    // The exchanges' waits, timed each step: part of the exposed communication.
+    for (const auto& step : run["steps"]) {
+      const auto& phases = step["phases_ms"];
+      ASSERT_TRUE(phases.contains("moe_dispatch") && phases.contains("moe_combine")) << step.dump();
+      const double dispatch = phases["moe_dispatch"].get<double>();
+      const double combine = phases["moe_combine"].get<double>();
+      EXPECT_GT(dispatch, 0.0) << step.dump();
+      EXPECT_GT(combine, 0.0) << step.dump();
+      EXPECT_GE(phases["exposed_comm"].get<double>(), dispatch + combine) << step.dump();
+    }
+    EXPECT_TRUE(run["summary"]["phase_ms_median"].contains("moe_dispatch")) << run.dump();
     // Megatron FSDP's prediction of the static buffers, dense groups over DP and expert groups
     // over expert DP, next to every rank's measured buffers (padding apart).
     if (run["identity"]["wrapper"] == "megatron_fsdp") {

@@ -17,8 +17,11 @@
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step_phases.hpp"
 #include "tests/engine/rank_threads.hpp"
+#include "tests/moe_test_dims.hpp"
 #include "tests/perf_launch_process.hpp"
 #include "workloads/llama/llama_model.hpp"
+#include "workloads/moe/moe_model.hpp"
+#include "workloads/moe/moe_specs.hpp"
 
 namespace shardbench {
 namespace {
@@ -36,10 +39,18 @@ class RecordingTimer final : public PhaseTimer {
  private:
   static const char* name(Phase p) {
     switch (p) {
-      case Phase::kForward: return "F";
-      case Phase::kBackward: return "B";
-      case Phase::kOptimizer: return "O";
-      case Phase::kExposedComm: return "C";
+      case Phase::kForward:
+        return "F";
+      case Phase::kBackward:
+        return "B";
+      case Phase::kOptimizer:
+        return "O";
+      case Phase::kExposedComm:
+        return "C";
+      case Phase::kMoeDispatch:
+        return "D";
+      case Phase::kMoeCombine:
+        return "X";
     }
     return "?";
   }
@@ -106,14 +117,54 @@ TEST(StepPhases, TrainStepMarksEachMicroBatchThenGradSyncThenOptimizer) {
   EXPECT_FALSE(host_times.step_ms.has_value()) << "the host timer leaves step time to the loop";
 }
 
+// A mixture of experts at EP 2 x DP 2: each of its expert-parallel exchanges is a wait marked as
+// exposed communication ("C") with, inside it, its part: per MoE layer and micro-batch, the token
+// counts' all-gather and the two dispatch all-to-alls (hidden rows and probs) forward and those
+// two backward ("D"), the combine all-to-all forward and backward ("X").
+TEST(StepPhases, MoeExchangesAreMarkedInsideExposedCommunication) {
+  const MoeDims dims = testing::small_moe_dims();
+  std::mutex mu;
+  std::vector<std::string> marks;
+  testing::run_on_ranks_with(
+      4,
+      [&](int rank, ProcessGroups& pgs) {
+        DataParallelEngine engine(MoeSpec(dims, 2, pgs.ep->rank()), EngineOptions{}, pgs);
+        MoeModel model(dims, MoeRouterSettings{}, at::kCPU);
+        model.set_expert_parallel(pgs.ep, 2, pgs.ep->rank());
+        StepInputs in{mock_global_batch(1, 0, 4, dims.seq_length, dims.vocab), 1, 1e-3};
+        RecordingTimer recording;
+        train_step(model, engine, in, &recording);
+        if (rank == 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          marks = recording.marks;
+        }
+      },
+      testing::expert_layout_group_factory(2, 1));
+  int dispatch = 0, combine = 0;
+  for (size_t i = 0; i < marks.size(); ++i) {
+    if (marks[i] != "D+" && marks[i] != "X+") continue;
+    (marks[i] == "D+" ? dispatch : combine) += 1;
+    ASSERT_GT(i, 0u);
+    ASSERT_LT(i + 2, marks.size());
+    EXPECT_EQ(marks[i - 1], "C+") << "mark " << i;
+    EXPECT_EQ(marks[i + 1], marks[i].substr(0, 1) + "-") << "mark " << i;
+    EXPECT_EQ(marks[i + 2], "C-") << "mark " << i;
+  }
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < dims.num_layers; ++l) moe_layers += dims.is_moe_layer(l) ? 1 : 0;
+  // Global batch 4 over micro-batch 1 x DP 4 (expert parallelism takes its ranks from DP): one
+  // micro-batch per rank.
+  EXPECT_EQ(dispatch, 5 * moe_layers);
+  EXPECT_EQ(combine, 2 * moe_layers);
+}
+
 TEST(StepPhases, PerfLaunchReportsPhaseTimesPerStep) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("shardbench_phases_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const auto report = dir / "report.json";
   const testing_util::LaunchResult r = testing_util::run_perf_launch(
-      "-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 2 shardbench.report_path=" +
-      report.string());
+      "-m llama -mr llama3_tiny_cpu -ng 2 -g cpu -ms 2 shardbench.report_path=" + report.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(report);
   const auto j = nlohmann::json::parse(in);

@@ -20,6 +20,7 @@
 #endif
 
 #include "harness/measure/nvtx.hpp"
+#include "harness/measure/phase_timer.hpp"
 #include "harness/parallel/process_group.hpp"
 #include "workloads/llama/fused_ops.hpp"
 #include "workloads/llama/wgrad_linear.hpp"
@@ -52,24 +53,39 @@ const nvtx::Label kDispatchLabel{"moe/dispatch", nvtx::Color::kComm};
 const nvtx::Label kExpertsLabel{"moe/experts", nvtx::Color::kForward};
 const nvtx::Label kCombineLabel{"moe/combine", nvtx::Color::kComm};
 
+// Waits for an expert-parallel collective, the wait marked on `timer` (may be null) as exposed
+// communication and as `phase` (Phase::kMoeDispatch or kMoeCombine).
+void wait_exchange(const c10::intrusive_ptr<c10d::Work>& work, PhaseTimer* timer, Phase phase,
+                   const char* what) {
+  const PhaseScope exposed(timer, Phase::kExposedComm);
+  const PhaseScope part(timer, phase);
+  wait_work(work, what);
+}
+
 at::Tensor exchange(ProcessGroup& group, const at::Tensor& x,
-                    const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits) {
+                    const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits,
+                    PhaseTimer* timer, Phase phase) {
   at::Tensor in = x.contiguous();
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes[0] = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
   at::Tensor out = at::empty(sizes, x.options());
-  wait_work(group.all_to_all(out, in, out_splits, in_splits), "MoE all-to-all");
+  wait_exchange(group.all_to_all(out, in, out_splits, in_splits), timer, phase, "MoE all-to-all");
   return out;
 }
 
 // All-to-all over the expert-parallel group with per-rank row counts; its backward is the
-// all-to-all with the splits swapped (Megatron's _AllToAll).
+// all-to-all with the splits swapped (Megatron's _AllToAll). `timer` (a PhaseTimer*, 0: none) and
+// `phase` (a Phase): where both directions' waits are marked.
 struct AllToAllFn : torch::autograd::Function<AllToAllFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group,
-                            std::vector<int64_t> out_splits, std::vector<int64_t> in_splits) {
+                            std::vector<int64_t> out_splits, std::vector<int64_t> in_splits,
+                            int64_t timer, int64_t phase) {
     auto* pg = reinterpret_cast<ProcessGroup*>(group);
-    at::Tensor out = exchange(*pg, x, out_splits, in_splits);
+    at::Tensor out = exchange(*pg, x, out_splits, in_splits, reinterpret_cast<PhaseTimer*>(timer),
+                              static_cast<Phase>(phase));
     ctx->saved_data["group"] = group;
+    ctx->saved_data["timer"] = timer;
+    ctx->saved_data["phase"] = phase;
     ctx->saved_data["out"] = std::move(out_splits);
     ctx->saved_data["in"] = std::move(in_splits);
     return out;
@@ -77,8 +93,14 @@ struct AllToAllFn : torch::autograd::Function<AllToAllFn> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto* pg = reinterpret_cast<ProcessGroup*>(ctx->saved_data["group"].toInt());
     return {exchange(*pg, grads[0], ctx->saved_data["in"].toIntVector(),
-                     ctx->saved_data["out"].toIntVector()),
-            at::Tensor(), at::Tensor(), at::Tensor()};
+                     ctx->saved_data["out"].toIntVector(),
+                     reinterpret_cast<PhaseTimer*>(ctx->saved_data["timer"].toInt()),
+                     static_cast<Phase>(ctx->saved_data["phase"].toInt())),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -756,7 +778,8 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
     if (ep_) {
       at::Tensor in = counts.contiguous();
       at::Tensor gathered = at::empty({ep_size_ * e_all}, counts.options());
-      wait_work(ep_->all_gather(gathered, in), "MoE token counts all-gather");
+      wait_exchange(ep_->all_gather(gathered, in), comm_timer_, Phase::kMoeDispatch,
+                    "MoE token counts all-gather");
       all_counts = host_vector(gathered);
     } else {
       all_counts = host_vector(counts);
@@ -810,10 +833,13 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
     stats.combine_bytes_sent += sum_except(out_splits, me) * row_bytes;
     stats.combine_bytes_received += sum_except(in_splits, me) * row_bytes;
     const auto group = reinterpret_cast<int64_t>(ep_.get());
+    const auto timer = reinterpret_cast<int64_t>(comm_timer_);
+    const auto dispatch = static_cast<int64_t>(Phase::kMoeDispatch);
+    const auto combine = static_cast<int64_t>(Phase::kMoeCombine);
     {
       nvtx::Range range(kDispatchLabel);
-      x = AllToAllFn::apply(x, group, out_splits, in_splits);
-      p = AllToAllFn::apply(p, group, out_splits, in_splits);
+      x = AllToAllFn::apply(x, group, out_splits, in_splits, timer, dispatch);
+      p = AllToAllFn::apply(p, group, out_splits, in_splits, timer, dispatch);
       if (local > 1) {
         x = reorder_chunks(x, chunk, expert_major_order);
         p = reorder_chunks(p, chunk, expert_major_order);
@@ -822,7 +848,7 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
     y = local_experts(w, x, p, rows_per_expert);
     nvtx::Range range(kCombineLabel);
     if (local > 1) y = reorder_chunks(y, expert_major_sizes, inverse);
-    y = AllToAllFn::apply(y, group, in_splits, out_splits);
+    y = AllToAllFn::apply(y, group, in_splits, out_splits, timer, combine);
   }
   // Unpermute: each token sums its k experts' rows (the probs were applied in the experts).
   nvtx::Range range(kCombineLabel);

@@ -204,6 +204,11 @@ class MoeModel final : public TrainableModel {
   void set_gradient_accumulation_fusion(ModuleHooks* engine) { main_grads_ = engine; }
   bool gradient_accumulation_fusion() const { return main_grads_ != nullptr; }
 
+  // The expert-parallel exchanges' waits (the token counts' all-gather and the dispatch
+  // all-to-all; the combine all-to-all), forward and backward, are marked on `timer` as
+  // Phase::kMoeDispatch / kMoeCombine and Phase::kExposedComm: the compute stream waits for each.
+  void set_comm_timer(PhaseTimer* timer) const override { comm_timer_ = timer; }
+
   // The mean cross-entropy of logits [..., V] against labels (-100: ignored), fused or ATen's.
   at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& labels) const;
 
@@ -290,9 +295,10 @@ class MoeModel final : public TrainableModel {
   std::optional<MoeExpertsPath> forced_path_;
   bool fused_kernels_ = false;
   bool fused_cross_entropy_ = false;
-  ModuleHooks* main_grads_ = nullptr;    // gradient-accumulation fusion's engine
-  std::vector<at::Tensor> expert_bias_;  // fp32 [E] per MoE layer
-  std::vector<at::Tensor> bias_counts_;  // fp32 [E] per MoE layer (mutated in forward)
+  ModuleHooks* main_grads_ = nullptr;         // gradient-accumulation fusion's engine
+  mutable PhaseTimer* comm_timer_ = nullptr;  // where the exchanges' waits are marked
+  std::vector<at::Tensor> expert_bias_;       // fp32 [E] per MoE layer
+  std::vector<at::Tensor> bias_counts_;       // fp32 [E] per MoE layer (mutated in forward)
   std::shared_ptr<ProcessGroup> bias_group_;
   mutable at::Generator balance_gen_;  // force_load_balancing's random logits
   // Per forward, not configuration; forward_loss is const.
