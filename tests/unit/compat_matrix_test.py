@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/compat_matrix on a 3-row x 2-column grid, 2 steps on 2 gloo ranks (about 15 s):
+"""scripts/compat_matrix on a 3-row x 2-column grid (and one cell alone), 2 steps on 2 gloo ranks (about 15 s):
 
 - its JSON validates against results/compat_matrix.schema.json;
 - a refused cell (NCCL user buffers on gloo) carries perf-launch's own refusal line;
@@ -102,6 +102,10 @@ GRID = {
         {"id": "nccl_ub", "title": "NCCL user buffers", "args": ["--nccl_ub", "true"]},
         {"id": "rank_dies", "title": "rank 1 dies at step 2 (drill)", "args": [],
          "env": {"SHARDBENCH_FAULT": "kill:1:2"}},
+        # Run alone below, past --cell-timeout: rank 1 stops at step 1, and perf-launch's own
+        # hang detection waits longer than the cell may take.
+        {"id": "rank_hangs", "title": "rank 1 hangs at step 1 (drill)",
+         "args": ["shardbench.hang_timeout_s=600"], "env": {"SHARDBENCH_FAULT": "hang:1:1"}},
     ],
 }
 
@@ -122,7 +126,7 @@ def main():
             json.dump(GRID, f)
         out = os.path.join(tmp, "out")
         r = run(["--grid", grid, "--perf-launch", perf_launch, "--steps", "2", "--out", out,
-                 "--cell-timeout", "60"], timeout=300)
+                 "--rows", "baseline,nccl_ub,rank_dies", "--cell-timeout", "60"], timeout=300)
         check(r.returncode == 0, "the grid run exits 0 (exit %d: %s)" % (r.returncode, r.stderr[-2000:]))
         with open(os.path.join(out, "compat_matrix.json")) as f:
             matrix = json.load(f)
@@ -184,11 +188,13 @@ def main():
         # A cell past --cell-timeout: "fails" with "timed out", its perf-launch stopped.
         out2 = os.path.join(tmp, "out_timeout")
         r = run(["--grid", grid, "--perf-launch", perf_launch, "--steps", "2", "--out", out2,
-                 "--rows", "baseline", "--columns", "ddp", "--cell-timeout", "1"], timeout=120)
+                 "--rows", "rank_hangs", "--columns", "ddp", "--cell-timeout", "3"], timeout=120)
         cell = json.load(open(os.path.join(out2, "compat_matrix.json")))["cells"][0]
         check(r.returncode == 0 and cell["status"] == "fails" and cell["reason"] == "timed out"
               and cell["exit_code"] is None and cell["seconds"] < 30,
               "a cell past --cell-timeout fails, timed out: %r" % cell["reason"])
+        check(subprocess.run(["pgrep", "-f", out2], capture_output=True).returncode == 1,
+              "no process of the timed-out cell is left")
         r = run(["--world", "3"])
         check(r.returncode == 2 and "--world" in r.stderr and "3" in r.stderr and "2, 4" in r.stderr,
               "--world 3 exits 2 naming the flag, value and choices: %r" % r.stderr.strip())
