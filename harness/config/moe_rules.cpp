@@ -111,12 +111,6 @@ std::optional<std::string> moe_run_refusal(const ConfigContainer& c, const Prove
                    moe + "MLP recompute is implemented in the Llama model only",
                    fc1 ? "0" : "false");
   }
-  if (c.checkpoint.save.has_value() || c.checkpoint.load.has_value()) {
-    const bool save = c.checkpoint.save.has_value();
-    return refusal(p, save ? "checkpoint.save" : "checkpoint.load",
-                   save ? *c.checkpoint.save : *c.checkpoint.load,
-                   moe + "checkpoints do not hold the router's expert bias yet", "null");
-  }
   return std::nullopt;
 }
 

@@ -41,12 +41,13 @@ RunCheckpoints::RunCheckpoints(const ConfigContainer& config, const nlohmann::js
   }
 }
 
-int64_t RunCheckpoints::resume(DataParallelEngine& engine, ProcessGroup& world, int64_t train_iters,
-                               bool print) {
+int64_t RunCheckpoints::resume(DataParallelEngine& engine, const TrainableModel& model,
+                               ProcessGroup& world, int64_t train_iters, bool print) {
   if (!record_.load_dir) return 0;
   heartbeat("loading checkpoint");
   const std::string& dir = *record_.load_dir;
-  const std::optional<CheckpointIo> io = load_checkpoint(engine, world, dir, record_.format);
+  const std::optional<CheckpointIo> io =
+      load_checkpoint(engine, world, dir, record_.format, &model);
   if (!io) {
     record_.load_note = "no checkpoint in " + dir + " (no " + kCheckpointTrackerFile +
                         "): started from scratch, as Megatron does";
@@ -72,21 +73,22 @@ int64_t RunCheckpoints::resume(DataParallelEngine& engine, ProcessGroup& world, 
   return io->iteration;
 }
 
-void RunCheckpoints::after_iteration(DataParallelEngine& engine, ProcessGroup& world,
-                                     int64_t completed, int64_t train_iters, bool print) {
+void RunCheckpoints::after_iteration(DataParallelEngine& engine, const TrainableModel& model,
+                                     ProcessGroup& world, int64_t completed, int64_t train_iters,
+                                     bool print) {
   if (!record_.save_dir) return;
   const bool interval = record_.save_interval && *record_.save_interval > 0 &&
                         completed % *record_.save_interval == 0;
   // Megatron also saves after the last iteration unless the interval just did.
   const bool last = completed == train_iters;
-  if ((interval || last) && last_saved_ != completed) save(engine, world, completed, print);
+  if ((interval || last) && last_saved_ != completed) save(engine, model, world, completed, print);
 }
 
-void RunCheckpoints::save(DataParallelEngine& engine, ProcessGroup& world, int64_t iteration,
-                          bool print) {
+void RunCheckpoints::save(DataParallelEngine& engine, const TrainableModel& model,
+                          ProcessGroup& world, int64_t iteration, bool print) {
   heartbeat("saving checkpoint " + std::to_string(iteration));
-  const CheckpointIo io =
-      save_checkpoint(engine, world, *record_.save_dir, record_.format, iteration, most_recent_k_);
+  const CheckpointIo io = save_checkpoint(engine, world, *record_.save_dir, record_.format,
+                                          iteration, most_recent_k_, &model);
   record_.saves.push_back(event_of(io));
   last_saved_ = iteration;
   if (print) {

@@ -330,7 +330,8 @@ void train_loop(RunPlan& plan, RunMeasurements& m, WorkerContext& ctx) {
 
   // A resumed run continues with the iteration after the checkpoint's: its batch, its LR.
   const int64_t iters = config.train.train_iters;
-  const int64_t first_it = plan.checkpoints->resume(engine, *ctx.pgs.world, iters, ctx.rank == 0);
+  const int64_t first_it =
+      plan.checkpoints->resume(engine, *model.trainable, *ctx.pgs.world, iters, ctx.rank == 0);
   const bool moe_ep = model.moe && model.moe->ep_size() > 1;
   for (int64_t it = first_it; it < iters; ++it) {
     const int64_t iteration = it + 1;
@@ -369,7 +370,8 @@ void train_loop(RunPlan& plan, RunMeasurements& m, WorkerContext& ctx) {
       break;
     }
     // Outside the timed step, as Megatron's save_checkpoint_and_time.
-    plan.checkpoints->after_iteration(engine, *ctx.pgs.world, iteration, iters, ctx.rank == 0);
+    plan.checkpoints->after_iteration(engine, *model.trainable, *ctx.pgs.world, iteration, iters,
+                                      ctx.rank == 0);
   }
   if (ctx.device.is_cuda()) {
     m.allocator.push_back(allocator_snapshot(ctx.device, "end", ctx.rank));

@@ -89,6 +89,13 @@ class ModelSpec {
   virtual nlohmann::json shape_json() const = 0;
 };
 
+// One tensor of the state a model carries from step to step outside its parameters and the
+// optimizer's, as a checkpoint saves it (TrainableModel::checkpoint_state).
+struct ModelStateTensor {
+  std::string name;   // unique in the model, e.g. "decoder.layers.1.mlp.router.expert_bias"
+  at::Tensor tensor;  // its current value, any device and a checkpoint dtype
+};
+
 // A model's forward pass over parameters the engine bound: `params[i]` is the tensor of
 // param_specs(tp)[i].
 class TrainableModel {
@@ -110,6 +117,15 @@ class TrainableModel {
   // exchanges) marks those waits (harness/measure/phase_timer.hpp); null: not measured. Set per
   // step by train_step, as the engine's.
   virtual void set_comm_timer(PhaseTimer* /*timer*/) const {}
+
+  // The state this model carries across steps that is neither a parameter nor optimizer state
+  // (the MoE router's expert bias), which a checkpoint saves with the engine's buffers so that a
+  // resumed run's steps are bit-identical to an uninterrupted run's. The same names, dtypes and
+  // element counts on a fresh model of the same settings as after training. Default: none.
+  virtual std::vector<ModelStateTensor> checkpoint_state() const { return {}; }
+  // Takes back checkpoint_state()'s values, in its order, each of its dtype and element count
+  // (host tensors). Throws std::invalid_argument when the count or a size differs.
+  virtual void restore_checkpoint_state(const std::vector<at::Tensor>& /*values*/) const {}
 };
 
 }  // namespace shardbench

@@ -57,6 +57,23 @@ std::string tensor_name(const DataParallelEngine::StateBuffer& b) {
   return "group" + std::to_string(b.group) + "/" + b.name;
 }
 
+// The model's state across steps, after the engine's buffers in each rank's file.
+std::vector<ModelStateTensor> model_state_of(const TrainableModel* model) {
+  return model ? model->checkpoint_state() : std::vector<ModelStateTensor>{};
+}
+std::string tensor_name(const ModelStateTensor& t) { return "model/" + t.name; }
+
+// Where this rank's file belongs in the layout: its rank and, with expert parallelism, which
+// experts it holds (EP rank) and which shard of them (expert-data-parallel rank).
+json rank_place(DataParallelEngine& engine, int rank) {
+  json place = {{"rank", rank}};
+  if (engine.ep() > 1) {
+    place["ep_rank"] = engine.ep_rank();
+    place["expert_dp_rank"] = engine.expert_dp_rank();
+  }
+  return place;
+}
+
 json read_json_file(const fs::path& path, const std::string& missing_hint) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error(path.string() + " is missing (" + missing_hint + ")");
@@ -66,6 +83,25 @@ json read_json_file(const fs::path& path, const std::string& missing_hint) {
     return json::parse(text.str());
   } catch (const std::exception& e) {
     throw std::runtime_error(path.string() + " is not valid JSON (" + e.what() + ")");
+  }
+}
+
+// Throws when the shard file's header (`info`) places it elsewhere than this rank (`place`:
+// rank_place's) or at another iteration.
+void check_rank_place(const fs::path& shard, const json& info, const json& place,
+                      int64_t iteration) {
+  for (const auto& [key, want] : place.items()) {
+    const json got = info.value(key, json());
+    if (got != want) {
+      throw std::runtime_error(shard.string() + " was written by the rank with " + key + "=" +
+                               got.dump() + ", read here by the rank with " + key + "=" +
+                               want.dump() + "; accepted: the layout it was saved with");
+    }
+  }
+  if (info.value("iteration", int64_t{-1}) != iteration) {
+    throw std::runtime_error(shard.string() + " belongs to iteration " +
+                             std::to_string(info.value("iteration", int64_t{-1})) +
+                             "; expected iteration " + std::to_string(iteration));
   }
 }
 
@@ -117,12 +153,13 @@ int64_t CheckpointIo::total_bytes() const {
   return total;
 }
 
-json checkpoint_layout(DataParallelEngine& engine) {
-  return checkpoint_layout_of(engine, engine.checkpoint_state());
+json checkpoint_layout(DataParallelEngine& engine, const TrainableModel* model) {
+  return checkpoint_layout_of(engine, engine.checkpoint_state(), model_state_of(model));
 }
 
 CheckpointIo save_checkpoint(DataParallelEngine& engine, ProcessGroup& world, const fs::path& root,
-                             const std::string& format, int64_t iteration, int64_t most_recent_k) {
+                             const std::string& format, int64_t iteration, int64_t most_recent_k,
+                             const TrainableModel* model) {
   at::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
   const at::Device device = engine.options().device;
@@ -146,31 +183,42 @@ CheckpointIo save_checkpoint(DataParallelEngine& engine, ProcessGroup& world, co
   agree(world, device, error, what);
 
   const auto state = engine.checkpoint_state();
+  const auto model_state = model_state_of(model);
   int64_t my_bytes = 0;
   try {
     std::vector<ShardTensor> tensors;
     for (const auto& b : state) tensors.push_back({tensor_name(b), b.tensor});
-    my_bytes = write_shard_file(io.dir / checkpoint_rank_file(rank), tensors,
-                                {{"rank", rank},
-                                 {"world_size", world.world()},
-                                 {"iteration", iteration},
-                                 {"format", format},
-                                 {"label", engine.label()}},
-                                progress_heartbeat);
+    for (const auto& t : model_state) tensors.push_back({tensor_name(t), t.tensor});
+    json info = rank_place(engine, rank);
+    info.update({{"world_size", world.world()},
+                 {"iteration", iteration},
+                 {"format", format},
+                 {"label", engine.label()}});
+    my_bytes =
+        write_shard_file(io.dir / checkpoint_rank_file(rank), tensors, info, progress_heartbeat);
   } catch (const std::exception& e) {
     error = what + ": " + e.what();
   }
   agree(world, device, error, what);
   io.bytes_per_rank = all_gather_int(world, device, my_bytes);
+  std::vector<int64_t> ep_ranks, expert_dp_ranks;
+  if (engine.ep() > 1) {
+    ep_ranks = all_gather_int(world, device, engine.ep_rank());
+    expert_dp_ranks = all_gather_int(world, device, engine.expert_dp_rank());
+  }
 
   // Every shard is complete: the metadata, then the tracker (Megatron's order).
   if (rank == 0) {
     try {
       json files = json::array();
       for (int r = 0; r < world.world(); ++r) {
-        files.push_back({{"rank", r},
-                         {"file", checkpoint_rank_file(r)},
-                         {"bytes", io.bytes_per_rank[static_cast<size_t>(r)]}});
+        const size_t i = static_cast<size_t>(r);
+        json file = {{"rank", r}};
+        if (!ep_ranks.empty()) {
+          file.update({{"ep_rank", ep_ranks[i]}, {"expert_dp_rank", expert_dp_ranks[i]}});
+        }
+        file.update({{"file", checkpoint_rank_file(r)}, {"bytes", io.bytes_per_rank[i]}});
+        files.push_back(file);
       }
       int64_t shard_total = 0;
       for (int64_t b : io.bytes_per_rank) shard_total += b;
@@ -179,7 +227,7 @@ CheckpointIo save_checkpoint(DataParallelEngine& engine, ProcessGroup& world, co
                          {"format", format},
                          {"iteration", iteration},
                          {"optimizer_steps", engine.optimizer_steps()},
-                         {"layout", checkpoint_layout_of(engine, state)},
+                         {"layout", checkpoint_layout_of(engine, state, model_state)},
                          {"files", files},
                          {"shard_bytes_total", shard_total}};
       const std::string text = meta.dump(1);
@@ -222,7 +270,8 @@ std::optional<int64_t> latest_checkpoint_iteration(const fs::path& root) {
 }
 
 std::optional<CheckpointIo> load_checkpoint(DataParallelEngine& engine, ProcessGroup& world,
-                                            const fs::path& root, const std::string& format) {
+                                            const fs::path& root, const std::string& format,
+                                            const TrainableModel* model) {
   at::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
   const at::Device device = engine.options().device;
@@ -252,6 +301,7 @@ std::optional<CheckpointIo> load_checkpoint(DataParallelEngine& engine, ProcessG
   io.dir = root / checkpoint_iteration_folder(found);
   const std::string refused = "; nothing was loaded";
   const auto state = engine.checkpoint_state();
+  const auto model_state = model_state_of(model);
   std::vector<at::Tensor> staged;
   int64_t optimizer_steps = 0;
   int64_t my_bytes = 0;
@@ -259,7 +309,8 @@ std::optional<CheckpointIo> load_checkpoint(DataParallelEngine& engine, ProcessG
     const json meta = read_json_file(io.dir / kCheckpointMetadataFile,
                                      "the save did not complete, or the folder was damaged");
     io.metadata_bytes = file_bytes(io.dir / kCheckpointMetadataFile);
-    check_checkpoint_metadata(meta, checkpoint_layout_of(engine, state), format, io.dir);
+    check_checkpoint_metadata(meta, checkpoint_layout_of(engine, state, model_state), format,
+                              io.dir);
     if (meta.value("iteration", int64_t{-1}) != found) {
       throw std::runtime_error(
           io.dir.string() + "/" + kCheckpointMetadataFile +
@@ -273,15 +324,13 @@ std::optional<CheckpointIo> load_checkpoint(DataParallelEngine& engine, ProcessG
     for (const auto& b : state) {
       expected.push_back({tensor_name(b), b.tensor.scalar_type(), b.tensor.numel()});
     }
+    for (const auto& t : model_state) {
+      expected.push_back({tensor_name(t), t.tensor.scalar_type(), t.tensor.numel()});
+    }
     const fs::path shard = io.dir / checkpoint_rank_file(rank);
     json info;
     staged = read_shard_file(shard, expected, &info, progress_heartbeat);
-    if (info.value("rank", -1) != rank || info.value("iteration", int64_t{-1}) != found) {
-      throw std::runtime_error(
-          shard.string() + " belongs to rank " + std::to_string(info.value("rank", -1)) +
-          " iteration " + std::to_string(info.value("iteration", int64_t{-1})) +
-          "; expected rank " + std::to_string(rank) + " iteration " + std::to_string(found));
-    }
+    check_rank_place(shard, info, rank_place(engine, rank), found);
     my_bytes = file_bytes(shard);
   } catch (const std::exception& e) {
     error = std::string(e.what()) + refused;
@@ -291,6 +340,10 @@ std::optional<CheckpointIo> load_checkpoint(DataParallelEngine& engine, ProcessG
   // Every rank holds a verified copy: only now does any engine change.
   for (size_t i = 0; i < state.size(); ++i) state[i].tensor.copy_(staged[i]);
   engine.restore_checkpoint_state(optimizer_steps);
+  if (model) {
+    model->restore_checkpoint_state(std::vector<at::Tensor>(
+        staged.begin() + static_cast<std::ptrdiff_t>(state.size()), staged.end()));
+  }
   io.bytes_per_rank = all_gather_int(world, device, my_bytes);
   world.barrier();
   io.ms = ms_since(t0);

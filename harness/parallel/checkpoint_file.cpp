@@ -60,10 +60,12 @@ const char* checkpoint_dtype_name(at::ScalarType t) {
       return "float16";
     case at::kDouble:
       return "float64";
+    case at::kByte:  // a generator's state
+      return "uint8";
     default:
       throw std::invalid_argument(std::string("checkpoint: tensors of dtype ") + c10::toString(t) +
                                   " are not supported; accepted: float32, bfloat16, float16, "
-                                  "float64");
+                                  "float64, uint8");
   }
 }
 

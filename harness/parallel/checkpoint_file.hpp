@@ -33,7 +33,7 @@ struct ShardTensor {
 int64_t write_shard_file(const std::filesystem::path& path, const std::vector<ShardTensor>& tensors,
                          const nlohmann::json& header_extra, const ShardProgress& progress = {});
 
-// The dtype names files and metadata use: float32, bfloat16, float16, float64. Throws
+// The dtype names files and metadata use: float32, bfloat16, float16, float64, uint8. Throws
 // std::invalid_argument for other dtypes.
 const char* checkpoint_dtype_name(at::ScalarType dtype);
 

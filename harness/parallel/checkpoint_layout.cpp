@@ -70,7 +70,8 @@ json value_at(const json& root, const std::string& path) {
 }  // namespace
 
 json checkpoint_layout_of(DataParallelEngine& engine,
-                          const std::vector<DataParallelEngine::StateBuffer>& state) {
+                          const std::vector<DataParallelEngine::StateBuffer>& state,
+                          const std::vector<ModelStateTensor>& model_state) {
   const auto& o = engine.options();
   json groups = json::array();
   const auto info = engine.group_info();
@@ -112,6 +113,16 @@ json checkpoint_layout_of(DataParallelEngine& engine,
   if (engine.tp() > 1) layout["tp_size"] = engine.tp();
   // Expert parallelism: each rank's expert groups hold its own experts.
   if (engine.ep() > 1) layout["ep_size"] = engine.ep();
+  // The model's state across steps (the MoE router's expert bias), only where it has some.
+  if (!model_state.empty()) {
+    json tensors = json::array();
+    for (const auto& t : model_state) {
+      tensors.push_back({{"name", t.name},
+                         {"dtype", checkpoint_dtype_name(t.tensor.scalar_type())},
+                         {"elems", t.tensor.numel()}});
+    }
+    layout["model_state"] = tensors;
+  }
   if (engine.data_parallel_size() != engine.dp()) {
     layout["hsdp_instances"] = engine.data_parallel_size() / engine.dp();
   }
@@ -139,19 +150,24 @@ void check_checkpoint_metadata(const json& meta, const json& mine, const std::st
   const json& saved = meta.value("layout", json::object());
   // Every layout field, in the order a user would look for them (the label follows from them).
   for (const std::string key :
-       {"wrapper", "strategy", "distributed_optimizer", "tp_size", "hsdp_instances",
-        "outer_dp_sharding_strategy", "dp_size", "compute_dtype", "model_dims", "seed", "groups"}) {
+       {"wrapper", "strategy", "distributed_optimizer", "tp_size", "ep_size", "hsdp_instances",
+        "outer_dp_sharding_strategy", "dp_size", "compute_dtype", "model_dims", "model_state",
+        "seed", "groups"}) {
     // Written only where they differ from a data-parallel run (checkpoint_layout_of): absent
-    // means 1, or outer no_shard.
-    const json absent = key == "tp_size" || key == "hsdp_instances" ? json(1)
-                        : key == "outer_dp_sharding_strategy"       ? json("no_shard")
-                                                                    : json();
+    // means 1, outer no_shard, or no model state.
+    const json absent = key == "tp_size" || key == "ep_size" || key == "hsdp_instances" ? json(1)
+                        : key == "model_state"                ? json::array()
+                        : key == "outer_dp_sharding_strategy" ? json("no_shard")
+                                                              : json();
     const json was = saved.value(key, absent);
     const json now = mine.value(key, absent);
     if (auto d = first_difference(was, now, "layout." + key)) {
       const std::string field = d->substr(std::string("layout.").size());
-      const json was_field = field == key ? was : value_at(saved, "layout." + field);
-      const json now_field = field == key ? now : value_at(mine, "layout." + field);
+      // Looked up with the absent keys filled in: "model_state.size=0", not "=null".
+      const json was_field =
+          field == key ? was : value_at(json::object({{key, was}}), "layout." + field);
+      const json now_field =
+          field == key ? now : value_at(json::object({{key, now}}), "layout." + field);
       throw std::runtime_error(
           where + "saved with " + field + "=" + was_field.dump() + ", this run has " + field + "=" +
           now_field.dump() +

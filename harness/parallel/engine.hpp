@@ -211,6 +211,10 @@ class DataParallelEngine final : public ModuleHooks {
   // a rank's expert-data-parallel group inside its instance.
   int ep() const { return ep_; }
   int expert_dp() const { return expert_comm_.dp; }
+  // This rank's place among them: its rank in the expert-parallel group (which experts it
+  // holds) and in its expert-data-parallel group (which shard of them), 0 without experts.
+  int ep_rank() const { return pgs_.ep ? pgs_.ep->rank() : 0; }
+  int expert_dp_rank() const { return expert_comm_.rank; }
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
   // HSDP instances (1 without HSDP), and whether the optimizer is sharded across them too

@@ -148,6 +148,51 @@ TEST(CheckpointE2E, ResumedRunContinuesTheLossesAndReportsSaveAndLoad) {
   remove_tree(root);
 }
 
+// DeepSeek-V3's tiny CPU recipe (the sigmoid router with the expert bias, MLA, an MTP layer) at
+// EP 2 on four ranks under Megatron FSDP: a run that saves after iteration 2 and one that resumes
+// from it reach the losses of an uninterrupted run exactly; the checkpoint holds the expert bias.
+TEST(CheckpointE2E, MoeRunResumesWithTheRoutersExpertBias) {
+  const fs::path root =
+      fs::temp_directory_path() / ("shardbench_moe_ckpt_e2e_" + std::to_string(getpid()));
+  remove_tree(root);
+  const fs::path ckpt = root / "ckpt";
+  const std::string common =
+      "-m deepseek -mr deepseek_v3_tiny_cpu -g cpu -ng 4 -ep 2 --use_megatron_fsdp true "
+      "train.global_batch_size=8 optimizer.lr_decay_iters=4 optimizer.lr_warmup_iters=1 "
+      "checkpoint.ckpt_format=fsdp_dtensor shardbench.compare_with_ddp=false ";
+  int code = -1;
+  std::string out =
+      run(common + "-ms 4 shardbench.report_path=" + (root / "full.json").string(), &code);
+  ASSERT_EQ(code, 0) << out;
+  out = run(common + "-ms 2 --save_dir " + ckpt.string() +
+                " shardbench.report_path=" + (root / "saved.json").string(),
+            &code);
+  ASSERT_EQ(code, 0) << out;
+  out = run(common + "-ms 4 --load_dir " + ckpt.string() +
+                " shardbench.report_path=" + (root / "resumed.json").string(),
+            &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("successfully loaded checkpoint from " + ckpt.string() + " at iteration 2"),
+            std::string::npos)
+      << out;
+
+  const json meta = read_json(ckpt / "iter_0000002" / "metadata.json");
+  EXPECT_EQ(meta["layout"]["ep_size"], 2);
+  // Layers 1 and 2 and the MTP layer: each its bias and its counts.
+  ASSERT_EQ(meta["layout"]["model_state"].size(), 6u) << meta["layout"].dump();
+  EXPECT_EQ(meta["layout"]["model_state"][0]["name"], "decoder.layers.1.mlp.router.expert_bias");
+  const json full = read_json(root / "full.json")["runs"][0];
+  const json resumed = read_json(root / "resumed.json")["runs"][0];
+  ASSERT_EQ(full["steps"].size(), 4u);
+  ASSERT_EQ(resumed["steps"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(resumed["steps"][i]["iteration"], full["steps"][i + 2]["iteration"]);
+    EXPECT_EQ(resumed["steps"][i]["loss"].get<double>(), full["steps"][i + 2]["loss"].get<double>())
+        << "iteration " << i + 3;
+  }
+  remove_tree(root);
+}
+
 TEST(CheckpointE2E, UnsupportedCheckpointSettingsAreRefusedBeforeTraining) {
   int code = -1;
   const std::string out =

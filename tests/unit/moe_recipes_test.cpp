@@ -188,6 +188,18 @@ TEST(MoeRecipes, RealRunsRefuseWhatIsNotBuiltWithOneLine) {
   }
 }
 
+// MoE checkpoints hold the router's expert bias (docs/perf-launch.md, "Checkpoints"): a real run
+// that saves and loads resolves.
+TEST(MoeRecipes, RealRunSavesAndLoadsCheckpoints) {
+  const std::string dir = "/tmp/shardbench_moe_ckpt_resolve";
+  const ResolvedConfig r =
+      resolve_from_args({"-m", "deepseek", "-mr", "deepseek_v3_tiny_cpu", "-g", "cpu", "-ng", "4",
+                         "-ep", "2", "--save_dir", dir, "--load_dir", dir},
+                        no_gpu());
+  EXPECT_EQ(r.config.checkpoint.save, dir);
+  EXPECT_EQ(r.config.checkpoint.load, dir);
+}
+
 TEST(MoeRecipes, MoeFlagsMapToTheFieldsAndEpIsRefusedForADenseModel) {
   const std::vector<std::string> base = {"-m",  "llama", "-mr", "llama3_tiny_cpu",
                                          "-ng", "2",     "-g",  "cpu"};

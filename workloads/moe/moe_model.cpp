@@ -612,10 +612,7 @@ MoeRouting MoeModel::route(const at::Tensor& h, const at::Tensor& router_weight,
   if (router_.force_load_balancing) {
     // Random logits forward, the real logits' gradient backward (straight-through). Each EP
     // rank draws its own, as Megatron's per-rank generator does.
-    if (!balance_gen_.defined()) {
-      balance_gen_ = device_generator(logits.device(), 42 + static_cast<uint64_t>(ep_rank_));
-    }
-    const at::Tensor random = at::randn(logits.sizes(), balance_gen_, logits.options());
+    const at::Tensor random = at::randn(logits.sizes(), balance_generator(), logits.options());
     logits = logits + (random - logits).detach();
   }
   std::tie(out.probs, out.routing_map) = select(logits, layer);

@@ -246,6 +246,14 @@ class MoeModel final : public TrainableModel {
   // The counts accumulated for the next update, one fp32 [E] per MoE layer.
   const std::vector<at::Tensor>& expert_bias_counts() const { return bias_counts_; }
 
+  // What a checkpoint keeps of the router (moe_model_state.cpp): with router_expert_bias, per MoE
+  // layer its expert bias (moe_buffer_specs' name) and the token counts of the next update
+  // (`...router.local_tokens_per_expert`, zero between steps); with force_load_balancing, the
+  // random logits' generator state (`router.force_load_balancing.generator_state`, uint8), so
+  // that a resumed run draws the routing an uninterrupted one would. Empty otherwise.
+  std::vector<ModelStateTensor> checkpoint_state() const override;
+  void restore_checkpoint_state(const std::vector<at::Tensor>& values) const override;
+
   // Each MoE layer's statistics since the last call, and resets them. An MTP layer with experts
   // is layer num_layers + k.
   std::vector<MoeLayerStats> take_stats() const;
@@ -301,6 +309,8 @@ class MoeModel final : public TrainableModel {
   std::vector<at::Tensor> bias_counts_;       // fp32 [E] per MoE layer (mutated in forward)
   std::shared_ptr<ProcessGroup> bias_group_;
   mutable at::Generator balance_gen_;  // force_load_balancing's random logits
+  // balance_gen_, created on first use (seeded by the EP rank).
+  at::Generator& balance_generator() const;
   // Per forward, not configuration; forward_loss is const.
   mutable std::vector<MoeLayerStats> stats_;
   mutable std::vector<at::Tensor> mtp_losses_;  // per MTP layer, summed since take_mtp_losses
