@@ -1,4 +1,5 @@
 #include "harness/project/collective_model.hpp"
+#include "harness/project/scale_effects.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -104,6 +105,13 @@ CollectiveTime collective_time(const CollectiveModel& model, CollectiveOp op, in
                                 " ranks on " + std::to_string(t.nodes) + " node(s); need > 0 GB/s");
   }
   t.seconds = t.alpha_s + t.wire_bytes / (t.bandwidth_gbps * 1e9);
+  if (model.tree_all_reduce && op == CollectiveOp::kAllReduce) {
+    const double tree_s = tree_all_reduce_seconds(bytes, p, t.bandwidth_gbps);
+    if (tree_s < t.seconds) {
+      t.seconds = tree_s;
+      t.tree = true;
+    }
+  }
   return t;
 }
 

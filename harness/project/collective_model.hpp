@@ -76,6 +76,9 @@ struct OpCost {
 struct CollectiveModel {
   std::array<OpCost, 3> ops;  // by CollectiveOp
   std::string source;         // where the parameters came from, for reports
+  // All-reduce as NCCL's tuner picks it: the cheaper of its ring and its tree
+  // (scale_effects.hpp, perf-project --nccl_algo auto). false: the ring only.
+  bool tree_all_reduce = false;
 
   const OpCost& op(CollectiveOp o) const { return ops[static_cast<size_t>(o)]; }
   OpCost& op(CollectiveOp o) { return ops[static_cast<size_t>(o)]; }
@@ -98,13 +101,15 @@ struct CollectiveTime {
   int nodes = 1;
   int intra_steps = 0;  // ring steps over NVLink
   int inter_steps = 0;  // ring steps that cross nodes
+  bool tree = false;    // NCCL's tree all-reduce was the cheaper (model.tree_all_reduce)
 };
 
 // t(op, S, n) for `placement`. Within one node the ring runs at the intra-node bandwidth. Across
 // nodes the slowest link bounds the ring: each node sends its share through its NICs, one ring
 // channel per NIC, so the bound is min(intra, ranks_on_smallest_node * inter). The latency is
 // base + intra_steps * intra latency + inter_steps * inter latency, with inter_steps = nodes-1
-// per ring pass. At one rank nothing moves and t = base latency. Throws std::invalid_argument for
+// per ring pass. At one rank nothing moves and t = base latency. With model.tree_all_reduce an
+// all-reduce takes the cheaper of the ring and tree_all_reduce_seconds (scale_effects.hpp). Throws std::invalid_argument for
 // bytes < 0 or a model with a bandwidth <= 0 where one is needed.
 CollectiveTime collective_time(const CollectiveModel& model, CollectiveOp op, int64_t bytes,
                                const Placement& placement);

@@ -36,6 +36,8 @@ constexpr const char* kDescription =
     "ON_MEASURED ON_TARGET]] "
     "[--run LABEL] "
     "[--dp_instances K [--outer_dp_sharding_strategy no_shard|optim]] [-o OUT]\n"
+    "  effects at scale (both forms; default off): [--nccl_algo ring|auto] "
+    "[--inter_node_efficiency F] [--jitter off|normal] [--host_ms MS]\n"
     "  perf-project REPORT --sweep N1,N2,... [-gn G] -g DEVICE --interconnect SPEC[;SPEC...] "
     "[--exposed_threshold F] [-o OUT] [--html PAGE]\n"
     "REPORT's runs need shardbench.unit_timing=true. Every run (or --run's) is replayed by the\n"
@@ -52,6 +54,11 @@ struct Options {
   std::string sweep;  // --sweep N1,N2,...
   bool sweep_given = false;
   double exposed_threshold = 0.05;
+  // Effects at scale (scale_effects.hpp), as given; parsed by target_for.
+  std::string nccl_algo = "ring";
+  std::string inter_node_efficiency = "1";
+  std::string jitter = "off";
+  std::string host_ms = "0";
   std::string html;
   std::string run_label;
   std::string output;
@@ -266,7 +273,13 @@ ProjectionTarget target_for(const Options& o, int world, const CollectiveModel& 
   target.world = world;
   target.gpus_per_node = o.gpus_per_node > 0 ? o.gpus_per_node : world;
   target.device = o.device;
-  target.collectives = collectives;
+  try {
+    target.effects =
+        parse_scale_effects(o.nccl_algo, o.inter_node_efficiency, o.jitter, o.host_ms);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());
+  }
+  target.collectives = with_scale_effects(collectives, target.effects);
   target.global_batch_size = o.global_batch_size;
   target.dp_instances = o.dp_instances;
   target.outer_shard_optimizer = o.outer_strategy == "optim";
@@ -590,6 +603,15 @@ int perf_project_main(const std::vector<std::string>& args, std::ostream& out, s
   app.add_option("--outer_dp_sharding_strategy", o.outer_strategy,
                  "HSDP target: no_shard (instances replicate) or optim (HFSDP, with "
                  "optim_grads_params)");
+  app.add_option("--nccl_algo", o.nccl_algo,
+                 "All-reduce algorithm: ring (default) or auto (NCCL's cheaper of ring and tree)");
+  app.add_option("--inter_node_efficiency", o.inter_node_efficiency,
+                 "Fraction of the table's NIC bandwidth reached on the target fabric, (0, 1] "
+                 "(default 1)");
+  app.add_option("--jitter", o.jitter,
+                 "off (default) or normal: the step of the slowest of N ranks, from the measured "
+                 "step-time spread");
+  app.add_option("--host_ms", o.host_ms, "Host cost per step (data loading), ms (default 0)");
   app.add_option("-o,--output", o.output,
                  "Write the projection (with --sweep: the sweep table) here (default: stdout; "
                  "with --sweep: not written)");

@@ -125,6 +125,9 @@ MeasuredRun read_measured_run(const json& run, const std::string& where) {
     if (!v.is_number_integer() || v.get<int64_t>() < 1) bad(where, field, v, "an integer >= 1");
     m.group_padded_elems.push_back(v.get<int64_t>());
   }
+  if (const json& sd = at_path(run, "summary.step_time_ms.stddev"); sd.is_number()) {
+    m.step_time_stddev_ms = sd.get<double>();
+  }
   m.identity = run.at("identity");
   m.config = run.contains("config") ? run.at("config") : json::object();
   return m;
@@ -363,7 +366,14 @@ json projected_run_json(const MeasuredRun& run, const ProjectionTarget& target,
                            {"start_ms", c.start_s * 1e3},
                            {"end_ms", c.end_s * 1e3}});
   }
-  const double step_s = r.step_s;
+  if (target.effects.jitter && run.step_time_stddev_ms < 0) {
+    throw std::invalid_argument("run '" + run.label +
+                                "': summary.step_time_ms.stddev is missing; expected the measured "
+                                "step-time spread that --jitter normal projects");
+  }
+  const double straggler_s =
+      straggler_ms(target.effects, run.step_time_stddev_ms, run.world_size, target.world) * 1e-3;
+  const double step_s = r.step_s + straggler_s + target.effects.host_ms * 1e-3;
   const int64_t gbs = target_global_batch(run, target);
   const double tokens = static_cast<double>(gbs * run.seq_length);
   // Megatron's FLOPs per step are linear in the global batch.
@@ -390,6 +400,15 @@ json projected_run_json(const MeasuredRun& run, const ProjectionTarget& target,
       {"global_batch_size", gbs},
       {"microbatches", plan.microbatches},
       {"step_ms", step_s * 1e3},
+      {"scale_effects",
+       {{"simulated_step_ms", r.step_s * 1e3},
+        {"nccl_algo", target.effects.nccl_auto ? "auto" : "ring"},
+        {"inter_node_efficiency", target.effects.inter_node_efficiency},
+        {"jitter", target.effects.jitter ? "normal" : "off"},
+        {"straggler_ms", straggler_s * 1e3},
+        {"host_ms", target.effects.host_ms},
+        {"tokens_per_s_per_rank_simulated",
+         r.step_s > 0 ? json(tokens / r.step_s / target.world) : json(nullptr)}}},
       {"compute_ms", r.compute_s * 1e3},
       {"exposed_comm_ms", r.exposed_comm_s * 1e3},
       {"comm_ms", r.comm_s * 1e3},

@@ -13,6 +13,7 @@
 
 #include "harness/measure/sharding.hpp"
 #include "harness/project/collective_model.hpp"
+#include "harness/project/scale_effects.hpp"
 #include "harness/project/step_simulator.hpp"
 
 namespace shardbench {
@@ -35,6 +36,9 @@ struct MeasuredRun {
   std::vector<double> backward_ms;
   double optimizer_ns_per_byte = 0;
   std::vector<int64_t> group_padded_elems;  // as measured, in group order
+  // summary.step_time_ms.stddev (n-1), or negative when the report has none: the step-time
+  // spread the straggler effect (--jitter normal) projects.
+  double step_time_stddev_ms = -1;
   nlohmann::json identity;
   nlohmann::json config;
 };
@@ -83,6 +87,9 @@ struct ProjectionTarget {
   // with outer_shard_optimizer (outer strategy optim, HFSDP), share the optimizer. 1: no HSDP.
   int dp_instances = 1;
   bool outer_shard_optimizer = false;
+  // Effects at scale (scale_effects.hpp): the straggler and host terms are added to the
+  // simulated step by projected_run_json; the collective ones are already in `collectives`.
+  ScaleEffects effects;
   int instance_size() const { return world / dp_instances; }
 };
 

@@ -55,6 +55,9 @@ SweepEntry sweep_entry(const json& run, int world, const std::string& interconne
   e.exposed_fraction = e.step_ms > 0 ? e.exposed_comm_ms / e.step_ms : 0.0;
   e.tokens_per_s_per_rank = run.value("tokens_per_s_per_rank", json(nullptr));
   e.peak_bytes = json(nullptr);
+  if (run.contains("scale_effects")) {
+    e.tokens_simulated = run["scale_effects"].value("tokens_per_s_per_rank_simulated", json(nullptr));
+  }
   if (run.contains("memory") && run["memory"].contains("projected_peak")) {
     e.peak_bytes = run["memory"]["projected_peak"].value("max_allocated_bytes", json(nullptr));
     e.fits = run["memory"]["projected_peak"].value("fits", json(nullptr));
@@ -144,6 +147,9 @@ json sweep_json(const std::vector<SweepEntry>& entries, double threshold) {
                     {"tokens_per_s_per_rank", e.tokens_per_s_per_rank},
                     {"peak_max_allocated_bytes", e.peak_bytes},
                     {"fits", e.fits}});
+    if (!e.tokens_simulated.is_null()) {
+      rows.back()["tokens_per_s_per_rank_simulated"] = e.tokens_simulated;
+    }
   }
   json crossings = json::array();
   for (const auto& key : series_keys(entries)) {
@@ -167,10 +173,16 @@ std::string sweep_text_table(const std::vector<SweepEntry>& entries, double thre
   auto rpad = [](std::string s, size_t w) {
     return std::string(w > s.size() ? w - s.size() : 0, ' ') + s;
   };
+  bool band = false;
+  for (const SweepEntry& e : entries) {
+    band = band || (e.tokens_simulated.is_number() && e.tokens_per_s_per_rank.is_number() &&
+                    e.tokens_simulated.get<double>() != e.tokens_per_s_per_rank.get<double>());
+  }
   std::ostringstream out;
   out << pad("run", wl) << "  " << pad("interconnect", wi) << "  " << rpad("N", 6) << "  "
       << rpad("step_ms", 10) << "  " << rpad("exposed_ms", 10) << "  " << rpad("exposed", 7) << "  "
-      << rpad("tok/s/rank", 11) << "  " << rpad("peak_GiB", 9) << "\n";
+      << rpad("tok/s/rank", 11) << "  " << rpad("peak_GiB", 9)
+      << (band ? "  " + rpad("tok/s_sim", 11) : std::string()) << "\n";
   for (const SweepEntry& e : entries) {
     out << pad(e.label, wl) << "  " << pad(e.interconnect, wi) << "  "
         << rpad(std::to_string(e.world), 6) << "  " << rpad(fmt("%.3f", e.step_ms), 10) << "  "
@@ -184,7 +196,13 @@ std::string sweep_text_table(const std::vector<SweepEntry>& entries, double thre
         << rpad(e.peak_bytes.is_number() ? fmt("%.2f", e.peak_bytes.get<double>() / (1 << 30))
                                          : std::string("-"),
                 9)
-        << (e.fits == false ? " over" : "") << "\n";
+        << (e.fits == false ? " over" : "")
+        << (band ? "  " + rpad(e.tokens_simulated.is_number()
+                                   ? fmt("%.1f", e.tokens_simulated.get<double>())
+                                   : std::string("-"),
+                               11)
+                 : std::string())
+        << "\n";
   }
   for (const auto& key : series_keys(entries)) {
     const std::optional<int> c = crossover_world(series_of(entries, key), threshold);

@@ -25,6 +25,10 @@ struct SweepEntry {
   nlohmann::json tokens_per_s_per_rank;  // number or null, as in the projected run
   nlohmann::json peak_bytes;             // memory.projected_peak.max_allocated_bytes, or null
   nlohmann::json fits;                   // memory.projected_peak.fits (true/false), or null
+  // The simulator's tokens/s before the straggler and host terms (scale_effects.
+  // tokens_per_s_per_rank_simulated), or null: with --jitter or --host_ms the sweep shows the
+  // band between the two.
+  nlohmann::json tokens_simulated;
 };
 
 // The entry of one projected run (an element of perf-project's "runs", projected at `world` on
@@ -49,7 +53,9 @@ std::optional<int> crossover_world(const std::vector<SweepEntry>& entries, doubl
 // "world_size" null when none crosses) in the order the entries came.
 nlohmann::json sweep_json(const std::vector<SweepEntry>& entries, double threshold);
 
-// The compact table perf-project prints: one line per entry, then the crossovers.
+// The compact table perf-project prints: one line per entry, then the crossovers. When a
+// straggler or host term moved some entry's tokens/s, a last column gives the simulator's
+// tokens/s without them (the upper end of the band).
 std::string sweep_text_table(const std::vector<SweepEntry>& entries, double threshold);
 
 // One self-contained HTML page (no scripts, fonts or links; inline SVG): exposed-communication
