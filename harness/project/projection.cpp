@@ -101,9 +101,8 @@ MeasuredRun read_measured_run(const json& run, const std::string& where) {
   m.global_batch_size = positive_int(run, where, "identity.global_batch_size");
   m.micro_batch_size = positive_int(run, where, "identity.micro_batch_size");
   m.seq_length = positive_int(run, where, "identity.seq_length");
-  m.model_flops_per_step =
-      non_negative(at_path(run, "identity.model_flops_per_step"), where,
-                   "identity.model_flops_per_step");
+  m.model_flops_per_step = non_negative(at_path(run, "identity.model_flops_per_step"), where,
+                                        "identity.model_flops_per_step");
   m.clock = text(run, where, "unit_timing.clock");
   m.forward_ms = times(run, where, "unit_timing.forward_ms");
   m.backward_ms = times(run, where, "unit_timing.backward_ms");
@@ -214,12 +213,11 @@ int64_t target_global_batch(const MeasuredRun& run, const ProjectionTarget& targ
              std::to_string(gbs) + ")";
   }
   if (gbs % (run.micro_batch_size * target.world) != 0) {
-    throw std::invalid_argument(source + ": global batch " + std::to_string(gbs) +
-                                " is not divisible by micro batch " +
-                                std::to_string(run.micro_batch_size) + " x " +
-                                std::to_string(target.world) +
-                                " ranks; accepted: -gb a multiple of " +
-                                std::to_string(run.micro_batch_size * target.world));
+    throw std::invalid_argument(
+        source + ": global batch " + std::to_string(gbs) + " is not divisible by micro batch " +
+        std::to_string(run.micro_batch_size) + " x " + std::to_string(target.world) +
+        " ranks; accepted: -gb a multiple of " +
+        std::to_string(run.micro_batch_size * target.world));
   }
   return gbs;
 }
@@ -289,8 +287,8 @@ sim::StepPlan projection_plan(const MeasuredRun& run, const ProjectionKnobs& kno
   sim::StepPlan p;
   p.spec = &measured_spec(run);
   p.groups = groups;
-  p.microbatches = static_cast<int>(target_global_batch(run, target) /
-                                    (run.micro_batch_size * target.world));
+  p.microbatches =
+      static_cast<int>(target_global_batch(run, target) / (run.micro_batch_size * target.world));
   for (double ms : run.forward_ms) p.forward_s.push_back(ms * 1e-3);
   for (double ms : run.backward_ms) p.backward_s.push_back(ms * 1e-3);
   p.optimizer_s_per_main_byte = run.optimizer_ns_per_byte * 1e-9;
@@ -421,7 +419,11 @@ json projected_run_json(const MeasuredRun& run, const ProjectionTarget& target,
        json::array({"compute per module and micro-batch as measured on " + run.device +
                         " at world size " + std::to_string(run.world_size) +
                         " (no scaling to another device)",
-                    "every rank runs the same schedule (no stragglers, no load imbalance)",
+                    target.effects.jitter
+                        ? "every rank runs the same schedule; the step waits for the slowest of "
+                          "the ranks, their step times independent normals with the measured "
+                          "run's spread (--jitter normal; no load imbalance)"
+                        : "every rank runs the same schedule (no stragglers, no load imbalance)",
                     "one communication stream: all-gathers and reduce-scatters share the links "
                     "one at a time",
                     "a group's gradients are complete at the end of the backward of its lowest "

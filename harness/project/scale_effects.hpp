@@ -20,11 +20,13 @@
 
 namespace shardbench {
 
-// NCCL's tree all-reduce, Simple protocol (src/graph/tuning.cc): no base latency, a step over
-// NVLink 4 us, over the network 14 us; the bus bandwidth 92% of the link's and the algorithm
-// bandwidth half of it (each rank sends and receives the whole buffer once up and once down).
-inline constexpr double kNcclTreeNvlinkStepUs = 4.0;
-inline constexpr double kNcclTreeNetStepUs = 14.0;
+// NCCL's tree all-reduce, Simple protocol (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel:
+// baseLat[Tree][Simple] 0, hwLat[NVLINK][Tree][Simple] 28 us and hwLat[NET][Tree][Simple] 28 us,
+// latency 2 x ((ranks per node - 1) x intra + log2(nodes) x inter), the topology's extra network
+// latency left out); the bus bandwidth 92% of the link's and the algorithm bandwidth half of it
+// (each rank sends and receives the whole buffer once up and once down).
+inline constexpr double kNcclTreeNvlinkStepUs = 28.0;
+inline constexpr double kNcclTreeNetStepUs = 28.0;
 inline constexpr double kNcclTreeBandwidthFraction = 0.92;
 
 // NCCL's tree all-reduce of `bytes` on `placement` with the ring's link bound `bandwidth_gbps`:
@@ -37,10 +39,10 @@ double tree_all_reduce_seconds(int64_t bytes, const Placement& placement, double
 double expected_max_standard_normal(int n);
 
 struct ScaleEffects {
-  bool nccl_auto = false;             // --nccl_algo auto
-  double inter_node_efficiency = 1;   // --inter_node_efficiency
-  bool jitter = false;                // --jitter normal
-  double host_ms = 0;                 // --host_ms
+  bool nccl_auto = false;            // --nccl_algo auto
+  double inter_node_efficiency = 1;  // --inter_node_efficiency
+  bool jitter = false;               // --jitter normal
+  double host_ms = 0;                // --host_ms
 };
 
 // Reads the four options as given on the command line. Throws std::invalid_argument with one

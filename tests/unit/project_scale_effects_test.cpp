@@ -19,10 +19,10 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 TEST(ScaleEffects, ExpectedMaximumOfStandardNormalsMatchesClosedForms) {
   const double sqrt_pi = std::sqrt(M_PI);
   EXPECT_DOUBLE_EQ(expected_max_standard_normal(1), 0.0);
-  EXPECT_NEAR(expected_max_standard_normal(2), 1.0 / sqrt_pi, 1e-9);        // 0.5642
-  EXPECT_NEAR(expected_max_standard_normal(3), 1.5 / sqrt_pi, 1e-9);        // 0.8463
-  EXPECT_NEAR(expected_max_standard_normal(4), 1.0293753730, 1e-8);         // tabulated
-  EXPECT_NEAR(expected_max_standard_normal(5), 1.1629644736, 1e-8);         // tabulated
+  EXPECT_NEAR(expected_max_standard_normal(2), 1.0 / sqrt_pi, 1e-9);  // 0.5642
+  EXPECT_NEAR(expected_max_standard_normal(3), 1.5 / sqrt_pi, 1e-9);  // 0.8463
+  EXPECT_NEAR(expected_max_standard_normal(4), 1.0293753730, 1e-8);   // tabulated
+  EXPECT_NEAR(expected_max_standard_normal(5), 1.1629644736, 1e-8);   // tabulated
   // Grows like sqrt(2 ln N) and stays below it.
   const double e512 = expected_max_standard_normal(512);
   EXPECT_GT(e512, 2.9);
@@ -40,30 +40,39 @@ TEST(ScaleEffects, StragglerTermIsSigmaTimesTheGrowthOfTheExpectedMaximum) {
   EXPECT_NEAR(straggler_ms(e, 2.0, 2, 3), 2.0 * 0.5 / std::sqrt(M_PI), 1e-9);
 }
 
-TEST(ScaleEffects, NcclAutoTakesTheTreeForSmallAllReducesAcrossNodes) {
+TEST(ScaleEffects, NcclAutoTakesTheTreeForSmallAllReducesAcrossManyNodes) {
   const CollectiveModel ring = table_model(interconnect("nvlink4"), interconnect("ib_ndr"));
   ScaleEffects e;
   e.nccl_auto = true;
   const CollectiveModel automatic = with_scale_effects(ring, e);
-  const Placement p{16, 8};  // 2 nodes, B = min(370.8, 8 x 47) = 370.8 GB/s
+  // 2 nodes of 8, B = min(370.8, 8 x 47) = 370.8 GB/s.
+  const Placement two{16, 8};
   // Ring: 8.4 + 28 x 3.4 + 2 x 14 = 131.6 us, plus 1 MiB x 2 x 15/16 / 370.8 GB/s.
   const double ring_1m = 131.6e-6 + kMiB * 2.0 * 15 / 16 / 370.8e9;
-  // Tree: 2 x (7 x 4 + log2(2) x 14) = 84 us, plus 2 x 1 MiB / (0.92 x 370.8 GB/s).
-  const double tree_1m = 84e-6 + 2.0 * kMiB / (0.92 * 370.8e9);
-  EXPECT_NEAR(collective_time(ring, CollectiveOp::kAllReduce, kMiB, p).seconds, ring_1m, 1e-12);
-  EXPECT_NEAR(tree_all_reduce_seconds(kMiB, p, 370.8), tree_1m, 1e-12);
-  const CollectiveTime small = collective_time(automatic, CollectiveOp::kAllReduce, kMiB, p);
-  EXPECT_TRUE(small.tree);
-  EXPECT_NEAR(small.seconds, tree_1m, 1e-12);
-  // 1 GiB: the tree's 2S / 0.92 is above the ring's 2S x 15/16, the ring stays.
-  const CollectiveTime big = collective_time(automatic, CollectiveOp::kAllReduce, kGiB, p);
+  // Tree: 2 x (7 x 28 + log2(2) x 28) = 448 us, plus 2 x 1 MiB / (0.92 x 370.8 GB/s).
+  const double tree_1m = 448e-6 + 2.0 * kMiB / (0.92 * 370.8e9);
+  EXPECT_NEAR(collective_time(ring, CollectiveOp::kAllReduce, kMiB, two).seconds, ring_1m, 1e-12);
+  EXPECT_NEAR(tree_all_reduce_seconds(kMiB, two, 370.8), tree_1m, 1e-12);
+  // On two nodes the ring's latency is the smaller: it stays, small or large.
+  const CollectiveTime small_two = collective_time(automatic, CollectiveOp::kAllReduce, kMiB, two);
+  EXPECT_FALSE(small_two.tree);
+  EXPECT_NEAR(small_two.seconds, ring_1m, 1e-12);
+  const CollectiveTime big = collective_time(automatic, CollectiveOp::kAllReduce, kGiB, two);
   EXPECT_FALSE(big.tree);
-  EXPECT_DOUBLE_EQ(big.seconds, collective_time(ring, CollectiveOp::kAllReduce, kGiB, p).seconds);
+  EXPECT_DOUBLE_EQ(big.seconds, collective_time(ring, CollectiveOp::kAllReduce, kGiB, two).seconds);
+  // 512 ranks on 64 nodes: the tree's latency 2 x (7 x 28 + 6 x 28) = 728 us against the ring's
+  // steps over all 512 ranks; the tree takes a 1 MiB all-reduce.
+  const Placement many{512, 8};
+  const double tree_many = 728e-6 + 2.0 * kMiB / (0.92 * 370.8e9);
+  EXPECT_NEAR(tree_all_reduce_seconds(kMiB, many, 370.8), tree_many, 1e-12);
+  EXPECT_GT(collective_time(ring, CollectiveOp::kAllReduce, kMiB, many).seconds, tree_many);
+  const CollectiveTime small_many =
+      collective_time(automatic, CollectiveOp::kAllReduce, kMiB, many);
+  EXPECT_TRUE(small_many.tree);
+  EXPECT_NEAR(small_many.seconds, tree_many, 1e-12);
   // NCCL has no tree all-gather or reduce-scatter.
-  EXPECT_DOUBLE_EQ(collective_time(automatic, CollectiveOp::kAllGather, kMiB, p).seconds,
-                   collective_time(ring, CollectiveOp::kAllGather, kMiB, p).seconds);
-  // 512 ranks on 64 nodes: the tree's latency 2 x (7 x 4 + 6 x 14) = 224 us.
-  EXPECT_NEAR(tree_all_reduce_seconds(0, Placement{512, 8}, 370.8), 224e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(collective_time(automatic, CollectiveOp::kAllGather, kMiB, many).seconds,
+                   collective_time(ring, CollectiveOp::kAllGather, kMiB, many).seconds);
 }
 
 TEST(ScaleEffects, InterNodeEfficiencyScalesTheNetworkOnly) {
