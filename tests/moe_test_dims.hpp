@@ -3,6 +3,7 @@
 // what it studies on top (shared experts, QK-norm, sequence length, init std).
 #pragma once
 
+#include "workloads/moe/moe_models.hpp"
 #include "workloads/moe/moe_specs.hpp"
 
 namespace shardbench::testing {
@@ -41,6 +42,17 @@ inline MoeDims gpu_moe_dims() {
   d.router_topk = 4;
   d.init_std = 0.05;
   return d;
+}
+
+// DeepSeek-V3's aux-loss-free balancing: sigmoid scores, the top-k's probs scaled by 2.5, no aux
+// loss, the expert bias moved by 1e-2 a step (with dims.router_expert_bias).
+inline MoeRouterSettings expert_bias_router() {
+  MoeRouterSettings r;
+  r.score_function = MoeRouterScore::kSigmoid;
+  r.load_balancing = MoeLoadBalancing::kNone;
+  r.topk_scaling_factor = 2.5;
+  r.bias_update_rate = 1e-2;
+  return r;
 }
 
 }  // namespace shardbench::testing

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
+
+#include <unistd.h>
 
 namespace shardbench::testing_util {
 
@@ -15,5 +18,22 @@ inline void remove_tree(const std::filesystem::path& p) {
   }
   fs::remove(p);
 }
+
+// A test's scratch folder, <temp>/<prefix>_<pid>_<name>, removed before and after.
+class ScratchDir {
+ public:
+  ScratchDir(const std::string& prefix, const std::string& name)
+      : path_(std::filesystem::temp_directory_path() /
+              (prefix + "_" + std::to_string(getpid()) + "_" + name)) {
+    remove_tree(path_);
+  }
+  ~ScratchDir() { remove_tree(path_); }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace shardbench::testing_util

@@ -118,7 +118,8 @@ std::vector<RankBuffers> buffers_of(bool outer_optim) {
   testing::run_on_ranks_with(
       kWorld,
       [&](int rank, ProcessGroups& pgs) {
-        DataParallelEngine engine(LlamaSpec(memory_dims()), hfsdp_options(at::kBFloat16, outer_optim), pgs);
+        DataParallelEngine engine(LlamaSpec(memory_dims()),
+                                  hfsdp_options(at::kBFloat16, outer_optim), pgs);
         if (engine.shards_across_instances() != outer_optim || engine.instances() != kInstances) {
           throw std::runtime_error("the engine does not report its instances");
         }
@@ -254,20 +255,11 @@ TEST(HfsdpTraining, Bf16TrainsAsOuterNoShard) {
 
 // ---- checkpoints ---------------------------------------------------------------------------
 
-class ScratchDir {
+// A test's scratch folder, removed before and after.
+class ScratchDir : public testing_util::ScratchDir {
  public:
   explicit ScratchDir(const std::string& name)
-      : path_(fs::temp_directory_path() /
-              ("shardbench_hfsdp_" + std::to_string(getpid()) + "_" + name)) {
-    testing_util::remove_tree(path_);
-  }
-  ~ScratchDir() { testing_util::remove_tree(path_); }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+      : testing_util::ScratchDir("shardbench_hfsdp", name) {}
 };
 
 // The layout's groups and the run's world group (checkpoints name files by global rank, as
@@ -389,11 +381,13 @@ TEST(HfsdpCheckpointRefusal, OuterNoShardIsAnotherLayout) {
         [&](int rank, ProcessGroups& pgs) {
           ProcessGroup& world = *(*groups.world)[static_cast<size_t>(rank)];
           {
-            DataParallelEngine engine(LlamaSpec(odd_dims()), hfsdp_options(at::kFloat, saved_optim), pgs);
+            DataParallelEngine engine(LlamaSpec(odd_dims()), hfsdp_options(at::kFloat, saved_optim),
+                                      pgs);
             train(engine, pgs, 0, 1);
             save_checkpoint(engine, world, dir, "fsdp_dtensor", 1);
           }
-          DataParallelEngine engine(LlamaSpec(odd_dims()), hfsdp_options(at::kFloat, !saved_optim), pgs);
+          DataParallelEngine engine(LlamaSpec(odd_dims()), hfsdp_options(at::kFloat, !saved_optim),
+                                    pgs);
           try {
             load_checkpoint(engine, world, dir, "fsdp_dtensor");
             errors[static_cast<size_t>(rank)] = "(no error)";

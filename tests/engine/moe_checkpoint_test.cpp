@@ -40,21 +40,11 @@ constexpr int kEp = 2;
 constexpr int64_t kSaveAfter = 3;
 constexpr int64_t kTotal = 5;
 
-// A test's folder, removed before and after.
-class ScratchDir {
+// A test's scratch folder, removed before and after.
+class ScratchDir : public testing_util::ScratchDir {
  public:
   explicit ScratchDir(const std::string& name)
-      : path_(fs::temp_directory_path() /
-              ("shardbench_moe_ckpt_" + std::to_string(getpid()) + "_" + name)) {
-    testing_util::remove_tree(path_);
-  }
-  ~ScratchDir() { testing_util::remove_tree(path_); }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+      : testing_util::ScratchDir("shardbench_moe_ckpt", name) {}
 };
 
 struct RunSetup {
@@ -70,10 +60,7 @@ RunSetup expert_bias_setup() {
   s.dims.shared_expert_ffn = 16;
   s.dims.init_std = 0.1;
   s.dims.router_expert_bias = true;
-  s.router.score_function = MoeRouterScore::kSigmoid;
-  s.router.load_balancing = MoeLoadBalancing::kNone;
-  s.router.topk_scaling_factor = 2.5;
-  s.router.bias_update_rate = 1e-2;
+  s.router = testing::expert_bias_router();
   return s;
 }
 

@@ -57,10 +57,7 @@ MoeSetup aux_loss_setup() {
 MoeSetup expert_bias_setup() {
   MoeSetup s;
   s.dims.router_expert_bias = true;
-  s.router.score_function = MoeRouterScore::kSigmoid;
-  s.router.load_balancing = MoeLoadBalancing::kNone;
-  s.router.topk_scaling_factor = 2.5;
-  s.router.bias_update_rate = 1e-2;
+  s.router = testing::expert_bias_router();
   return s;
 }
 
