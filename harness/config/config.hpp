@@ -79,6 +79,7 @@ using StringMap = std::map<std::string, std::string>;
   E(std::string, cross_entropy_fusion_impl, "native", "native|te", "Fused cross-entropy impl")   \
   E(std::string, cuda_graph_impl, "none", "none|local|transformer_engine", "CUDA graph capture") \
   X(StringList, cuda_graph_scope, {}, "CUDA graph scopes (full_iteration, attn, mlp, ...)")      \
+  X(int64_t, cuda_graph_warmup_steps, 3, "Eager steps before a CUDA graph is captured")          \
   X(bool, use_te_rng_tracker, false, "TE RNG tracker (needed under CUDA graphs)")                \
   X(bool, deterministic_mode, false, "Deterministic kernels only")                               \
   SHARDBENCH_MOE_FIELDS(X, E)

@@ -295,7 +295,9 @@ void checkpoint_rules(const ConfigContainer& c) {
   }
 }
 
-bool uses_cuda_graphs(const ConfigContainer& c) { return c.model.cuda_graph_impl != "none"; }
+bool uses_cuda_graphs(const ConfigContainer& c) {
+  return cuda_graph_impl(c.model.cuda_graph_impl) != CudaGraphImpl::kNone;
+}
 bool full_iteration_graph(const ConfigContainer& c) {
   for (const auto& scope : c.model.cuda_graph_scope) {
     if (scope == "full_iteration") return true;
@@ -313,6 +315,85 @@ void gradient_accumulation_fusion_rules(const ConfigContainer& c) {
         "wrapper has no main-grad buffer for the weight-gradient GEMMs to accumulate into "
         "(accepted: model.gradient_accumulation_fusion=false with FSDP2; true with DDP or "
         "Megatron FSDP)");
+  }
+}
+
+// CUDA graphs (docs/cuda-graphs.md): Megatron-Bridge's scope rules, then what shardbench's
+// whole-step graph cannot capture, each refused with its reason.
+void cuda_graph_rules(const ConfigContainer& c) {
+  const auto& m = c.model;
+  const std::string scope = "[" + join(m.cuda_graph_scope, ",") + "]";
+  if (!uses_cuda_graphs(c)) {
+    if (!m.cuda_graph_scope.empty()) {
+      fail("model.cuda_graph_scope=" + scope +
+           " with model.cuda_graph_impl=none: a scope needs graphs (accepted with none: [])");
+    }
+    return;
+  }
+  const std::string head = "model.cuda_graph_impl=" + m.cuda_graph_impl + " ";
+  // Megatron-Bridge accepts the local implementation only as a whole-iteration graph
+  // (validate_cuda_graph_configuration); per-layer scopes go through Transformer Engine there.
+  if (m.cuda_graph_scope.size() != 1 || !full_iteration_graph(c)) {
+    fail("model.cuda_graph_scope=" + scope + " with model.cuda_graph_impl=" + m.cuda_graph_impl +
+         ": the local implementation captures the whole iteration only (Megatron-Bridge's rule; "
+         "per-layer attn/mlp/moe scopes need Transformer Engine); accepted: [full_iteration]");
+  }
+  const auto refuse = [&](const std::string& setting, const std::string& why) {
+    fail(setting + " with " + head + "and cuda_graph_scope=[full_iteration]: " + why);
+  };
+  if (is_cpu_run(c.shardbench)) {
+    refuse("shardbench.device=cpu", "CUDA graphs need a GPU (accepted: a CUDA device)");
+  }
+  if (m.num_moe_experts) {
+    refuse("model.num_moe_experts=" + std::to_string(*m.num_moe_experts),
+           "the dropless token dispatch sizes its exchanges from counts read on the host every "
+           "layer, which a graph cannot capture (accepted: a dense model)");
+  }
+  if (m.cpu_offloading || c.optimizer.optimizer_cpu_offload) {
+    refuse(m.cpu_offloading ? "model.cpu_offloading=true" : "optimizer.optimizer_cpu_offload=true",
+           "offloading moves tensors through host memory in step with the host (accepted: false)");
+  }
+  if (c.ddp.check_for_nan_in_grad || c.ddp.check_for_large_grads) {
+    refuse(c.ddp.check_for_nan_in_grad ? "ddp.check_for_nan_in_grad=true"
+                                       : "ddp.check_for_large_grads=true",
+           "each bucket's check reads its norm on the host before the collective "
+           "(accepted: false)");
+  }
+  if (c.shardbench.unit_timing) {
+    refuse("shardbench.unit_timing=true",
+           "the unit timer marks module boundaries from host hooks that a replay does not run "
+           "(accepted: false)");
+  }
+  if (c.ddp.nccl_ub) {
+    refuse("ddp.nccl_ub=true",
+           "the user-buffer pool allocates with ncclMemAlloc outside the graph's memory pool "
+           "(accepted: false)");
+  }
+  if (c.train.empty_unused_memory_level > 0) {
+    refuse("train.empty_unused_memory_level=" + std::to_string(c.train.empty_unused_memory_level),
+           "emptying the allocator cache would free the graph's memory (accepted: 0)");
+  }
+  if (c.mixed_precision.fp8) {
+    refuse("mixed_precision.fp8=" + *c.mixed_precision.fp8,
+           "the FP8 linears and the FP8 parameter gather are not covered by the graph parity "
+           "tests yet (accepted: bf16 or fp32 compute)");
+  }
+  if (m.tensor_model_parallel_size > 1) {
+    refuse("model.tensor_model_parallel_size=" + std::to_string(m.tensor_model_parallel_size),
+           "tensor parallelism is not covered by the graph parity tests yet (accepted: 1)");
+  }
+  if (outer_strategy(c.ddp.outer_dp_sharding_strategy) == OuterStrategy::kOptim) {
+    refuse("ddp.outer_dp_sharding_strategy=optim",
+           "the cross-instance all-gather launched by the optimizer step would be waited inside "
+           "the next replay (accepted: no_shard)");
+  }
+  // The capture step and at least one replay after it, so that the statistics have a step.
+  if (c.train.train_iters < m.cuda_graph_warmup_steps + 2) {
+    fail("train.train_iters=" + std::to_string(c.train.train_iters) + " with " + head +
+         "and model.cuda_graph_warmup_steps=" + std::to_string(m.cuda_graph_warmup_steps) +
+         ": the warm-up steps, the capture step and one replayed step need train_iters >= " +
+         std::to_string(m.cuda_graph_warmup_steps + 2) +
+         " (accepted: that many iterations, or fewer warm-up steps, at least 1)");
   }
 }
 
@@ -620,6 +701,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   precision_aware_optimizer_rules(config);
   fp8_param_gather_rules(config);
   gradient_accumulation_fusion_rules(config);
+  cuda_graph_rules(config);
   deterministic_rules(config, context);
   comparison_runs_rules(config, context);
   return r.notices;

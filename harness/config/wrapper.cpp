@@ -98,4 +98,12 @@ OuterStrategy outer_strategy(std::string_view name) {
                               ": accepted: no_shard, optim");
 }
 
+CudaGraphImpl cuda_graph_impl(std::string_view name) {
+  if (name == "none") return CudaGraphImpl::kNone;
+  if (name == "local") return CudaGraphImpl::kLocal;
+  if (name == "transformer_engine") return CudaGraphImpl::kTransformerEngine;
+  throw std::invalid_argument("model.cuda_graph_impl=" + std::string(name) +
+                              ": accepted: none, local, transformer_engine");
+}
+
 }  // namespace shardbench

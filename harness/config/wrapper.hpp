@@ -69,6 +69,10 @@ inline bool strategy_is(std::string_view name, FsdpStrategy strategy) {
 enum class OuterStrategy { kNoShard, kOptim };
 OuterStrategy outer_strategy(std::string_view name);
 
+// model.cuda_graph_impl (docs/cuda-graphs.md). Throws std::invalid_argument for another name.
+enum class CudaGraphImpl { kNone, kLocal, kTransformerEngine };
+CudaGraphImpl cuda_graph_impl(std::string_view name);
+
 // Whether Megatron Core's distributed optimizer runs: always for Megatron FSDP, by
 // ddp.use_distributed_optimizer for DDP, never for FSDP2 (which shards the state itself).
 bool uses_distributed_optimizer(Wrapper wrapper, bool ddp_distributed_optimizer);

@@ -121,6 +121,8 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   // optim_grads_params only.
   o.outer_shard_optimizer =
       outer_strategy(c.ddp.outer_dp_sharding_strategy) == OuterStrategy::kOptim;
+  // Validation admitted graphs as the whole iteration only (cuda_graph_rules).
+  o.param_sync_in_forward = cuda_graph_impl(c.model.cuda_graph_impl) == CudaGraphImpl::kLocal;
   return o;
 }
 
@@ -373,11 +375,16 @@ void build_run(RunPlan& plan, const nlohmann::json& provenance, const std::strin
         "that does not cover its " +
         std::to_string(ctx.world_size) + " ranks");
   }
+  // CUDA graphs: everything the captured step will touch is made on the graph's stream.
+  if (plan.options.param_sync_in_forward) use_graph_compute_stream(ctx.device);
   build_model(plan, ctx);
   plan.engine =
       std::make_unique<DataParallelEngine>(*plan.model.spec, plan.options, ctx.engine_pgs);
   attach_engine(plan);
   record_engine(plan, ctx);
+  if (plan.options.param_sync_in_forward) {
+    plan.graph = std::make_unique<StepGraph>(config.model.cuda_graph_warmup_steps, ctx.device);
+  }
 
   plan.lr = lr_schedule_from(config);
   plan.fault = check_fault_env(ctx.world_size, config.train.train_iters);

@@ -271,6 +271,7 @@ RunRecord record_run(const RunPlan& plan, const RunMeasurements& measured,
     if (plan.model.llama) record_activation_offload(rec, *plan.model.llama, ran, ctx);
     record_memory(rec, engine, plan.options, plan.model, ctx);
     rec.unit_timing = measured.unit_timing;
+    if (plan.graph) rec.cuda_graph = plan.graph->record();
   }
   if (plan.checkpoints) rec.checkpoint = plan.checkpoints->record();
   return rec;

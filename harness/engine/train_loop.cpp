@@ -198,11 +198,12 @@ struct TimedStep {
   double elapsed_ms = 0;  // the slowest rank's step, barrier to barrier
   double mine_ms = 0;     // this rank's own step (device time between its events on a GPU)
   PhaseTimes phases;
+  bool graphed = false;  // the step replayed a CUDA graph (forward and backward not told apart)
 };
 
-TimedStep timed_step(const TrainableModel& model, DataParallelEngine& engine, const StepInputs& in,
-                     int64_t iteration, const ConfigContainer& config, StepProbes& probes,
-                     const WorkerContext& ctx) {
+TimedStep timed_step(const TrainableModel& model, DataParallelEngine& engine, StepGraph* graph,
+                     const StepInputs& in, int64_t iteration, const ConfigContainer& config,
+                     StepProbes& probes, const WorkerContext& ctx) {
   static const nvtx::LabelTable kStepLabels{"training_step_", nvtx::Color::kStep};
   TimedStep t;
   probes.syncs().barrier(*ctx.pgs.world);
@@ -214,7 +215,9 @@ TimedStep timed_step(const TrainableModel& model, DataParallelEngine& engine, co
     RECORD_USER_SCOPE("training_step_" + std::to_string(iteration));
     probes.phases().begin_step();
     probes.units().begin_step();
-    t.out = train_step(model, engine, in, &probes.phases());
+    t.out = graph ? graph->step(model, engine, in, &probes.phases())
+                  : train_step(model, engine, in, &probes.phases());
+    t.graphed = graph && graph->replayed_last_step();
     // Calibration only (off unless configured). On a GPU the host is ahead of the device here:
     // wait for the step's work first, so that the busy-wait is a fraction of the device's step
     // and the device idles through it, before the end event.
@@ -252,10 +255,14 @@ StepRecord record_step(const TimedStep& t, const StepInputs& in, int64_t iterati
   step.loss = syncs.item(loss_avg);
   step.grad_norm = syncs.item(metrics[1]);
   step.learning_rate = in.lr;
-  step.forward_ms = t.phases[Phase::kForward];
-  step.backward_ms = t.phases[Phase::kBackward];
+  if (t.graphed) {
+    step.graph_ms = t.phases[Phase::kGraph];
+  } else {
+    step.forward_ms = t.phases[Phase::kForward];
+    step.backward_ms = t.phases[Phase::kBackward];
+    step.exposed_comm_ms = t.phases[Phase::kExposedComm];
+  }
   step.optimizer_ms = t.phases[Phase::kOptimizer];
-  step.exposed_comm_ms = t.phases[Phase::kExposedComm];
   if (moe_ep) {
     step.moe_dispatch_ms = t.phases[Phase::kMoeDispatch];
     step.moe_combine_ms = t.phases[Phase::kMoeCombine];
@@ -354,7 +361,7 @@ void train_loop(RunPlan& plan, RunMeasurements& m, WorkerContext& ctx) {
     const bool census = it == first_it && ctx.rank == 0 && model.llama;
     if (census) model.llama->arm_activation_census();
     const TimedStep timed =
-        timed_step(*model.trainable, engine, in, iteration, config, probes, ctx);
+        timed_step(*model.trainable, engine, plan.graph.get(), in, iteration, config, probes, ctx);
     if (census) take_saved_activations(m, *model.llama, iteration);
     m.my_step_ms.push_back(timed.mine_ms);
     m.steps.push_back(record_step(timed, in, iteration, probes.syncs(), ctx, moe_ep));

@@ -16,13 +16,7 @@ StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
   return train_step(model, engine, in, nullptr);
 }
 
-StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
-                       const StepInputs& in, PhaseTimer* phases) {
-  static const nvtx::Label kForwardLabel{"forward", nvtx::Color::kForward};
-  static const nvtx::Label kBackwardLabel{"backward", nvtx::Color::kBackward};
-  static const nvtx::Label kGradSyncLabel{"finish_grad_sync", nvtx::Color::kWait};
-  // Megatron-Bridge's name for the range around optimizer.step().
-  static const nvtx::Label kOptimizerLabel{"optimizer_step", nvtx::Color::kOptimizer};
+int micro_batches_per_step(const DataParallelEngine& engine, const StepInputs& in) {
   const int64_t dp = engine.data_parallel_size();
   const int64_t gbs = in.global_batch.size(0);
   if (gbs % (in.micro_batch * dp) != 0) {
@@ -30,7 +24,16 @@ StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
         "global batch " + std::to_string(gbs) +
         " is not divisible by micro batch x DP = " + std::to_string(in.micro_batch * dp));
   }
-  const int num_micro = static_cast<int>(gbs / (in.micro_batch * dp));
+  return static_cast<int>(gbs / (in.micro_batch * dp));
+}
+
+at::Tensor forward_backward(const TrainableModel& model, DataParallelEngine& engine,
+                            const StepInputs& in, PhaseTimer* phases) {
+  static const nvtx::Label kForwardLabel{"forward", nvtx::Color::kForward};
+  static const nvtx::Label kBackwardLabel{"backward", nvtx::Color::kBackward};
+  static const nvtx::Label kGradSyncLabel{"finish_grad_sync", nvtx::Color::kWait};
+  const int num_micro = micro_batches_per_step(engine, in);
+  const int64_t dp = engine.data_parallel_size();
   const int64_t rank = engine.data_parallel_rank();
   const auto device = engine.options().device;
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device).dtype(at::kFloat));
@@ -50,6 +53,7 @@ StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
   } comm_timer(engine, model, phases);
   model.new_step();  // the last optimizer step changed the weights (FP8 copies are per step)
   for (int m = 0; m < num_micro; ++m) {
+    // A batch already on the device (a CUDA graph's static input) is sliced in place.
     auto rows = microbatch_rows(in.global_batch, m, in.micro_batch, dp, rank).to(device);
     const int64_t seq = rows.size(1) - 1;
     auto tokens = rows.narrow(1, 0, seq);
@@ -81,6 +85,15 @@ StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
     PhaseScope phase(phases, Phase::kBackward);
     engine.finish_backward();
   }
+  return loss_sum;
+}
+
+StepOutputs optimizer_part(const TrainableModel& model, DataParallelEngine& engine,
+                           const StepInputs& in, const at::Tensor& loss_sum,
+                           PhaseTimer* phases) {
+  // Megatron-Bridge's name for the range around optimizer.step().
+  static const nvtx::Label kOptimizerLabel{"optimizer_step", nvtx::Color::kOptimizer};
+  const auto device = engine.options().device;
   if (in.empty_unused_memory_level >= 1) empty_allocator_cache(device);
   StepOutputs out;
   {
@@ -90,8 +103,14 @@ StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
     model.after_optimizer_step();
   }
   if (in.empty_unused_memory_level >= 2) empty_allocator_cache(device);
-  out.loss = loss_sum / static_cast<double>(num_micro);
+  out.loss = loss_sum / static_cast<double>(micro_batches_per_step(engine, in));
   return out;
+}
+
+StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
+                       const StepInputs& in, PhaseTimer* phases) {
+  const at::Tensor loss_sum = forward_backward(model, engine, in, phases);
+  return optimizer_part(model, engine, in, loss_sum, phases);
 }
 
 }  // namespace shardbench

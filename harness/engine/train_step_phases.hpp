@@ -12,4 +12,18 @@ namespace shardbench {
 StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
                        const StepInputs& inputs, PhaseTimer* phases);
 
+// train_step in its two halves, for a caller that runs the first one as a CUDA graph
+// (step_graph.hpp). forward_backward: every micro-batch's forward and backward and
+// finish_backward; returns the sum of the micro-batch losses (a device scalar it allocates).
+// `inputs.global_batch` may already be on the engine's device.
+at::Tensor forward_backward(const TrainableModel& model, DataParallelEngine& engine,
+                            const StepInputs& inputs, PhaseTimer* phases);
+// The rest of the step: the optimizer step (with train.empty_unused_memory_level's emptying of
+// the allocator around it) and the step's outputs, the loss being loss_sum / micro-batches.
+StepOutputs optimizer_part(const TrainableModel& model, DataParallelEngine& engine,
+                           const StepInputs& inputs, const at::Tensor& loss_sum,
+                           PhaseTimer* phases);
+// Micro-batches per step: GBS / (micro batch x DP); throws when it does not divide.
+int micro_batches_per_step(const DataParallelEngine& engine, const StepInputs& inputs);
+
 }  // namespace shardbench

@@ -18,8 +18,18 @@ namespace shardbench {
 // mixture of experts' expert-parallel exchanges took, forward and backward: the token counts'
 // all-gather and the dispatch all-to-all, and the combine all-to-all (each of which the compute
 // stream waits for, so all of their time is exposed).
-enum class Phase { kForward, kBackward, kOptimizer, kExposedComm, kMoeDispatch, kMoeCombine };
-inline constexpr std::size_t kPhaseCount = 6;
+// kGraph: a replayed CUDA graph (model.cuda_graph_scope=[full_iteration]): every micro-batch's
+// forward and backward and the gradient reductions, which it does not tell apart.
+enum class Phase {
+  kForward,
+  kBackward,
+  kOptimizer,
+  kExposedComm,
+  kMoeDispatch,
+  kMoeCombine,
+  kGraph
+};
+inline constexpr std::size_t kPhaseCount = 7;
 
 struct PhaseTimes {
   std::array<double, kPhaseCount> ms{};  // index = Phase; a phase's intervals summed

@@ -105,6 +105,13 @@ struct EngineOptions {
   // all-gathered over it back into the compute-dtype shard. Megatron FSDP optim_grads_params
   // only, as in Megatron-FSDP; false: outer no_shard.
   bool outer_shard_optimizer = false;
+  // CUDA graphs (model.cuda_graph_scope=[full_iteration], docs/cuda-graphs.md): with
+  // overlap_param_gather, the distributed optimizer's post-step all-gather of the updated
+  // parameters is launched at the next step's first micro-batch instead of right after the
+  // optimizer step, so that it is launched and waited inside the same captured forward (a
+  // collective launched outside a graph and waited inside it cannot be captured). Megatron
+  // launches that gather from the forward pre-hooks too.
+  bool param_sync_in_forward = false;
 };
 
 // The engine's communicators. world, all_gather and reduce_scatter span the engine's
@@ -306,6 +313,18 @@ class DataParallelEngine final : public ModuleHooks {
   // fp8_param_gather) since construction, counted like the unit gathers: the bytes their outputs
   // hold, of which `fp8_bytes` moved as FP8. None with one rank.
   const UnitGatherStats& param_sync_stats() const { return param_sync_stats_; }
+  // The run's host-side counters above. A replayed CUDA graph runs none of the host code that
+  // counts them, so its runner (harness/engine/step_graph.hpp) adds what the captured step
+  // counted once per replay.
+  struct StepCounters {
+    UnitGatherStats unit_gathers, param_syncs;
+    int64_t fused_wgrads = 0;
+  };
+  StepCounters step_counters() const {
+    return {unit_gather_stats_, param_sync_stats_, fused_wgrads_};
+  }
+  // Adds the counts between two step_counters() readings (`before` and `after` the captured step).
+  void add_replayed_step(const StepCounters& before, const StepCounters& after);
   // Whether units gather their linears' weights in FP8 (options().fp8_param_gather took effect).
   bool gathers_fp8() const { return fp8_units_ > 0; }
   // Under fp8_param_gather: every FP8 weight's dequantising scale (1 / scale), units in order,
@@ -423,6 +442,8 @@ class DataParallelEngine final : public ModuleHooks {
   // The input of g's parameter all-gather over `group` from this rank's part `mine`: `mine`
   // itself under NCCL, a copy under gloo.
   void set_param_sync_input(EngineGroup& g, const at::Tensor& mine, const ProcessGroup& group);
+  // The distributed optimizer's all-gather of this rank's updated shard into the whole buffer.
+  void launch_param_sync(EngineGroup& g);
   // Registers the NCCL user-buffer pool with every communicator of the engine (once).
   void register_comm_pool();
   // wait_work, marked as exposed communication on the comm timer.

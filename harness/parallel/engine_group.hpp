@@ -47,6 +47,9 @@ struct EngineGroup {
   c10::intrusive_ptr<c10d::Work> param_sync_work;  // post-step all-gather (distributed optimizer)
   at::Tensor param_sync_input;                     // kept alive until param_sync_work completes
   int64_t param_sync_temp_bytes = 0;               // what param_sync_input allocated (gloo)
+  // The post-step all-gather waits for the next step's first micro-batch to launch it
+  // (EngineOptions::param_sync_in_forward).
+  bool param_sync_due = false;
 
   // Where the region this rank's optimizer owns lies in the padded buffer, and its length: the
   // whole buffer (unsharded main weights), this rank's shard, or under HFSDP this rank's piece

@@ -281,6 +281,13 @@ void DataParallelEngine::begin_microbatch(int index, int count) {
   microbatch_ = index;
   microbatch_count_ = count;
   if (index == 0) grad_checker_.clear_fault();
+  // The post-step parameter all-gathers left for this step's forward (param_sync_in_forward),
+  // in group order; each module's pre_forward waits for its own.
+  if (index == 0) {
+    for (auto& g : groups_) {
+      if (g->param_sync_due) launch_param_sync(*g);
+    }
+  }
   // Reductions of the previous micro-batch still own their temporary full-grad buffers.
   if (index > 0) drain_reductions(0);
   for (auto& g : groups_) {
@@ -633,6 +640,18 @@ void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
     g.fp8_sync_due = true;
     return;
   }
+  // CUDA graphs: launched by the next step's first micro-batch, inside the captured forward
+  // (EngineOptions::param_sync_in_forward).
+  if (options_.param_sync_in_forward && options_.overlap_param_gather) {
+    g.param_sync_due = true;
+    return;
+  }
+  launch_param_sync(g);
+}
+
+void DataParallelEngine::launch_param_sync(EngineGroup& g) {
+  g.param_sync_due = false;
+  at::Tensor mine = g.model_full.narrow(0, g.my_shard_offset(), g.layout.shard_elems);
   set_param_sync_input(g, mine, *g.comm->all_gather);
   nvtx::Range range(kParamSyncLabels.launch(g), tensor_bytes(g.model_full));
   param_sync_stats_.gathers += 1;
@@ -641,6 +660,17 @@ void DataParallelEngine::refresh_model_weights(EngineGroup& g, bool written) {
 }
 
 // ---- introspection -------------------------------------------------------------------------
+
+void DataParallelEngine::add_replayed_step(const StepCounters& before, const StepCounters& after) {
+  auto add = [](UnitGatherStats& into, const UnitGatherStats& b, const UnitGatherStats& a) {
+    into.gathers += a.gathers - b.gathers;
+    into.bytes += a.bytes - b.bytes;
+    into.fp8_bytes += a.fp8_bytes - b.fp8_bytes;
+  };
+  add(unit_gather_stats_, before.unit_gathers, after.unit_gathers);
+  add(param_sync_stats_, before.param_syncs, after.param_syncs);
+  fused_wgrads_ += after.fused_wgrads - before.fused_wgrads;
+}
 
 std::vector<at::Tensor> DataParallelEngine::gather_main_weights() {
   at::NoGradGuard no_grad;

@@ -100,6 +100,7 @@ json step_json(const RunRecord& run, const StepRecord& s, std::vector<std::strin
   if (s.exposed_comm_ms) phases["exposed_comm"] = number_or_null(*s.exposed_comm_ms);
   if (s.moe_dispatch_ms) phases["moe_dispatch"] = number_or_null(*s.moe_dispatch_ms);
   if (s.moe_combine_ms) phases["moe_combine"] = number_or_null(*s.moe_combine_ms);
+  if (s.graph_ms) phases["graph"] = number_or_null(*s.graph_ms);
   json j = {{"iteration", s.iteration},
             {"elapsed_ms", number_or_null(s.elapsed_ms)},
             {"loss", number_or_null(s.loss)},
@@ -152,8 +153,16 @@ json summary_json(const RunRecord& run, const WarmupRule& warmup, int nan_iterat
     tflops.push_back(step_tflops(run, s.elapsed_ms));
     tokens.push_back(step_tokens(run, s.elapsed_ms));
   }
-  const StepWindow measured = measured_window(n, warmup);
-  const StepWindow eval = evaluation_window(n, warmup);
+  // A graphed run's eager warm-up steps and its capture step stay out of the statistics, as the
+  // first step does (docs/cuda-graphs.md).
+  WarmupRule rule = warmup;
+  if (run.cuda_graph && run.cuda_graph->capture_iteration > 0) {
+    rule.skip_first_steps =
+        std::max(rule.skip_first_steps, static_cast<std::size_t>(run.cuda_graph->capture_iteration));
+  }
+  const StepWindow measured = measured_window(n, rule);
+  StepWindow eval = evaluation_window(n, rule);
+  eval.begin = std::max(eval.begin, std::min(rule.skip_first_steps, eval.end));
   const std::optional<SummaryStats> step_stats = summarize(finite_in(elapsed, measured));
   const std::optional<double> peak = dense_bf16_peak_tflops(run.device);
   const bool mfu_defined = model_flops_utilization(1.0, run.device, run.compute_dtype).has_value();
@@ -191,6 +200,7 @@ json summary_json(const RunRecord& run, const WarmupRule& warmup, int nan_iterat
   phase("exposed_comm", &StepRecord::exposed_comm_ms);
   phase("moe_dispatch", &StepRecord::moe_dispatch_ms);
   phase("moe_combine", &StepRecord::moe_combine_ms);
+  phase("graph", &StepRecord::graph_ms);
 
   return {{"num_steps", n},
           {"nan_iterations", nan_iterations},
@@ -571,6 +581,16 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
   }
   if (run.nccl_user_buffers)
     j["nccl_user_buffers"] = nccl_user_buffers_json(*run.nccl_user_buffers);
+  if (run.cuda_graph) {
+    const CudaGraphRecord& g = *run.cuda_graph;
+    j["cuda_graph"] = {{"impl", g.impl},
+                       {"scope", g.scope},
+                       {"warmup_steps", g.warmup_steps},
+                       {"capture_iteration", g.capture_iteration},
+                       {"capture_ms", number_or_null(g.capture_ms)},
+                       {"graph_pool_bytes", g.graph_pool_bytes},
+                       {"replays", g.replays}};
+  }
   return j;
 }
 

@@ -31,6 +31,9 @@ struct StepRecord {
   // Mixture of experts with expert parallelism: the part of exposed_comm_ms its exchanges took
   // (token counts and dispatch; combine), forward and backward. Absent otherwise.
   std::optional<double> moe_dispatch_ms, moe_combine_ms;
+  // A replayed CUDA graph's time (forward, backward and gradient reductions of the step, which a
+  // graph does not tell apart); absent on eager steps.
+  std::optional<double> graph_ms;
   std::optional<int64_t> host_syncs;  // host synchronisations inside the step
 };
 
@@ -158,6 +161,19 @@ struct UnitTimingRecord {
   std::vector<UnitTimingGroup> groups;  // in the engine's group order
 };
 
+// The CUDA graph of a run (StepGraph, harness/engine/step_graph.hpp).
+struct CudaGraphRecord {
+  std::string impl;   // model.cuda_graph_impl: "local"
+  std::string scope;  // model.cuda_graph_scope: "full_iteration"
+  int64_t warmup_steps = 0;       // eager steps before the capture
+  int64_t capture_iteration = 0;  // the iteration that captured (and replayed) the graph; 0: none
+  double capture_ms = 0;          // host time of the capture, replay excluded
+  // Allocator bytes reserved during the capture: the graph's private memory pool, kept for the
+  // run (the allocator's totals include it).
+  int64_t graph_pool_bytes = 0;
+  int64_t replays = 0;
+};
+
 struct RunRecord {
   std::string label;  // e.g. "megatron_fsdp/optim_grads_params", "ddp+distopt"
   Wrapper wrapper = Wrapper::kDdp;
@@ -226,6 +242,8 @@ struct RunRecord {
   // ddp.nccl_ub: the registered pool at the end of the run (absent without nccl_ub).
   std::optional<NcclUserBuffersRecord> nccl_user_buffers;
   std::optional<UnitTimingRecord> unit_timing;  // shardbench.unit_timing; absent when off
+  // model.cuda_graph_impl=local: the step graph (docs/cuda-graphs.md); absent without graphs.
+  std::optional<CudaGraphRecord> cuda_graph;
   // How the run's ranks split into parallel groups (docs/parallel-layout.md); absent in records
   // built without a config (tests).
   std::optional<ParallelLayout> parallel_layout;

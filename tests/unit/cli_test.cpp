@@ -141,7 +141,12 @@ TEST(CliParse, UnsupportedValuesAreRejectedWithReason) {
   EXPECT_EQ(parse_with({"-ep", "8"}).expert_model_parallel_size, 8);
   EXPECT_NE(error_of({"-et", "2"}).find("expert tensor parallelism"), std::string::npos);
   EXPECT_NE(error_of({"-vp", "5"}).find("accepted: None or -1"), std::string::npos);
-  EXPECT_NE(error_of({"--cuda_graph_impl", "local"}).find("accepted: none"), std::string::npos);
+  EXPECT_NE(error_of({"--cuda_graph_impl", "transformer_engine"})
+                .find("accepted: none, local (with --cuda_graph_scope full_iteration)"),
+            std::string::npos);
+  EXPECT_EQ(parse_with({"--cuda_graph_impl", "local", "--cuda_graph_scope", "full_iteration"})
+                .cuda_graph_impl,
+            "local");
   EXPECT_NE(error_of({"-c", "fp8_mx"}).find("accepted: bf16, fp8_cs"), std::string::npos);
   EXPECT_EQ(parse_with({"-c", "fp8_cs"}).compute_dtype, "fp8_cs");
   EXPECT_NE(error_of({"--domain", "vlm"}).find("accepted: llm"), std::string::npos);

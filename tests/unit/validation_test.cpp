@@ -1,6 +1,8 @@
 // Every validation rule of docs/megatron-config.md 2 that applies to a data-parallel run.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "harness/config/errors.hpp"
 #include "harness/config/validate.hpp"
 
@@ -410,6 +412,82 @@ TEST(Validation, FullIterationGraphNeedsNanCheckOff) {
   c.model.cuda_graph_impl = "local";
   c.model.cuda_graph_scope = {"full_iteration"};
   EXPECT_TRUE(contains(error_of(c), "check_for_nan_in_loss=false"));
+}
+
+// shardbench's own refusals under CUDA graphs (cuda_graph_rules, docs/cuda-graphs.md): each
+// names the setting, why a graph cannot capture it and what is accepted.
+ConfigContainer whole_step_graph_config() {
+  ConfigContainer c = valid_config();
+  c.model.cuda_graph_impl = "local";
+  c.model.cuda_graph_scope = {"full_iteration"};
+  c.rerun_state_machine.check_for_nan_in_loss = false;
+  return c;
+}
+
+TEST(Validation, CudaGraphScopesFollowMegatronBridge) {
+  EXPECT_EQ(error_of(whole_step_graph_config()), "(no error)");
+  ConfigContainer scope_only = valid_config();
+  scope_only.model.cuda_graph_scope = {"full_iteration"};
+  scope_only.rerun_state_machine.check_for_nan_in_loss = false;
+  EXPECT_EQ(error_of(scope_only),
+            "model.cuda_graph_scope=[full_iteration] with model.cuda_graph_impl=none: a scope "
+            "needs graphs (accepted with none: [])");
+  for (const StringList& scope :
+       {StringList{}, StringList{"attn"}, StringList{"attn", "mlp"},
+        StringList{"full_iteration", "attn"}}) {
+    ConfigContainer c = whole_step_graph_config();
+    c.model.cuda_graph_scope = scope;
+    EXPECT_TRUE(contains(error_of(c), "the local implementation captures the whole iteration "
+                                      "only"))
+        << scope.size();
+    EXPECT_TRUE(contains(error_of(c), "accepted: [full_iteration]"));
+  }
+}
+
+TEST(Validation, CudaGraphsRefuseWhatAGraphCannotCapture) {
+  struct Case {
+    std::function<void(ConfigContainer&)> set;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {[](ConfigContainer& c) { c.shardbench.device = "cpu"; },
+       "shardbench.device=cpu with model.cuda_graph_impl=local and "
+       "cuda_graph_scope=[full_iteration]: CUDA graphs need a GPU"},
+      {[](ConfigContainer& c) { c.model.num_moe_experts = 8; },
+       "model.num_moe_experts=8 with model.cuda_graph_impl=local"},
+      {[](ConfigContainer& c) {
+         c.model.cpu_offloading = true;
+         c.model.cpu_offloading_num_layers = 1;
+       },
+       "model.cpu_offloading=true with model.cuda_graph_impl=local"},
+      {[](ConfigContainer& c) { c.optimizer.optimizer_cpu_offload = true; },
+       "optimizer.optimizer_cpu_offload=true with model.cuda_graph_impl=local"},
+      {[](ConfigContainer& c) { c.ddp.check_for_nan_in_grad = true; },
+       "ddp.check_for_nan_in_grad=true with model.cuda_graph_impl=local"},
+      {[](ConfigContainer& c) { c.shardbench.unit_timing = true; },
+       "shardbench.unit_timing=true with model.cuda_graph_impl=local"},
+      {[](ConfigContainer& c) { c.ddp.nccl_ub = true; },
+       "ddp.nccl_ub=true with model.cuda_graph_impl=local"},
+      {[](ConfigContainer& c) { c.train.empty_unused_memory_level = 1; },
+       "train.empty_unused_memory_level=1 with model.cuda_graph_impl=local"},
+      {[](ConfigContainer& c) { c.mixed_precision.fp8 = "e4m3"; },
+       "mixed_precision.fp8=e4m3 with model.cuda_graph_impl=local"},
+      {[](ConfigContainer& c) {
+         c.model.tensor_model_parallel_size = 2;
+         c.model.sequence_parallel = true;
+       },
+       "model.tensor_model_parallel_size=2 with model.cuda_graph_impl=local"},
+      {[](ConfigContainer& c) { c.train.train_iters = 4; },
+       "train.train_iters=4 with model.cuda_graph_impl=local and model.cuda_graph_warmup_steps=3: "
+       "the warm-up steps, the capture step and one replayed step need train_iters >= 5"},
+  };
+  for (const Case& k : cases) {
+    ConfigContainer c = whole_step_graph_config();
+    k.set(c);
+    const std::string error = error_of(c);
+    EXPECT_TRUE(contains(error, k.expected)) << error;
+    EXPECT_TRUE(contains(error, "accepted")) << error;
+  }
 }
 
 TEST(Validation, ShardbenchDeviceAndBackend) {

@@ -1,0 +1,102 @@
+// CUDA graphs (model.cuda_graph_scope=[full_iteration], docs/cuda-graphs.md) with 2 and 4 NCCL
+// ranks sharing the one GPU: the captured all-gathers, reduce-scatters and all-reduces replay
+// like the eager step. Each case runs perf-launch twice, eagerly and graphed, with the same
+// seed; every run of the two reports (the requested wrapper, the DDP baseline with the
+// distributed optimizer and its post-step parameter gather, FSDP2 where compared) must report
+// the same loss and gradient norm at every step, bit for bit. Timings mean nothing here.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/gpu/shared_gpu_launch.hpp"
+#include "tests/remove_tree.hpp"
+
+namespace shardbench {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::launch_shared_gpu;
+using testing::step_values;
+
+constexpr int kIters = 6;
+constexpr int kWarmup = 2;
+
+const std::string kModel =
+    "-m llama -mr llama3_bench_1p5b -g h200 model.num_layers=2 model.vocab_size=8192 -sl 256 "
+    "-gb 8 -mb 1 -ms " + std::to_string(kIters) + " shardbench.hang_timeout_s=120 ";
+const std::string kGraphs = "--cuda_graph_impl local --cuda_graph_scope full_iteration "
+                            "model.cuda_graph_warmup_steps=" + std::to_string(kWarmup) + " ";
+const std::string kFp32 = "shardbench.compute_dtype=fp32 ";
+
+class SharedGpuGraphs : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/shardbench-graphs-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { testing_util::remove_tree(dir_); }
+
+  // Eager and graphed runs of `args`; every run matches bit for bit.
+  void expect_graph_matches_eager(const std::string& name, const std::string& args) {
+    const int world = GetParam();
+    const auto eager = launch_shared_gpu(dir_ / (name + "_eager.json"), kModel, world, args);
+    const auto graphed =
+        launch_shared_gpu(dir_ / (name + "_graphed.json"), kModel, world, kGraphs + args);
+    ASSERT_EQ(eager.exit_code, 0) << name << "\n" << eager.output;
+    ASSERT_EQ(graphed.exit_code, 0) << name << "\n" << graphed.output;
+    ASSERT_FALSE(eager.report.is_null() || graphed.report.is_null()) << name;
+    const json& e_runs = eager.report.at("runs");
+    const json& g_runs = graphed.report.at("runs");
+    ASSERT_EQ(e_runs.size(), g_runs.size()) << name;
+    for (size_t r = 0; r < e_runs.size(); ++r) {
+      const std::string what = name + ", " + e_runs[r].at("label").get<std::string>();
+      EXPECT_EQ(g_runs[r].at("status"), "ok") << what;
+      EXPECT_FALSE(e_runs[r].contains("cuda_graph")) << what;
+      ASSERT_TRUE(g_runs[r].contains("cuda_graph")) << what;
+      const json& g = g_runs[r].at("cuda_graph");
+      EXPECT_EQ(g.at("capture_iteration"), kWarmup + 1) << what;
+      EXPECT_EQ(g.at("replays"), kIters - kWarmup) << what;
+      // Replayed steps time the graph; eager warm-up steps their phases.
+      const json& steps = g_runs[r].at("steps");
+      EXPECT_TRUE(steps.at(0).at("phases_ms").contains("forward")) << what;
+      EXPECT_TRUE(steps.at(kIters - 1).at("phases_ms").contains("graph")) << what;
+      EXPECT_FALSE(steps.at(kIters - 1).at("phases_ms").contains("forward")) << what;
+      EXPECT_EQ(step_values(g_runs[r]), step_values(e_runs[r])) << what << ": losses";
+      EXPECT_EQ(step_values(g_runs[r], "grad_norm"), step_values(e_runs[r], "grad_norm"))
+          << what << ": gradient norms";
+    }
+  }
+
+  fs::path dir_;
+};
+
+TEST_P(SharedGpuGraphs, EveryMegatronFsdpStrategyWithDdpAndFsdp2InFp32) {
+  for (const char* strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
+    expect_graph_matches_eager(
+        std::string("fsdp_") + strategy,
+        kFp32 + "--use_megatron_fsdp true --compare_wrappers torch_fsdp2 "
+                "model.init_model_with_meta_device=false ddp.data_parallel_sharding_strategy=" +
+            strategy);
+  }
+}
+
+TEST_P(SharedGpuGraphs, Bf16DoubleBufferAndPlainDdp) {
+  expect_graph_matches_eager("fsdp_bf16_double_buffer",
+                             "--use_megatron_fsdp true ddp.fsdp_double_buffer=true "
+                             "ddp.suggested_communication_unit_size=1000000");
+  expect_graph_matches_eager("ddp_fp32", kFp32 +
+                                             "ddp.use_distributed_optimizer=false "
+                                             "optimizer.use_distributed_optimizer=false");
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSize, SharedGpuGraphs, ::testing::Values(2, 4));
+
+}  // namespace
+}  // namespace shardbench
