@@ -13,13 +13,15 @@ grid on a machine without a GPU, say) and their verdicts, in milliseconds.
   shardbench.report_path=P or --report P (one run per wrapper, status ok, the identity's device,
   world size and ranks per GPU; a comparison with the DDP baseline whose loss parity is ok; a
   loaded checkpoint when --load_dir is given) and exits 0. The device is "cpu" under -g cpu,
-  else $FAKE_PERF_LAUNCH_DEVICE (default "NVIDIA H100 80GB HBM3").
+  else $FAKE_PERF_LAUNCH_DEVICE (default "NVIDIA H100 80GB HBM3"). $FAKE_PERF_LAUNCH_SLEEP
+  seconds, when set, pass before the report is written (a slow cell).
 
 Standard library only.
 """
 import json
 import os
 import sys
+import time
 
 
 def value_after(argv, flag):
@@ -71,6 +73,7 @@ def main(argv):
               "comparisons": [{"head_index": 0, "baseline_label": "ddp+distopt",
                                "loss_parity": {"verdict": "ok", "summary": "fake: equal losses"},
                                "metrics": metrics}]}
+    time.sleep(float(os.environ.get("FAKE_PERF_LAUNCH_SLEEP", "0")))
     path = override(argv, "shardbench.report_path") or value_after(argv, "--report")
     if path:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -14,6 +14,7 @@ checked on a machine without a GPU:
 - --device cpu: a row the grid skips on CPU (fused kernels off) is listed with its reason, and
   no command names a GPU;
 - --render of both GPU JSONs makes one page with a section each;
+- --time-budget: a cell that would start after it is not run, and the JSON and page list it;
 - bad input (--gpu on CPU, a grid without base_cuda, a bad on_device) exits 2 naming it.
 
 With a real perf-launch, on a 3-row x 2-column grid (and one cell alone), 2 steps on 2 gloo ranks
@@ -267,6 +268,17 @@ def fake_checks(tmp, schema):
     check(page.count('data-i="') == len(m["cells"]) + len(m2["cells"])
           and "2 ranks sharing one GPU" in page,
           "--render: the HTML page holds every cell of both grids")
+
+    # --time-budget: cells that would start after it are not run, and the pages say so.
+    r, mt, argvs = fake_run(tmp, "budget", ["--device", "cuda", "--rows", "baseline,checkpoint",
+                                            "--columns", "ddp,fsdp_optim", "--time-budget", "1"],
+                            env={"FAKE_PERF_LAUNCH_SLEEP": "1.5"})
+    md = open(os.path.join(tmp, "budget", "compat_matrix.md")).read() if mt else ""
+    check(r.returncode == 0 and mt is not None and len(mt["cells"]) == 1
+          and mt["not_run"] == ["baseline__fsdp_optim", "checkpoint__ddp", "checkpoint__fsdp_optim"]
+          and not validate(mt, schema, schema) and "3 more cell(s) not run: the time budget" in md,
+          "--time-budget 1 with 1.5 s cells: the first cell runs, the other 3 are listed as not "
+          "run: %r" % (mt or {}).get("not_run"))
 
     # Bad input.
     r = run(["--gpu", "h200", "--perf-launch", FAKE, "--out", os.path.join(tmp, "bad")])
