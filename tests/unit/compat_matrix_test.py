@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/compat_matrix, in two parts.
 
-With tests/fake_perf_launch.py (no worker starts; about 2 s), the commands the GPU grids generate,
+With tests/fake_perf_launch.py (no worker starts; about 4 s), the commands the GPU grids generate,
 checked on a machine without a GPU:
 
 - --device cuda at world size 1: every command runs the grid's base_cuda (-g from --gpu, the
@@ -15,6 +15,7 @@ checked on a machine without a GPU:
   no command names a GPU;
 - --render of both GPU JSONs makes one page with a section each;
 - --time-budget: a cell that would start after it is not run, and the JSON and page list it;
+- scripts/gpu_compat_matrix runs both GPU grids into RESULTS, five files, one page;
 - bad input (--gpu on CPU, a grid without base_cuda, a bad on_device) exits 2 naming it.
 
 With a real perf-launch, on a 3-row x 2-column grid (and one cell alone), 2 steps on 2 gloo ranks
@@ -279,6 +280,35 @@ def fake_checks(tmp, schema):
           and not validate(mt, schema, schema) and "3 more cell(s) not run: the time budget" in md,
           "--time-budget 1 with 1.5 s cells: the first cell runs, the other 3 are listed as not "
           "run: %r" % (mt or {}).get("not_run"))
+
+    # scripts/gpu_compat_matrix, as on a GPU machine but with the fake perf-launch: both grids,
+    # at most 6 files in RESULTS, one page with both sections.
+    results = os.path.join(tmp, "gpu_results")
+    r = subprocess.run([os.path.join(ROOT, "scripts", "gpu_compat_matrix")], capture_output=True,
+                       text=True, timeout=120, env=dict(
+                           os.environ, PERF_LAUNCH=FAKE, GPU="h200", RESULTS=results,
+                           CELLS_DIR=os.path.join(tmp, "gpu_cells"), ROWS="baseline,tp_sp",
+                           COLUMNS="ddp,fsdp2", PAIRS="1", FAKE_PERF_LAUNCH_DEVICE="NVIDIA H200"))
+    files = sorted(os.listdir(results)) if os.path.isdir(results) else []
+    check(r.returncode == 0 and files == ["cells.tar.gz", "compat_matrix_shared2.json",
+                                          "compat_matrix_ws1.json", "compatibility-gpu.html",
+                                          "compatibility-gpu.md"],
+          "scripts/gpu_compat_matrix writes both grids, the page and the cells' logs: %r (exit %d: "
+          "%s)" % (files, r.returncode, r.stderr[-800:]))
+    if r.returncode == 0:
+        ws1 = json.load(open(os.path.join(results, "compat_matrix_ws1.json")))
+        sh = json.load(open(os.path.join(results, "compat_matrix_shared2.json")))
+        md = open(os.path.join(results, "compatibility-gpu.md")).read()
+        check(ws1["world"] == 1 and ws1["gpu"] == "h200" and ws1["time_budget_s"] == 150
+              and [x["id"] for x in ws1["skipped_rows"]] == ["tp_sp"] and sh["world"] == 2
+              and sh["time_budget_s"] == 210 and len(sh["cells"]) == 4
+              and "## One GPU, world size 1" in md and "## 2 ranks sharing one GPU" in md,
+              "scripts/gpu_compat_matrix: world 1 (-g h200, TP skipped) and 2 ranks sharing, "
+              "each with its time budget, on one page")
+    r = subprocess.run([os.path.join(ROOT, "scripts", "gpu_compat_matrix")], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, GPU="h100", GRIDS="1 3"))
+    check(r.returncode == 2 and "GRIDS='1 3'" in r.stderr and "accepted: 1, shared" in r.stderr,
+          "scripts/gpu_compat_matrix GRIDS='1 3' exits 2 naming it: %r" % r.stderr.strip())
 
     # Bad input.
     r = run(["--gpu", "h200", "--perf-launch", FAKE, "--out", os.path.join(tmp, "bad")])
