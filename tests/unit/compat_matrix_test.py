@@ -208,6 +208,8 @@ def fake_checks(tmp, schema):
           and "### Rows not run in this grid" in md and "| TP 2 + SP (x DP 2) | needs 4 ranks" in md,
           "cuda world 1: the markdown names the GPU, the device that ran, the world size and "
           "the rows not run")
+    check("are measurements on this GPU" in md and "cells at a time" not in md,
+          "cuda world 1, one cell at a time: the changes against DDP are called measurements")
     page = open(os.path.join(tmp, "cuda1", "compat_matrix.html")).read()
     check("One GPU, world size 1" in page and "NVIDIA H200" in page,
           "cuda world 1: the HTML names the grid and the device")
@@ -302,9 +304,10 @@ def fake_checks(tmp, schema):
         check(ws1["world"] == 1 and ws1["gpu"] == "h200" and ws1["time_budget_s"] == 150
               and [x["id"] for x in ws1["skipped_rows"]] == ["tp_sp"] and sh["world"] == 2
               and sh["time_budget_s"] == 210 and len(sh["cells"]) == 4
-              and "## One GPU, world size 1" in md and "## 2 ranks sharing one GPU" in md,
-              "scripts/gpu_compat_matrix: world 1 (-g h200, TP skipped) and 2 ranks sharing, "
-              "each with its time budget, on one page")
+              and "## One GPU, world size 1" in md and "## 2 ranks sharing one GPU" in md
+              and "with 8 cells at a time other cells' kernels shared the GPU" in md,
+              "scripts/gpu_compat_matrix: world 1 (-g h200, TP skipped; 8 cells at a time, said) "
+              "and 2 ranks sharing, each with its time budget, on one page")
     r = subprocess.run([os.path.join(ROOT, "scripts", "gpu_compat_matrix")], capture_output=True,
                        text=True, timeout=60, env=dict(os.environ, GPU="h100", GRIDS="1 3"))
     check(r.returncode == 2 and "GRIDS='1 3'" in r.stderr and "accepted: 1, shared" in r.stderr,
