@@ -1,5 +1,25 @@
 #!/usr/bin/env python3
-"""scripts/compat_matrix on a 3-row x 2-column grid (and one cell alone), 2 steps on 2 gloo ranks (about 15 s):
+"""scripts/compat_matrix, in two parts.
+
+With tests/fake_perf_launch.py (no worker starts; about 4 s), the commands the GPU grids generate,
+checked on a machine without a GPU:
+
+- --device cuda at world size 1: every command runs the grid's base_cuda (-g from --gpu, the
+  small llama3_bench_1p5b shape, -ng 1) and none has its ranks share the GPU; rows that need more
+  ranks (TP 2, MoE EP 2) are listed as not run with the reason; step-time changes are timings
+  (no note); the pages name the device, the GPU that ran and the world size;
+- --device cuda --world 2: every command carries shardbench.ranks_per_gpu equal to its -ng (2,
+  or 4 for a row that needs 4), the MoE row runs its GPU model, every cell is marked "ranks share
+  one GPU, not a timing";
+- --device cpu: a row the grid skips on CPU (fused kernels off) is listed with its reason, and
+  no command names a GPU;
+- --render of both GPU JSONs makes one page with a section each;
+- --time-budget: a cell that would start after it is not run, and the JSON and page list it;
+- scripts/gpu_compat_matrix runs both GPU grids into RESULTS, five files, one page;
+- bad input (--gpu on CPU, a grid without base_cuda, a bad on_device) exits 2 naming it.
+
+With a real perf-launch, on a 3-row x 2-column grid (and one cell alone), 2 steps on 2 gloo ranks
+(about 15 s):
 
 - its JSON validates against results/compat_matrix.schema.json;
 - a refused cell (NCCL user buffers on gloo) carries perf-launch's own refusal line;
@@ -10,7 +30,7 @@
 - --compare exits 1 naming a cell that trained at the base and fails at the head, 0 with none;
 - a bad flag exits 2 naming the flag, its value and what is accepted.
 
-  tests/unit/compat_matrix_test.py PERF_LAUNCH
+  tests/unit/compat_matrix_test.py [PERF_LAUNCH]    # without PERF_LAUNCH: the first part only
 """
 import copy
 import json
@@ -23,6 +43,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "compat_matrix")
 SCHEMA = os.path.join(ROOT, "results", "compat_matrix.schema.json")
+FAKE = os.path.join(ROOT, "tests", "fake_perf_launch.py")
+REAL_GRID = os.path.join(ROOT, "scripts", "compat_matrix.grid.json")
 FAILURES = []
 
 
@@ -114,10 +136,218 @@ def run(args, **kw):
     return subprocess.run([sys.executable, SCRIPT] + args, capture_output=True, text=True, **kw)
 
 
+def logged_argvs(path):
+    with open(path) as f:
+        return [json.loads(line)["argv"] for line in f if line.strip()]
+
+
+def flag(argv, name):
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def ranks_per_gpu(argv):
+    vals = [a.split("=", 1)[1] for a in argv if a.startswith("shardbench.ranks_per_gpu=")]
+    return vals[0] if vals else None
+
+
+def fake_run(tmp, name, args, env=None):
+    """scripts/compat_matrix with the fake perf-launch; returns (result, matrix or None, argvs)."""
+    out = os.path.join(tmp, name)
+    log = os.path.join(tmp, name + ".argv")
+    full_env = dict(os.environ, FAKE_PERF_LAUNCH_LOG=log, FAKE_PERF_LAUNCH_DEVICE="NVIDIA H200",
+                    FAKE_PERF_LAUNCH_REFUSE="--nccl_ub", **(env or {}))
+    r = run(["--perf-launch", FAKE, "--out", out] + args, timeout=120, env=full_env)
+    matrix = None
+    if os.path.exists(os.path.join(out, "compat_matrix.json")):
+        with open(os.path.join(out, "compat_matrix.json")) as f:
+            matrix = json.load(f)
+    return r, matrix, logged_argvs(log) if os.path.exists(log) else []
+
+
+FAKE_ROWS = "baseline,nccl_ub,tp_sp,moe_ep2,fused_kernels_off,checkpoint"
+
+
+def fake_checks(tmp, schema):
+    """The commands of the GPU grids, with the fake perf-launch."""
+    # World size 1 on the one GPU.
+    r, m, argvs = fake_run(tmp, "cuda1", ["--device", "cuda", "--gpu", "h200", "--rows", FAKE_ROWS,
+                                          "--columns", "ddp,fsdp_optim_grads_params", "--pairs", "2"])
+    check(r.returncode == 0 and m is not None, "cuda world 1: the grid run exits 0 (exit %d: %s)"
+          % (r.returncode, r.stderr[-1500:]))
+    if m is None:
+        return
+    errors = validate(m, schema, schema)
+    check(not errors, "cuda world 1: the JSON validates against the schema: %s" % errors[:5])
+    check(m["device"] == "cuda" and m["world"] == 1 and m["gpu"] == "h200"
+          and m["device_names"] == ["NVIDIA H200"] and m["timing_note"] is None,
+          "cuda world 1: device cuda, world 1, -g h200, the device that ran, no timing note: %r"
+          % {k: m.get(k) for k in ("device", "world", "gpu", "device_names", "timing_note")})
+    check(len(argvs) > 0 and all(flag(a, "-g") == "h200" and flag(a, "-mr") == "llama3_bench_1p5b"
+                                 and "model.hidden_size=256" in a and flag(a, "-ng") == "1"
+                                 and ranks_per_gpu(a) is None for a in argvs),
+          "cuda world 1: every command is -g h200, the small llama3_bench_1p5b, -ng 1, and no "
+          "shardbench.ranks_per_gpu (%d commands)" % len(argvs))
+    skipped = {s["id"]: s["reason"] for s in m.get("skipped_rows", [])}
+    check(set(skipped) == {"tp_sp", "moe_ep2"} and "needs 4 ranks" in skipped.get("tp_sp", "")
+          and "needs 2 ranks" in skipped.get("moe_ep2", ""),
+          "cuda world 1: the rows that need more ranks are not run, with the reason: %r" % skipped)
+    cells = {(tuple(c["rows"]), c["column"]): c for c in m["cells"]}
+    check(all(c["timing_note"] is None and c["world"] == 1 for c in m["cells"]),
+          "cuda world 1: no cell carries a timing note")
+    ub = cells.get((("nccl_ub",), "ddp"), {})
+    check(ub.get("status") == "refused" and "ddp.disable_symmetric_registration=true"
+          in " ".join(ub.get("commands", [])),
+          "cuda world 1: the NCCL user-buffer row runs its GPU arguments and is refused: %r"
+          % ub.get("commands"))
+    ck = cells.get((("checkpoint",), "fsdp_optim_grads_params"), {})
+    check(ck.get("status") == "trains" and len(ck.get("commands", [])) == 2,
+          "cuda world 1: the checkpoint cell ran save then resume and trains")
+    check(sum(1 for c in m["cells"] if c["kind"] == "pair") == 2, "cuda world 1: 2 pair cells")
+    md = open(os.path.join(tmp, "cuda1", "compat_matrix.md")).read()
+    check("on one GPU (`-g h200`, the device that ran: NVIDIA H200) at world size 1" in md
+          and "### Rows not run in this grid" in md and "| TP 2 + SP (x DP 2) | needs 4 ranks" in md,
+          "cuda world 1: the markdown names the GPU, the device that ran, the world size and "
+          "the rows not run")
+    check("are measurements on this GPU" in md and "cells at a time" not in md,
+          "cuda world 1, one cell at a time: the changes against DDP are called measurements")
+    page = open(os.path.join(tmp, "cuda1", "compat_matrix.html")).read()
+    check("One GPU, world size 1" in page and "NVIDIA H200" in page,
+          "cuda world 1: the HTML names the grid and the device")
+
+    # World size 2: the ranks share the GPU.
+    r, m2, argvs = fake_run(tmp, "cuda2", ["--device", "cuda", "--world", "2", "--rows", FAKE_ROWS,
+                                           "--columns", "ddp,fsdp_optim_grads_params", "--pairs",
+                                           "2", "--jobs", "3"])
+    check(r.returncode == 0 and m2 is not None, "cuda world 2: the grid run exits 0 (exit %d: %s)"
+          % (r.returncode, r.stderr[-1500:]))
+    if m2 is None:
+        return
+    check(not validate(m2, schema, schema), "cuda world 2: the JSON validates against the schema")
+    check(m2["gpu"] == "h100" and m2["world"] == 2 and m2["timing_note"] == "ranks share one GPU, "
+          "not a timing" and not m2.get("skipped_rows"),
+          "cuda world 2: -g h100 by default, world 2, the shared-GPU note, every row run")
+    check(len(argvs) > 0 and all(ranks_per_gpu(a) is not None and ranks_per_gpu(a) == flag(a, "-ng")
+                                 and flag(a, "-g") == "h100" for a in argvs),
+          "cuda world 2: every command has shardbench.ranks_per_gpu equal to its -ng: %r" % sorted(
+              {(flag(a, "-ng"), ranks_per_gpu(a)) for a in argvs}))
+    worlds = {tuple(c["rows"]): c["world"] for c in m2["cells"] if c["kind"] == "single"}
+    check(worlds.get(("baseline",)) == 2 and worlds.get(("tp_sp",)) == 4
+          and worlds.get(("moe_ep2",)) == 2, "cuda world 2: 2 ranks, 4 for TP 2: %r" % worlds)
+    moe = [a for a in argvs if "-ep" in a]
+    check(bool(moe) and all(flag(a, "-mr") == "moe_bench_3b" and flag(a, "-m") == "moe"
+                            and "model.hidden_size=256" in a and "-sl" in a for a in moe),
+          "cuda world 2: the MoE row runs its GPU model (moe_bench_3b, small) with the GPU base")
+    check(all(c["timing_note"] == "ranks share one GPU, not a timing" for c in m2["cells"]),
+          "cuda world 2: every cell is marked 'ranks share one GPU, not a timing'")
+    md = open(os.path.join(tmp, "cuda2", "compat_matrix.md")).read()
+    check("at world size 2 (rows that need more ranks: 4)" in md and "share one GPU under NCCL" in md
+          and "shardbench.ranks_per_gpu=W" in md,
+          "cuda world 2: the markdown says the ranks share one GPU, and at which world size")
+
+    # CPU: the row the grid skips there, and no GPU anywhere.
+    r, mc, argvs = fake_run(tmp, "cpu", ["--rows", "baseline,fused_kernels_off,moe_ep2",
+                                         "--columns", "ddp"])
+    check(r.returncode == 0 and mc is not None and mc["device"] == "cpu" and mc["gpu"] is None
+          and [s["id"] for s in mc["skipped_rows"]] == ["fused_kernels_off"]
+          and "CUDA" in mc["skipped_rows"][0]["reason"],
+          "cpu: the fused-kernels row is not run, with the grid's reason: %r"
+          % (mc or {}).get("skipped_rows"))
+    check(len(argvs) == 2 and all(flag(a, "-g") == "cpu" and ranks_per_gpu(a) is None
+                                  for a in argvs)
+          and {flag(a, "-mr") for a in argvs} == {"llama3_tiny_cpu", "deepseek_v3_tiny_cpu"},
+          "cpu: the two commands run -g cpu with the CPU recipes")
+
+    # Both GPU grids on one page.
+    md_path, html_path = os.path.join(tmp, "gpu.md"), os.path.join(tmp, "gpu.html")
+    r = run(["--render", os.path.join(tmp, "cuda1", "compat_matrix.json"),
+             os.path.join(tmp, "cuda2", "compat_matrix.json"), "--md", md_path, "--html", html_path])
+    md = open(md_path).read() if r.returncode == 0 else ""
+    check("# Compatibility matrix on GPU (measured)" in md and "## One GPU, world size 1" in md
+          and "## 2 ranks sharing one GPU" in md and '<a id="m1n1">' in md
+          and '<a id="m2n1">' in md and md.count("## The grid") == 1,
+          "--render of both GPU grids: one page, a section each, footnotes apart (exit %d: %s)"
+          % (r.returncode, r.stderr[-500:]))
+    page = open(html_path).read() if r.returncode == 0 else ""
+    check(page.count('data-i="') == len(m["cells"]) + len(m2["cells"])
+          and "2 ranks sharing one GPU" in page,
+          "--render: the HTML page holds every cell of both grids")
+
+    # --time-budget: cells that would start after it are not run, and the pages say so.
+    r, mt, argvs = fake_run(tmp, "budget", ["--device", "cuda", "--rows", "baseline,checkpoint",
+                                            "--columns", "ddp,fsdp_optim", "--time-budget", "1"],
+                            env={"FAKE_PERF_LAUNCH_SLEEP": "1.5"})
+    md = open(os.path.join(tmp, "budget", "compat_matrix.md")).read() if mt else ""
+    check(r.returncode == 0 and mt is not None and len(mt["cells"]) == 1
+          and mt["not_run"] == ["baseline__fsdp_optim", "checkpoint__ddp", "checkpoint__fsdp_optim"]
+          and not validate(mt, schema, schema) and "3 more cell(s) not run: the time budget" in md,
+          "--time-budget 1 with 1.5 s cells: the first cell runs, the other 3 are listed as not "
+          "run: %r" % (mt or {}).get("not_run"))
+
+    # scripts/gpu_compat_matrix, as on a GPU machine but with the fake perf-launch: both grids,
+    # at most 6 files in RESULTS, one page with both sections.
+    results = os.path.join(tmp, "gpu_results")
+    r = subprocess.run([os.path.join(ROOT, "scripts", "gpu_compat_matrix")], capture_output=True,
+                       text=True, timeout=120, env=dict(
+                           os.environ, PERF_LAUNCH=FAKE, GPU="h200", RESULTS=results,
+                           CELLS_DIR=os.path.join(tmp, "gpu_cells"), ROWS="baseline,tp_sp",
+                           COLUMNS="ddp,fsdp2", PAIRS="1", FAKE_PERF_LAUNCH_DEVICE="NVIDIA H200"))
+    files = sorted(os.listdir(results)) if os.path.isdir(results) else []
+    check(r.returncode == 0 and files == ["cells.tar.gz", "compat_matrix_shared2.json",
+                                          "compat_matrix_ws1.json", "compatibility-gpu.html",
+                                          "compatibility-gpu.md"],
+          "scripts/gpu_compat_matrix writes both grids, the page and the cells' logs: %r (exit %d: "
+          "%s)" % (files, r.returncode, r.stderr[-800:]))
+    if r.returncode == 0:
+        ws1 = json.load(open(os.path.join(results, "compat_matrix_ws1.json")))
+        sh = json.load(open(os.path.join(results, "compat_matrix_shared2.json")))
+        md = open(os.path.join(results, "compatibility-gpu.md")).read()
+        check(ws1["world"] == 1 and ws1["gpu"] == "h200" and ws1["time_budget_s"] == 150
+              and [x["id"] for x in ws1["skipped_rows"]] == ["tp_sp"] and sh["world"] == 2
+              and sh["time_budget_s"] == 210 and len(sh["cells"]) == 4
+              and "## One GPU, world size 1" in md and "## 2 ranks sharing one GPU" in md
+              and "with 8 cells at a time other cells' kernels shared the GPU" in md,
+              "scripts/gpu_compat_matrix: world 1 (-g h200, TP skipped; 8 cells at a time, said) "
+              "and 2 ranks sharing, each with its time budget, on one page")
+    r = subprocess.run([os.path.join(ROOT, "scripts", "gpu_compat_matrix")], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, GPU="h100", GRIDS="1 3"))
+    check(r.returncode == 2 and "GRIDS='1 3'" in r.stderr and "accepted: 1, shared" in r.stderr,
+          "scripts/gpu_compat_matrix GRIDS='1 3' exits 2 naming it: %r" % r.stderr.strip())
+
+    # Bad input.
+    r = run(["--gpu", "h200", "--perf-launch", FAKE, "--out", os.path.join(tmp, "bad")])
+    check(r.returncode == 2 and "--gpu h200" in r.stderr and "--device cuda" in r.stderr,
+          "--gpu without --device cuda exits 2 naming it: %r" % r.stderr.strip())
+    grid = os.path.join(tmp, "cpu_only_grid.json")
+    with open(grid, "w") as f:
+        json.dump(GRID, f)
+    r = run(["--device", "cuda", "--grid", grid, "--perf-launch", FAKE, "--out",
+             os.path.join(tmp, "bad")])
+    check(r.returncode == 2 and "base_cuda" in r.stderr and "--device cuda" in r.stderr,
+          "a grid without base_cuda under --device cuda exits 2 naming it: %r" % r.stderr.strip())
+    bad = copy.deepcopy(GRID)
+    bad["rows"][0]["on_device"] = {"gpu": {"skip": "x"}}
+    with open(grid, "w") as f:
+        json.dump(bad, f)
+    r = run(["--grid", grid, "--perf-launch", FAKE, "--out", os.path.join(tmp, "bad")])
+    check(r.returncode == 2 and "on_device key 'gpu'" in r.stderr and "cpu, cuda" in r.stderr,
+          "an on_device key that is no device exits 2 naming it: %r" % r.stderr.strip())
+
+
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (1, 2):
         print(__doc__)
         return 2
+    with open(SCHEMA) as f:
+        schema = json.load(f)
+    tmp = tempfile.mkdtemp(prefix="compat_matrix_test.")
+    try:
+        fake_checks(tmp, schema)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if len(sys.argv) == 1:
+        print("%d check(s) failed" % len(FAILURES) if FAILURES else "all checks passed (fake "
+              "perf-launch only)")
+        return 1 if FAILURES else 0
     perf_launch = sys.argv[1]
     tmp = tempfile.mkdtemp(prefix="compat_matrix_test.")
     try:
@@ -130,8 +360,6 @@ def main():
         check(r.returncode == 0, "the grid run exits 0 (exit %d: %s)" % (r.returncode, r.stderr[-2000:]))
         with open(os.path.join(out, "compat_matrix.json")) as f:
             matrix = json.load(f)
-        with open(SCHEMA) as f:
-            schema = json.load(f)
         errors = validate(matrix, schema, schema)
         check(not errors, "the JSON validates against the schema: %s" % errors[:5])
         broken = copy.deepcopy(matrix)
