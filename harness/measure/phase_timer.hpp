@@ -17,9 +17,19 @@ namespace shardbench {
 // the phase the wait happened in. kMoeDispatch and kMoeCombine are the parts of it that a
 // mixture of experts' expert-parallel exchanges took, forward and backward: the token counts'
 // all-gather and the dispatch all-to-all, and the combine all-to-all (each of which the compute
-// stream waits for, so all of their time is exposed).
-enum class Phase { kForward, kBackward, kOptimizer, kExposedComm, kMoeDispatch, kMoeCombine };
-inline constexpr std::size_t kPhaseCount = 6;
+// stream waits for, so all of their time is exposed). kCpExchange is the part that context
+// parallelism's K/V all-gathers and dK/dV reduce-scatters took (docs/context-parallel.md; not
+// overlapped with attention, so all of it is exposed).
+enum class Phase {
+  kForward,
+  kBackward,
+  kOptimizer,
+  kExposedComm,
+  kMoeDispatch,
+  kMoeCombine,
+  kCpExchange
+};
+inline constexpr std::size_t kPhaseCount = 7;
 
 struct PhaseTimes {
   std::array<double, kPhaseCount> ms{};  // index = Phase; a phase's intervals summed
