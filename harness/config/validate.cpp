@@ -7,6 +7,7 @@
 #include "harness/config/field_registry.hpp"
 #include "harness/config/run_device.hpp"
 #include "harness/config/step_injection_rules.hpp"
+#include "harness/config/context_parallel.hpp"
 #include "harness/config/tensor_parallel.hpp"
 #include "harness/config/text.hpp"
 #include "harness/config/wrapper.hpp"
@@ -613,6 +614,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   // After the world size's divisibility by TP * PP * CP, the preset's copies
   // (ddp.fp8_param_gather) and the syncs: the tensor-parallel settings the run will have.
   check_tensor_parallel(config, provenance);
+  check_context_parallel(config, provenance);
   check_hsdp(config, context.num_gpus, provenance);
   profiling_rules(r);
   shardbench_rules(config);
