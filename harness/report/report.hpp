@@ -20,7 +20,8 @@ namespace shardbench {
 
 // Bumped on any change a reader must know about (renamed or removed field: major; added: minor).
 // 1.1: "comparisons" (every FSDP run against DDP; Torch FSDP2 runs, wrapper "torch_fsdp2").
-inline constexpr const char* kReportSchemaVersion = "1.1";
+// 1.2: runs[].context_parallel and the steps' phases.cp_exchange (context parallelism).
+inline constexpr const char* kReportSchemaVersion = "1.2";
 
 struct ReportOptions {
   WarmupRule warmup;
