@@ -23,8 +23,8 @@ void require_one(const LaunchArgs& a, const std::optional<int64_t>& size,
                  const std::string& long_name, const std::string& what) {
   if (size && *size != 1) {
     unsupported(a, long_name,
-                what + " is not implemented (the engine runs data and tensor parallelism only); "
-                "accepted: 1");
+                what + " is not implemented (the engine runs data, tensor and context parallelism "
+                "only); accepted: 1");
   }
 }
 
@@ -65,7 +65,6 @@ void check_supported(const LaunchArgs& a) {
   }
   require_one(a, a.pipeline_model_parallel_size, "--pipeline_model_parallel_size",
               "pipeline parallelism");
-  require_one(a, a.context_parallel_size, "--context_parallel_size", "context parallelism");
   if (a.et_given) {
     require_one(a, a.expert_tensor_parallel_size, "--expert_tensor_parallel_size",
                 "expert tensor parallelism");

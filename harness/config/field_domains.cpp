@@ -31,7 +31,13 @@ constexpr double kMaxSeqLength = 1 << 22;   // tokens per sequence
 constexpr double kMaxIters = 2147483647.0;  // step numbers are 32-bit in the report
 
 const std::string kNoPipeline = "the engine has no pipeline parallelism";
-const std::string kNoContextParallel = "the engine has no context parallelism";
+const std::string kContextParallel =
+    "Llama only, with model.cp_comm_type=all_gather; seq_length a multiple of 2 x CP (and of 2 x "
+    "CP x TP with tensor parallelism); refused with MoE models, FP8 compute and CPU activation "
+    "offload (docs/context-parallel.md)";
+const std::string kCpCommType =
+    "the K/V exchange is an all-gather per layer (Megatron's all_gather); the ring (p2p, "
+    "Megatron's default), a2a and a2a+p2p are not implemented (docs/context-parallel.md)";
 const std::string kTensorParallel =
     "with model.sequence_parallel; heads, query groups, FFN size, padded vocabulary and sequence "
     "length divisible by it; refused with FP8, chunked linear cross-entropy, norm or MLP "
@@ -86,7 +92,8 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
        honoured(kTensorParallel).at_least(1).at_most(kMaxCount)},
       {"model.pipeline_model_parallel_size",
        dryrun_only(kNoPipeline).at_least(1).at_most(kMaxCount)},
-      {"model.context_parallel_size", not_impl(kNoContextParallel)},
+      {"model.context_parallel_size", honoured(kContextParallel).at_least(1).at_most(kMaxCount)},
+      {"model.cp_comm_type", honoured(kCpCommType).only_values({"all_gather"})},
       {"model.virtual_pipeline_model_parallel_size",
        dryrun_only(kNoPipeline).at_least(1).at_most(kMaxCount)},
       {"model.pipeline_model_parallel_layout", not_impl(kNoPipeline)},

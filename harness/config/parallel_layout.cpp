@@ -238,6 +238,29 @@ std::vector<int> ParallelLayout::expert_cross_instance_group_of(int rank) const 
   return containing(across_slices(expert_groups("edp"), dp_instances), rank);
 }
 
+std::vector<int64_t> cp_chunk_ids(int cp, int cp_rank) {
+  if (cp < 1) bad("model.context_parallel_size", std::to_string(cp), "1 or more");
+  if (cp_rank < 0 || cp_rank >= cp) {
+    bad("context-parallel rank", std::to_string(cp_rank), "0.." + std::to_string(cp - 1));
+  }
+  return {cp_rank, 2 * cp - 1 - cp_rank};
+}
+
+std::vector<int64_t> cp_local_positions(int64_t seq, int cp, int cp_rank) {
+  const std::vector<int64_t> chunks = cp_chunk_ids(cp, cp_rank);
+  if (seq < 1 || seq % (2 * cp) != 0) {
+    bad("model.seq_length", std::to_string(seq),
+        "a multiple of 2 x context_parallel_size = " + std::to_string(2 * cp));
+  }
+  const int64_t chunk = seq / (2 * cp);
+  std::vector<int64_t> positions;
+  positions.reserve(static_cast<size_t>(2 * chunk));
+  for (int64_t c : chunks) {
+    for (int64_t i = 0; i < chunk; ++i) positions.push_back(c * chunk + i);
+  }
+  return positions;
+}
+
 std::string ParallelLayout::describe() const {
   std::ostringstream out;
   out << "tp" << tp << " cp" << cp << " ep" << ep << " dp" << dp << " pp" << pp << " instances"

@@ -77,6 +77,16 @@ struct ParallelLayout {
   std::vector<int> containing(const std::vector<std::vector<int>>& groups, int rank) const;
 };
 
+// Context parallelism's load-balanced split (Megatron's
+// _get_batch_on_this_cp_rank_per_sequence_balancing; docs/context-parallel.md): the sequence is cut
+// into 2 x cp equal chunks and context-parallel rank r keeps chunks r and 2 x cp - 1 - r, in that
+// order, so that every rank's causal attention work is the same. Throws std::invalid_argument for
+// cp < 1 or a rank outside 0..cp-1.
+std::vector<int64_t> cp_chunk_ids(int cp, int cp_rank);
+// The positions (0-based token indices of the full sequence) that rank `cp_rank` holds, in its
+// local order: its two chunks of seq / (2 x cp) tokens each. seq must be a multiple of 2 x cp.
+std::vector<int64_t> cp_local_positions(int64_t seq, int cp, int cp_rank);
+
 // Megatron's generate_masked_orthogonal_rank_groups: for dimensions of `sizes` (fastest-varying
 // first) flagged in `mask`, every group of ranks that differ only along those dimensions.
 std::vector<std::vector<int>> masked_orthogonal_rank_groups(int world,

@@ -21,7 +21,8 @@ namespace shardbench {
 //  - with TP > 1: no FP8 compute, FP8 parameter gather, chunked linear cross-entropy, selective
 //    recompute of the norms, MLP recompute (shardbench.recompute_fc1_layers), CPU activation
 //    offload or NCCL user buffers.
-// Context and pipeline parallelism and HSDP stay refused by their fields' support status.
+// Pipeline parallelism stays refused by its fields' support status; context parallelism has its
+// own rules (context_parallel.hpp).
 void check_tensor_parallel(const ConfigContainer& config, const Provenance& provenance);
 
 // HSDP (docs/parallel-layout.md, "HSDP instances"): ddp.num_distributed_optimizer_instances

@@ -7,6 +7,7 @@
 #include "harness/config/field_registry.hpp"
 #include "harness/config/run_device.hpp"
 #include "harness/config/step_injection_rules.hpp"
+#include "harness/config/context_parallel.hpp"
 #include "harness/config/tensor_parallel.hpp"
 #include "harness/config/text.hpp"
 #include "harness/config/wrapper.hpp"
@@ -382,6 +383,11 @@ void cuda_graph_rules(const ConfigContainer& c) {
     refuse("model.tensor_model_parallel_size=" + std::to_string(m.tensor_model_parallel_size),
            "tensor parallelism is not covered by the graph parity tests yet (accepted: 1)");
   }
+  if (m.context_parallel_size > 1) {
+    refuse("model.context_parallel_size=" + std::to_string(m.context_parallel_size),
+           "each step builds its sequence positions on the host and copies them to the device, "
+           "which a graph cannot capture (accepted: 1)");
+  }
   if (outer_strategy(c.ddp.outer_dp_sharding_strategy) == OuterStrategy::kOptim) {
     refuse("ddp.outer_dp_sharding_strategy=optim",
            "the cross-instance all-gather launched by the optimizer step would be waited inside "
@@ -694,6 +700,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   // After the world size's divisibility by TP * PP * CP, the preset's copies
   // (ddp.fp8_param_gather) and the syncs: the tensor-parallel settings the run will have.
   check_tensor_parallel(config, provenance);
+  check_context_parallel(config, provenance);
   check_hsdp(config, context.num_gpus, provenance);
   profiling_rules(r);
   shardbench_rules(config);

@@ -295,6 +295,9 @@ void build_model(RunPlan& plan, const WorkerContext& ctx) {
   if (ctx.tp > 1) {
     llama->set_tensor_parallel({ctx.tp, ctx.engine_pgs.tp->rank(), ctx.engine_pgs.tp});
   }
+  if (ctx.cp > 1) {
+    llama->set_context_parallel({ctx.cp, ctx.engine_pgs.cp->rank(), ctx.engine_pgs.cp});
+  }
   m.llama = llama.get();
   m.trainable = std::move(llama);
   m.spec = std::make_unique<LlamaSpec>(dims);
@@ -369,7 +372,7 @@ void build_run(RunPlan& plan, const nlohmann::json& provenance, const std::strin
   // This rank's tensors: the model, then the engine that holds its parameters.
   heartbeat("building engine");
   reset_allocator_peaks(ctx.device);
-  if (!ctx.engine_pgs.world || ctx.dp * ctx.tp != ctx.world_size) {
+  if (!ctx.engine_pgs.world || ctx.dp * ctx.tp * ctx.cp != ctx.world_size) {
     throw std::logic_error(
         "run_benchmark: the worker context has no engine groups or a layout "
         "that does not cover its " +

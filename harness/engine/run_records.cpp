@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "harness/config/parallel_layout.hpp"
 #include "harness/config/wrapper.hpp"
 #include "harness/measure/sharding.hpp"
 #include "harness/measure/zero_model.hpp"
@@ -71,6 +72,32 @@ void gather_rank_step_times(RunRecord& rec, const std::vector<double>& my_step_m
       rec.steps[static_cast<size_t>(i)].per_rank_elapsed_ms.push_back(
           rec.per_rank_step_ms[static_cast<size_t>(r)][static_cast<size_t>(i)]);
     }
+  }
+}
+
+// Context parallelism: the split and rank 0's K/V exchange per step (docs/context-parallel.md).
+void record_context_parallel(RunRecord& rec, const LlamaModel& model,
+                             const std::string& comm_type, int64_t ran, const WorkerContext& ctx) {
+  const ContextParallel& cp = model.context_parallel();
+  if (cp.size <= 1) return;
+  const CpExchangeStats stats = model.take_cp_stats();
+  ContextParallelRecord r;
+  r.cp = cp.size;
+  r.comm_type = comm_type;
+  r.chunk_tokens = model.dims().seq_length / (2 * cp.size);
+  for (int k = 0; k < cp.size; ++k) r.chunks_by_rank.push_back(cp_chunk_ids(cp.size, k));
+  if (ran > 0) {
+    r.kv_bytes_per_step = (stats.kv_bytes_received + stats.grad_bytes_sent) / ran;
+    r.exchanges_per_step = stats.exchanges / ran;
+  }
+  rec.context_parallel = r;
+  if (ctx.rank == 0) {
+    std::printf("perf-launch: context parallelism %d (all_gather): chunks of %lld tokens, rank 0 "
+                "exchanged %.3f MiB of K/V per step in %lld collectives\n",
+                cp.size, static_cast<long long>(r.chunk_tokens),
+                static_cast<double>(r.kv_bytes_per_step) / (1 << 20),
+                static_cast<long long>(r.exchanges_per_step));
+    std::fflush(stdout);
   }
 }
 
@@ -268,6 +295,7 @@ RunRecord record_run(const RunPlan& plan, const RunMeasurements& measured,
     record_nccl_user_buffers(rec, engine, ctx);
     gather_rank_step_times(rec, measured.my_step_ms, ctx);
     record_moe(rec, plan.model, engine, ran, ctx);
+    if (plan.model.llama) record_context_parallel(rec, *plan.model.llama, plan.config.model.cp_comm_type, ran, ctx);
     if (plan.model.llama) record_activation_offload(rec, *plan.model.llama, ran, ctx);
     record_memory(rec, engine, plan.options, plan.model, ctx);
     rec.unit_timing = measured.unit_timing;

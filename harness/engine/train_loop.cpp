@@ -267,6 +267,7 @@ StepRecord record_step(const TimedStep& t, const StepInputs& in, int64_t iterati
     step.moe_dispatch_ms = t.phases[Phase::kMoeDispatch];
     step.moe_combine_ms = t.phases[Phase::kMoeCombine];
   }
+  if (ctx.cp > 1) step.cp_exchange_ms = t.phases[Phase::kCpExchange];
   // Only a GPU step has device syncs to count; on CPU the field stays absent rather than 0.
   const int64_t step_syncs = syncs.take();
   if (ctx.device.is_cuda()) step.host_syncs = step_syncs;

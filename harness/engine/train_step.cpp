@@ -1,9 +1,11 @@
 #include "harness/engine/train_step.hpp"
 
+#include <optional>
 #include <stdexcept>
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include "harness/config/parallel_layout.hpp"
 #include "harness/engine/device_runtime.hpp"
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step_phases.hpp"
@@ -17,7 +19,9 @@ StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
 }
 
 int micro_batches_per_step(const DataParallelEngine& engine, const StepInputs& in) {
-  const int64_t dp = engine.data_parallel_size();
+  // The ranks that split the batch; under context parallelism each sequence is split again over
+  // the CP ranks (docs/context-parallel.md).
+  const int64_t dp = engine.batch_parallel_size();
   const int64_t gbs = in.global_batch.size(0);
   if (gbs % (in.micro_batch * dp) != 0) {
     throw std::invalid_argument(
@@ -33,8 +37,16 @@ at::Tensor forward_backward(const TrainableModel& model, DataParallelEngine& eng
   static const nvtx::Label kBackwardLabel{"backward", nvtx::Color::kBackward};
   static const nvtx::Label kGradSyncLabel{"finish_grad_sync", nvtx::Color::kWait};
   const int num_micro = micro_batches_per_step(engine, in);
-  const int64_t dp = engine.data_parallel_size();
-  const int64_t rank = engine.data_parallel_rank();
+  const int64_t dp = engine.batch_parallel_size();
+  const int64_t rank = engine.batch_parallel_rank();
+  const int cp = engine.context_parallel_size();
+  std::optional<at::Tensor> cp_positions;
+  if (cp > 1) {
+    const int64_t seq = in.global_batch.size(1) - 1;
+    cp_positions = at::tensor(cp_local_positions(seq, cp, engine.context_parallel_rank()),
+                              at::kLong)
+                       .to(engine.options().device);
+  }
   const auto device = engine.options().device;
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device).dtype(at::kFloat));
   // The engine and the model mark their waits on collectives for this step only.
@@ -58,6 +70,12 @@ at::Tensor forward_backward(const TrainableModel& model, DataParallelEngine& eng
     const int64_t seq = rows.size(1) - 1;
     auto tokens = rows.narrow(1, 0, seq);
     auto labels = rows.narrow(1, 1, seq);
+    if (cp_positions) {
+      // This CP rank's two chunks of every sequence; each rank's mean loss covers the same
+      // number of tokens, so the 1 / (DP x CP) gradient scale gives the whole batch's mean.
+      tokens = tokens.index_select(1, *cp_positions);
+      labels = labels.index_select(1, *cp_positions);
+    }
     // Outside the forward phase: it completes the previous micro-batch's reductions.
     engine.begin_microbatch(m, num_micro);
     at::Tensor loss;

@@ -172,6 +172,7 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
       static_cast<int>(config.model.pipeline_model_parallel_size),
       static_cast<int>(config.ddp.num_distributed_optimizer_instances));
   ctx.tp = layout.tp;
+  ctx.cp = layout.cp;
   ctx.dp = layout.dp;
   // Each group under its own store keys, named by its kind and first rank; a rank creates
   // only the groups it belongs to, in the same order on every rank.
@@ -195,6 +196,8 @@ WorkerContext make_worker_context(const ConfigContainer& config, const LaunchEnv
       ctx.engine_pgs.outer = group(layout.cross_instance_group_of(env.rank), "outer", "outer");
     }
   }
+  // Context parallelism: the CP group (the engine's groups above already span data x context).
+  if (layout.cp > 1) ctx.engine_pgs.cp = group(layout.group_of("cp", env.rank), "cp", "cp");
   if (is_moe_config(config.model)) add_expert_groups(ctx, layout, env.rank, group);
   heartbeat("process groups ready");
   return ctx;
@@ -207,7 +210,7 @@ void destroy_process_groups(WorkerContext& ctx, bool failed) {
   for (std::shared_ptr<ProcessGroup>* group :
        {&ctx.engine_pgs.ep, &ctx.engine_pgs.expert_outer, &ctx.engine_pgs.expert_reduce_scatter,
         &ctx.engine_pgs.expert_all_gather, &ctx.engine_pgs.expert_world, &ctx.engine_pgs.outer,
-        &ctx.engine_pgs.tp, &ctx.engine_pgs.reduce_scatter, &ctx.engine_pgs.all_gather,
+        &ctx.engine_pgs.cp, &ctx.engine_pgs.tp, &ctx.engine_pgs.reduce_scatter, &ctx.engine_pgs.all_gather,
         &ctx.engine_pgs.world, &ctx.pgs.reduce_scatter, &ctx.pgs.all_gather, &ctx.pgs.world}) {
     if (!*group) continue;
     if (std::find(done.begin(), done.end(), group->get()) == done.end()) {

@@ -28,7 +28,8 @@ struct WorkerContext {
   int world_size = 1;
   int local_rank = 0;
   int tp = 1;  // model.tensor_model_parallel_size
-  int dp = 1;  // world_size / tp: the ranks that split the global batch
+  int cp = 1;  // model.context_parallel_size
+  int dp = 1;  // world_size / (tp x cp): the ranks that split the global batch
 };
 
 // Picks the device (shardbench.device; auto: CUDA when present) and backend (shardbench.backend;

@@ -19,9 +19,11 @@ int64_t dtype_bytes(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; 
 
 // Saved activations of one micro-batch. Megatron's formula counts 16-bit activations with
 // selective recompute of the attention core; fp32 compute doubles it. Full recompute keeps only
-// each recomputed layer's input (s*b*h elements) in place of its activations.
+// each recomputed layer's input (s*b*h elements) in place of its activations. Under context
+// parallelism a rank keeps its seq / CP positions (docs/context-parallel.md); the whole
+// sequence's K/V that a layer gathers lives only while the layer runs.
 int64_t activation_bytes(const ConfigContainer& c, const DecoderDims& dims, int tp) {
-  const int64_t seq = c.model.seq_length;
+  const int64_t seq = c.model.seq_length / std::max<int64_t>(1, c.model.context_parallel_size);
   const int64_t mb = c.train.micro_batch_size;
   double bytes = megatron_activation_bytes(dims, seq, mb, tp);
   if (c.model.recompute_granularity.value_or("") == "full") {

@@ -17,7 +17,9 @@ namespace shardbench {
 // the phase the wait happened in. kMoeDispatch and kMoeCombine are the parts of it that a
 // mixture of experts' expert-parallel exchanges took, forward and backward: the token counts'
 // all-gather and the dispatch all-to-all, and the combine all-to-all (each of which the compute
-// stream waits for, so all of their time is exposed).
+// stream waits for, so all of their time is exposed). kCpExchange is the part that context
+// parallelism's K/V all-gathers and dK/dV reduce-scatters took (docs/context-parallel.md; not
+// overlapped with attention, so all of it is exposed).
 // kGraph: a replayed CUDA graph (model.cuda_graph_scope=[full_iteration]): every micro-batch's
 // forward and backward and the gradient reductions, which it does not tell apart.
 enum class Phase {
@@ -27,9 +29,10 @@ enum class Phase {
   kExposedComm,
   kMoeDispatch,
   kMoeCombine,
+  kCpExchange,
   kGraph
 };
-inline constexpr std::size_t kPhaseCount = 7;
+inline constexpr std::size_t kPhaseCount = 8;
 
 struct PhaseTimes {
   std::array<double, kPhaseCount> ms{};  // index = Phase; a phase's intervals summed

@@ -78,6 +78,17 @@ DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions opt
 // engine is a library: resolution refuses the same configurations before any worker starts).
 // Sets dense_comm_.hfsdp where the optimizer is sharded across the instances.
 void DataParallelEngine::check_options() {
+  // Context parallelism: the CP group must be the fastest-varying part of the data x context
+  // group (Megatron's order), so that the batch split and the CP split agree.
+  const int cp = context_parallel_size();
+  if (data_parallel_size() % cp != 0 || data_parallel_rank() % cp != context_parallel_rank()) {
+    throw std::invalid_argument(
+        "engine: context-parallel rank " + std::to_string(context_parallel_rank()) + " of " +
+        std::to_string(cp) + " is not the fastest-varying part of data-parallel rank " +
+        std::to_string(data_parallel_rank()) + " of " + std::to_string(data_parallel_size()) +
+        "; accepted: groups in Megatron's order (tp-cp-dp), the data-parallel group spanning "
+        "the context-parallel ranks");
+  }
   // HSDP: the instances replicate what each shards, which needs a sharded optimizer (Megatron's
   // partial distributed optimizer; Megatron FSDP's inner strategies other than no_shard).
   if (dense_comm_.outer_size > 1 &&

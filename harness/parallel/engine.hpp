@@ -124,6 +124,11 @@ struct ProcessGroups {
   // are then this TP rank's parts (ModelSpec::param_specs(tp size)), initialised as parts of
   // the single-rank model, and the gradient norm sums over it. Null: no tensor parallelism.
   std::shared_ptr<ProcessGroup> tp;
+  // Context parallelism (docs/context-parallel.md): this rank's CP group, over which the model
+  // exchanges K and V. world, all_gather and reduce_scatter then span the data x context-parallel
+  // ranks (Megatron's dp_cp group): the weights are the same on every CP rank, so their
+  // gradients are reduced, and their buffers sharded, over both. Null: no context parallelism.
+  std::shared_ptr<ProcessGroup> cp;
   // HSDP (ddp.num_distributed_optimizer_instances > 1, docs/parallel-layout.md): world,
   // all_gather and reduce_scatter span this rank's instance (where the engine shards), and
   // `outer` the ranks at the same position of every instance. Outer no_shard: they replicate
@@ -208,12 +213,20 @@ class DataParallelEngine final : public ModuleHooks {
   bool optimizer_uses_kernel() const;
   int dp() const { return dense_comm_.dp; }
   int rank() const { return dense_comm_.rank; }  // in the data-parallel group
-  // The ranks that split the global batch and this rank's place among them: the instance's
-  // ranks times the instances (HSDP), the instance being its data-parallel group otherwise.
+  // The ranks the gradients are reduced over and this rank's place among them: the instance's
+  // ranks times the instances (HSDP), the instance being its data-parallel group otherwise. Under
+  // context parallelism these are the data x context-parallel ranks (Megatron's dp_cp group), in
+  // Megatron's order: the CP rank varies fastest.
   int data_parallel_size() const { return dense_comm_.dp * dense_comm_.outer_size; }
   int data_parallel_rank() const {
     return dense_comm_.outer_rank * dense_comm_.dp + dense_comm_.rank;
   }
+  // Context parallelism (ProcessGroups::cp): the CP ranks that split each sequence, this rank's
+  // place among them, and the ranks that split the global batch (data_parallel_size / cp).
+  int context_parallel_size() const { return pgs_.cp ? pgs_.cp->world() : 1; }
+  int context_parallel_rank() const { return pgs_.cp ? pgs_.cp->rank() : 0; }
+  int batch_parallel_size() const { return data_parallel_size() / context_parallel_size(); }
+  int batch_parallel_rank() const { return data_parallel_rank() / context_parallel_size(); }
   // Expert parallelism: the expert-parallel ranks (1 without expert parameters) and the size of
   // a rank's expert-data-parallel group inside its instance.
   int ep() const { return ep_; }

@@ -20,7 +20,9 @@ namespace shardbench {
 
 // Bumped on any change a reader must know about (renamed or removed field: major; added: minor).
 // 1.1: "comparisons" (every FSDP run against DDP; Torch FSDP2 runs, wrapper "torch_fsdp2").
-inline constexpr const char* kReportSchemaVersion = "1.1";
+// 1.2: runs[].context_parallel and the steps' phases.cp_exchange (context parallelism).
+// 1.3: runs[].cuda_graph and the steps' phases.graph (CUDA graphs, docs/cuda-graphs.md).
+inline constexpr const char* kReportSchemaVersion = "1.3";
 
 struct ReportOptions {
   WarmupRule warmup;

@@ -100,6 +100,7 @@ json step_json(const RunRecord& run, const StepRecord& s, std::vector<std::strin
   if (s.exposed_comm_ms) phases["exposed_comm"] = number_or_null(*s.exposed_comm_ms);
   if (s.moe_dispatch_ms) phases["moe_dispatch"] = number_or_null(*s.moe_dispatch_ms);
   if (s.moe_combine_ms) phases["moe_combine"] = number_or_null(*s.moe_combine_ms);
+  if (s.cp_exchange_ms) phases["cp_exchange"] = number_or_null(*s.cp_exchange_ms);
   if (s.graph_ms) phases["graph"] = number_or_null(*s.graph_ms);
   json j = {{"iteration", s.iteration},
             {"elapsed_ms", number_or_null(s.elapsed_ms)},
@@ -200,6 +201,7 @@ json summary_json(const RunRecord& run, const WarmupRule& warmup, int nan_iterat
   phase("exposed_comm", &StepRecord::exposed_comm_ms);
   phase("moe_dispatch", &StepRecord::moe_dispatch_ms);
   phase("moe_combine", &StepRecord::moe_combine_ms);
+  phase("cp_exchange", &StepRecord::cp_exchange_ms);
   phase("graph", &StepRecord::graph_ms);
 
   return {{"num_steps", n},
@@ -471,6 +473,15 @@ json moe_json(const MoeRunRecord& m) {
   return out;
 }
 
+json context_parallel_json(const ContextParallelRecord& c) {
+  return {{"cp", c.cp},
+          {"comm_type", c.comm_type},
+          {"chunk_tokens", c.chunk_tokens},
+          {"chunks_by_rank", c.chunks_by_rank},
+          {"kv_bytes_per_step", c.kv_bytes_per_step},
+          {"exchanges_per_step", c.exchanges_per_step}};
+}
+
 json unit_timing_group_json(const UnitTimingGroup& g) {
   return {{"kind", g.kind},
           {"modules", g.modules},
@@ -559,6 +570,7 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
   if (run.activation_offload)
     j["activation_offload"] = activation_offload_json(*run.activation_offload);
   if (run.moe) j["moe"] = moe_json(*run.moe);
+  if (run.context_parallel) j["context_parallel"] = context_parallel_json(*run.context_parallel);
   if (!run.out_of_memory.empty()) {
     json attempts = json::array();
     for (const OutOfMemoryAttempt& a : run.out_of_memory) {

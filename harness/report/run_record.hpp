@@ -31,6 +31,8 @@ struct StepRecord {
   // Mixture of experts with expert parallelism: the part of exposed_comm_ms its exchanges took
   // (token counts and dispatch; combine), forward and backward. Absent otherwise.
   std::optional<double> moe_dispatch_ms, moe_combine_ms;
+  // Context parallelism: the part of exposed_comm_ms the K/V exchanges took (docs/context-parallel.md).
+  std::optional<double> cp_exchange_ms;
   // A replayed CUDA graph's time (forward, backward and gradient reductions of the step, which a
   // graph does not tell apart); absent on eager steps.
   std::optional<double> graph_ms;
@@ -111,6 +113,20 @@ struct MoeLayerRecord {
   int64_t dispatch_bytes_per_step = 0;    // rank 0: sent + received, tokens and probs
   int64_t combine_bytes_per_step = 0;
 };
+// Context parallelism (docs/context-parallel.md); present only with CP > 1.
+struct ContextParallelRecord {
+  int cp = 1;
+  std::string comm_type;     // model.cp_comm_type: "all_gather"
+  int64_t chunk_tokens = 0;  // seq_length / (2 x cp)
+  // By CP rank, the two chunks of each sequence it holds (harness/config/parallel_layout.hpp).
+  std::vector<std::vector<int64_t>> chunks_by_rank;
+  // Rank 0, per step (mean over the run's steps): the K/V bytes received in the forward
+  // all-gathers plus the dK/dV bytes sent in the backward reduce-scatters, and how many of those
+  // collectives ran.
+  int64_t kv_bytes_per_step = 0;
+  int64_t exchanges_per_step = 0;
+};
+
 struct MoeRunRecord {
   int ep = 1;
   int expert_dp = 1;
@@ -215,6 +231,7 @@ struct RunRecord {
   std::optional<DtypePolicy> dtype_policy;  // the policy the engine ran; else from compute_dtype
   std::optional<ActivationOffloadRecord> activation_offload;  // absent: no offload
   std::optional<MoeRunRecord> moe;                            // absent: a dense model
+  std::optional<ContextParallelRecord> context_parallel;      // absent: CP 1
   // What autograd saved in the first micro-batch's forward of the run's first step (rank 0);
   // absent when no census ran (a run that failed before its first step).
   std::optional<SavedActivations> saved_activations;

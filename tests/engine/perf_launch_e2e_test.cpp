@@ -142,6 +142,47 @@ TEST(PerfLaunchTensorParallel, Tp2Dp4TrainsLikeDp4AndRecordsTheLayout) {
   EXPECT_EQ(t["comparison"]["baseline_parallel_layout"], "tp2 dp4");
 }
 
+// Context parallelism through perf-launch (docs/context-parallel.md): CP 2 x DP 2 on four gloo
+// ranks trains like DP 2 alone, Megatron FSDP and its DDP baseline, and the report records the
+// layout, the split and the K/V exchange. The tiny model (2 layers, 2 query groups of 16, 32
+// tokens) in fp32, one sequence per micro-batch and 4 micro-batches per step: each layer's
+// all-gather receives the other rank's 16 positions of K and V (16 x 2 x 2 x 16 x 4 = 4096
+// bytes) and its reduce-scatter sends as many, so 2 x 4096 x 2 layers x 4 = 65536 bytes a step.
+TEST(PerfLaunchContextParallel, Cp2Dp2TrainsLikeDp2AndRecordsTheSplit) {
+  const auto cp_report = temp_report("cp2_dp2.json");
+  const auto dp_report = temp_report("dp2.json");
+  const std::string common =
+      " -m llama -mr llama3_tiny_cpu -g cpu --use_megatron_fsdp true -gb 8 -ms 3 -mb 1 "
+      "shardbench.report_path=";
+  const Result cp = run("-ng 4 -cp 2" + common + cp_report.string());
+  ASSERT_EQ(cp.exit_code, 0) << cp.output;
+  EXPECT_NE(cp.output.find("context parallelism 2 (all_gather)"), std::string::npos) << cp.output;
+  const Result dp = run("-ng 2" + common + dp_report.string());
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  const auto c = read_report(cp_report);
+  const auto d = read_report(dp_report);
+  const auto schema = load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
+  EXPECT_EQ(check_against_schema(c, schema), std::vector<std::string>{});
+  ASSERT_EQ(c["runs"].size(), 2u);
+  ASSERT_EQ(d["runs"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& run_cp = c["runs"][i];
+    EXPECT_EQ(run_cp["status"], "ok");
+    EXPECT_EQ(run_cp["parallel_layout"]["cp"], 2);
+    EXPECT_EQ(run_cp["parallel_layout"]["dp"], 2);
+    const auto& split = run_cp["context_parallel"];
+    EXPECT_EQ(split["cp"], 2);
+    EXPECT_EQ(split["comm_type"], "all_gather");
+    EXPECT_EQ(split["chunk_tokens"], 8);
+    EXPECT_EQ(split["chunks_by_rank"], nlohmann::json::parse("[[0,3],[1,2]]"));
+    EXPECT_EQ(split["kv_bytes_per_step"], 65536);
+    EXPECT_EQ(split["exchanges_per_step"], 16);
+    ASSERT_EQ(run_cp["steps"].size(), 3u);
+    EXPECT_TRUE(run_cp["steps"][0]["phases_ms"].contains("cp_exchange")) << run_cp["steps"][0];
+    expect_losses_near(run_cp, d["runs"][i], 3);
+  }
+}
+
 // A checkpoint saved under tensor parallelism resumes only under the same TP size: loading it
 // into the data-parallel run of the same world names the field and loads nothing.
 TEST(PerfLaunchTensorParallel, CheckpointResumesOnlyAtItsTensorParallelSize) {

@@ -71,7 +71,8 @@ inline ProcessGroups create_gloo_groups(const c10::intrusive_ptr<c10d::Store>& s
 
 // One rank's groups in Megatron's rank order (`layout`), created under store keys tagged `tag`:
 // the engine's world, all-gather and reduce-scatter groups span its instance (its data-parallel
-// group with one instance), `tp` its tensor-parallel group and `outer` its cross-instance group
+// group with one instance), `tp` its tensor-parallel group, `cp` its context-parallel group and
+// `outer` its cross-instance group
 // (each only where its size is above 1); with `experts` also the expert groups (docs/moe.md): the
 // rank's expert-data-parallel instance, its cross-instance expert group and its EP group.
 inline ProcessGroups layout_groups(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -93,6 +94,7 @@ inline ProcessGroups layout_groups(const c10::intrusive_ptr<c10d::Store>& store,
   pgs.all_gather = group(instance, "dp/ag");
   pgs.reduce_scatter = group(instance, "dp/rs");
   if (layout.tp > 1) pgs.tp = group(layout.group_of("tp", rank), "tp/");
+  if (layout.cp > 1) pgs.cp = group(layout.group_of("cp", rank), "cp/");
   if (layout.dp_instances > 1) pgs.outer = group(layout.cross_instance_group_of(rank), "outer/");
   if (!experts) return pgs;
   const std::vector<int> edp = layout.expert_instance_group_of(rank);
@@ -106,11 +108,12 @@ inline ProcessGroups layout_groups(const c10::intrusive_ptr<c10d::Store>& store,
   return pgs;
 }
 
-// Each rank's groups with `tp` tensor-parallel ranks and `instances` HSDP instances.
-inline GroupFactory layout_group_factory(int tp, int instances) {
-  return [tp, instances](const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
-                         int attempt) {
-    return layout_groups(store, rank, ParallelLayout::make(world, tp, 1, 1, 1, instances),
+// Each rank's groups with `tp` tensor-parallel ranks, `instances` HSDP instances and `cp`
+// context-parallel ranks.
+inline GroupFactory layout_group_factory(int tp, int instances, int cp = 1) {
+  return [tp, instances, cp](const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+                             int attempt) {
+    return layout_groups(store, rank, ParallelLayout::make(world, tp, cp, 1, 1, instances),
                          "layout_attempt" + std::to_string(attempt) + "/", false);
   };
 }

@@ -51,6 +51,8 @@ class RecordingTimer final : public PhaseTimer {
         return "D";
       case Phase::kMoeCombine:
         return "X";
+      case Phase::kCpExchange:
+        return "K";
     }
     return "?";
   }

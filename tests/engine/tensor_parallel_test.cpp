@@ -212,32 +212,6 @@ TEST(TensorParallelOps, ColumnParallelLinearMatchesTheWholeLinear) {
   }
 }
 
-// Stitches the TP ranks' parts of every parameter into the single-rank shapes; the norm weights
-// (whole on every TP rank) must be the same on all of them.
-std::vector<at::Tensor> stitch(const LlamaDims& dims, int tp,
-                               const std::map<int, std::vector<at::Tensor>>& parts) {
-  const auto specs = llama_param_specs(dims, tp);
-  std::vector<at::Tensor> out;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const ParamSpec& s = specs[i];
-    if (s.tp_dim < 0) {
-      for (int r = 1; r < tp; ++r) {
-        EXPECT_TRUE(at::equal(parts.at(r)[i], parts.at(0)[i]))
-            << s.name << " differs between TP ranks 0 and " << r;
-      }
-      out.push_back(parts.at(0)[i]);
-      continue;
-    }
-    at::Tensor full = at::zeros(s.full_shape, at::kFloat);
-    for (int r = 0; r < tp; ++r) {
-      const auto idx = tp_part_indices(s, dims, tp, r);
-      full.index_copy_(s.tp_dim, at::tensor(idx, at::kLong), parts.at(r)[i]);
-    }
-    out.push_back(full);
-  }
-  return out;
-}
-
 struct TpCase {
   const char* name;
   int world;
@@ -314,7 +288,7 @@ Trajectory tp_engine_run(const LlamaDims& dims, const TpCase& c) {
           << "rank " << rank << " disagrees on the gradient norm of step " << i + 1;
     }
   }
-  t.weights = stitch(dims, c.tp, parts);
+  t.weights = reference::stitch(dims, c.tp, parts);
   return t;
 }
 

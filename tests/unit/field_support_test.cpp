@@ -244,10 +244,7 @@ TEST(FieldSupport, NotImplementedFlagsKeepTheirDefault) {
   EXPECT_EQ(error_of({"--deterministic"}), "(accepted)");  // docs/determinism.md
   EXPECT_EQ(error_of({"--nccl_ub", "false"}), "(accepted)");
   EXPECT_EQ(error_of({"-tp", "2"}), "(accepted)");  // docs/tensor-parallel.md
-  EXPECT_EQ(error_of({"-cp", "2"}),
-            "-cp/--context_parallel_size=2 is not supported by shardbench yet: context "
-            "parallelism is not implemented (the engine runs data and tensor parallelism only); "
-            "accepted: 1");
+  EXPECT_EQ(error_of({"-cp", "2"}), "(accepted)");  // docs/context-parallel.md
   // Golden-value flags are honoured where the perf-launch gate reads them: with a golden file
   // (its contents are checked by the launcher, harness/compare/golden_gate.cpp).
   EXPECT_EQ(error_of({"--timing_threshold", "0.1", "--memory_threshold", "0.2",

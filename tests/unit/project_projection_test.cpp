@@ -76,6 +76,11 @@ TEST(Projection, RefusesRunsItCannotProjectNamingTheField) {
   EXPECT_NE(error_of(r).find("parallel_layout.tp is 2"), std::string::npos) << error_of(r);
   EXPECT_NE(error_of(r).find("replays data-parallel runs only"), std::string::npos);
   r["parallel_layout"]["tp"] = 1;
+  // A context-parallel run: the K/V exchange is not modelled (docs/context-parallel.md).
+  r["parallel_layout"]["cp"] = 2;
+  EXPECT_NE(error_of(r).find("parallel_layout.cp is 2"), std::string::npos) << error_of(r);
+  EXPECT_NE(error_of(r).find("tensor, context and pipeline parallelism"), std::string::npos);
+  r["parallel_layout"]["cp"] = 1;
   r["parallel_layout"]["dp_instances"] = 2;
   EXPECT_NE(error_of(r).find("parallel_layout.dp_instances is 2"), std::string::npos)
       << error_of(r);

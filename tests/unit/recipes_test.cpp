@@ -200,5 +200,45 @@ TEST(Recipes, FamilyMustMatchAndUnknownRecipeSuggests) {
   }
 }
 
+// Megatron-Bridge's long-context configs (llama3.py: llama3_8b_16k/64k/128k and
+// llama3_70b_16k/64k): sequence, TP with sequence parallelism, PP, CP, MBS 1, GBS 512. Pipeline
+// parallelism is dry-run only: --dryrun resolves them, a real run refuses PP 2 before any worker
+// starts, and with -pp 1 the 8B at 16k resolves for a real run.
+TEST(Recipes, LongContextRowsAsMegatronBridge) {
+  struct Row {
+    const char* name;
+    const char* gpus;
+    int64_t seq, tp, pp, cp, layers;
+  };
+  for (const Row& row : {Row{"llama3_8b_16k", "16", 16384, 4, 2, 2, 32},
+                         Row{"llama3_8b_64k", "32", 65536, 4, 2, 4, 32},
+                         Row{"llama3_8b_128k", "64", 131072, 4, 2, 8, 32},
+                         Row{"llama3_70b_16k", "32", 16384, 8, 2, 2, 80},
+                         Row{"llama3_70b_64k", "256", 65536, 8, 4, 8, 80}}) {
+    const ResolvedConfig r = resolve_recipe(row.name, row.gpus, {"--dryrun"});
+    const ModelConfig& m = r.config.model;
+    EXPECT_EQ(m.seq_length, row.seq) << row.name;
+    EXPECT_EQ(m.tensor_model_parallel_size, row.tp) << row.name;
+    EXPECT_TRUE(m.sequence_parallel) << row.name;
+    EXPECT_EQ(m.pipeline_model_parallel_size, row.pp) << row.name;
+    EXPECT_EQ(m.context_parallel_size, row.cp) << row.name;
+    EXPECT_EQ(m.num_layers, row.layers) << row.name;
+    EXPECT_EQ(r.config.train.micro_batch_size, 1) << row.name;
+    EXPECT_EQ(r.config.train.global_batch_size, 512) << row.name;
+    EXPECT_EQ(r.data_parallel_size, 1) << row.name;
+    try {
+      resolve_recipe(row.name, row.gpus);
+      ADD_FAILURE() << row.name << ": a real run with pipeline parallelism was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("model.pipeline_model_parallel_size"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  const ResolvedConfig r = resolve_recipe("llama3_8b_16k", "8", {"-pp", "1"});
+  EXPECT_EQ(r.config.model.context_parallel_size, 2);
+  EXPECT_EQ(r.data_parallel_size, 1);
+}
+
 }  // namespace
 }  // namespace shardbench

@@ -91,7 +91,7 @@ json three_wrapper_report() {
 
 TEST(ReportJson, TopLevelAndRunFields) {
   const json report = comparison_report();
-  EXPECT_EQ(report["schema_version"], "1.1");
+  EXPECT_EQ(report["schema_version"], "1.3");
   ASSERT_EQ(report["runs"].size(), 2u);
   const json& fsdp = report["runs"][0];
   EXPECT_EQ(fsdp["status"], "ok");

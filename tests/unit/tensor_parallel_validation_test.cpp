@@ -178,19 +178,14 @@ TEST(TensorParallelValidation, FeaturesWithoutATensorParallelPathAreRefused) {
   }
 }
 
-// Context and pipeline parallelism stay refused; the world must divide by TP * CP * PP.
+// Pipeline parallelism stays refused; context parallelism combines with TP
+// (context_parallel_validation_test.cpp); the world must divide by TP * CP * PP.
 TEST(TensorParallelValidation, OtherDimensionsStayRefused) {
-  EXPECT_EQ(tiny_error({"-tp", "2", "-cp", "2"}, "8"),
-            "-cp/--context_parallel_size=2 is not supported by shardbench yet: context "
-            "parallelism is not implemented (the engine runs data and tensor parallelism only); "
-            "accepted: 1");
+  EXPECT_EQ(tiny_error({"-tp", "2", "-cp", "2"}, "8"), "(accepted)");
   EXPECT_EQ(tiny_error({"-tp", "2", "-pp", "2"}, "8"),
             "-pp/--pipeline_model_parallel_size=2 is not supported by shardbench yet: pipeline "
-            "parallelism is not implemented (the engine runs data and tensor parallelism only); "
-            "accepted: 1");
-  EXPECT_EQ(tiny_error({"-tp", "2", "model.context_parallel_size=2"}, "8"),
-            "model.context_parallel_size=2 (from override model.context_parallel_size=2): not "
-            "implemented by shardbench: the engine has no context parallelism; accepted: 1");
+            "parallelism is not implemented (the engine runs data, tensor and context parallelism "
+            "only); accepted: 1");
   // HSDP instances divide the data-parallel ranks: 4 ranks over TP 2 leave 2.
   EXPECT_EQ(tiny_error({"-tp", "2", "ddp.num_distributed_optimizer_instances=4"}),
             "ddp.num_distributed_optimizer_instances=4 (from override "

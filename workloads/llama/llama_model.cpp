@@ -1,6 +1,7 @@
 #include "workloads/llama/llama_model.hpp"
 
 #include "harness/model/generator.hpp"
+#include "harness/config/parallel_layout.hpp"
 
 #include <cmath>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "harness/measure/nvtx.hpp"
 #include "workloads/llama/activation_census.hpp"
 #include "workloads/llama/activation_offload.hpp"
+#include "workloads/llama/context_parallel.hpp"
 #include "workloads/llama/fp8_linear.hpp"
 #include "workloads/llama/fused_ops.hpp"
 #include "workloads/llama/linear_cross_entropy.hpp"
@@ -186,6 +188,10 @@ LlamaWeights bind_weights(const LlamaDims& d, const std::vector<at::Tensor>& par
 
 LlamaModel::LlamaModel(LlamaDims dims, at::Device device)
     : dims_(dims), local_(dims), device_(device) {
+  build_rope_tables();
+}
+
+void LlamaModel::build_rope_tables() {
   // RoPE tables (non-interleaved halves, as Megatron's default rotate_half).
   const int64_t half = dims_.head_dim / 2;
   auto inv_freq = at::pow(dims_.rope_base,
@@ -225,6 +231,27 @@ void LlamaModel::set_tensor_parallel(TensorParallel tp) {
   local_.kv_heads /= tp_.size;
   local_.ffn /= tp_.size;
   local_.vocab /= tp_.size;
+}
+
+void LlamaModel::set_context_parallel(ContextParallel cp) {
+  if (cp.size < 1 || cp.rank < 0 || cp.rank >= cp.size || (cp.size > 1 && !cp.group)) {
+    throw std::invalid_argument("context parallel: rank " + std::to_string(cp.rank) + " of " +
+                                std::to_string(cp.size) + (cp.group ? "" : " without a group"));
+  }
+  // The positions this rank holds (throws unless seq_length is a multiple of 2 x cp) pick its
+  // rows of the RoPE tables; the tables are built for the whole sequence first.
+  const std::vector<int64_t> positions = cp_local_positions(dims_.seq_length, cp.size, cp.rank);
+  if ((dims_.seq_length / cp.size) % tp_.size != 0) {
+    throw std::invalid_argument("model.seq_length=" + std::to_string(dims_.seq_length) +
+                                ": each CP rank's " + std::to_string(dims_.seq_length / cp.size) +
+                                " positions do not split over " + std::to_string(tp_.size) +
+                                " TP ranks");
+  }
+  build_rope_tables();
+  const at::Tensor index = at::tensor(positions, at::kLong).to(device_);
+  rope_cos_ = rope_cos_.index_select(0, index).contiguous();
+  rope_sin_ = rope_sin_.index_select(0, index).contiguous();
+  cp_ = std::move(cp);
 }
 
 at::Tensor LlamaModel::tp_reduce_scatter(const at::Tensor& x) const {
@@ -357,22 +384,37 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x,
   const int64_t b = qkv.size(0), s = qkv.size(1);
   at::Tensor q, k, v;
   census::region("rope");
+  // q [B, s, H, D], k and v [B, s, K, D]; under context parallelism the RoPE tables hold this
+  // rank's positions (set_context_parallel).
   if (fusable && fused_.rope_qkv) {
     auto qkv_split = fused::rope_qkv(qkv, rope_cos_, rope_sin_, d.heads, d.kv_heads, d.head_dim);
-    q = qkv_split[0].transpose(1, 2);
-    k = qkv_split[1].transpose(1, 2);
-    v = qkv_split[2].transpose(1, 2);
+    q = qkv_split[0];
+    k = qkv_split[1];
+    v = qkv_split[2];
   } else {
     q = qkv.narrow(-1, 0, d.q_dim()).view({b, s, d.heads, d.head_dim});
     k = qkv.narrow(-1, d.q_dim(), d.kv_dim()).view({b, s, d.kv_heads, d.head_dim});
     v = qkv.narrow(-1, d.q_dim() + d.kv_dim(), d.kv_dim()).view({b, s, d.kv_heads, d.head_dim});
-    q = apply_rope(q).transpose(1, 2);
-    k = apply_rope(k).transpose(1, 2);
-    v = v.transpose(1, 2);
+    q = apply_rope(q);
+    k = apply_rope(k);
   }
-  census::region("attention");
-  auto attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
-                                               /*enable_gqa=*/d.kv_heads != d.heads);
+  const bool gqa = d.kv_heads != d.heads;
+  at::Tensor attn;
+  if (cp_.size > 1) {
+    // K and V of the whole sequence in one all-gather over the CP group (natural order).
+    census::region("cp_kv_gather");
+    const at::Tensor kv = cp::gather_kv(at::cat({k, v}, 2), *cp_.group, &cp_stats_, comm_timer_);
+    census::region("attention");
+    attn = cp::causal_attention(q.transpose(1, 2),
+                                kv.narrow(2, 0, d.kv_heads).transpose(1, 2),
+                                kv.narrow(2, d.kv_heads, d.kv_heads).transpose(1, 2), cp_.size,
+                                cp_.rank, gqa);
+  } else {
+    census::region("attention");
+    attn = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                            v.transpose(1, 2), {}, 0.0, /*is_causal=*/true,
+                                            std::nullopt, /*enable_gqa=*/gqa);
+  }
   attn = attn.transpose(1, 2).reshape({b, s, d.q_dim()});
   census::region("proj");
   auto x1 = x + tp_reduce_scatter(linear(attn, w.proj));
@@ -449,6 +491,11 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
     throw std::logic_error(
         "LlamaModel: tensor parallelism with FP8 linears, norm recompute, the chunked linear "
         "cross-entropy or activation offload is not implemented");
+  }
+  if (cp_.size > 1 && (fp8_ || offload_layers_ > 0)) {
+    throw std::logic_error(
+        "LlamaModel: context parallelism with FP8 linears or activation offload is not "
+        "implemented");
   }
   if (offload_layers_ > 0 && recompute_layers_ > 0) {
     throw std::logic_error("LlamaModel: activation offload and recompute exclude each other");

@@ -18,6 +18,7 @@
 #include "harness/measure/saved_activations.hpp"
 #include "harness/model/model.hpp"
 #include "workloads/llama/llama_specs.hpp"
+#include "workloads/llama/context_parallel.hpp"
 #include "workloads/llama/tensor_parallel.hpp"
 
 namespace shardbench {
@@ -88,6 +89,23 @@ class LlamaModel final : public TrainableModel {
   // activation offload with it. Size 1 (the default): off.
   void set_tensor_parallel(TensorParallel tp);
   const TensorParallel& tensor_parallel() const { return tp_; }
+
+  // Context parallelism (workloads/llama/context_parallel.hpp, docs/context-parallel.md): the
+  // tokens and labels forward_loss gets are this CP rank's positions (cp_local_positions: its two
+  // chunks of the load-balanced split), RoPE takes those positions' rows, and attention
+  // all-gathers K and V over the CP group. Throws std::invalid_argument unless seq_length is a
+  // multiple of 2 x cp.size and each rank's positions split over the TP ranks (call after
+  // set_tensor_parallel). Size 1 (the default): off.
+  void set_context_parallel(ContextParallel cp);
+  const ContextParallel& context_parallel() const { return cp_; }
+  // The K/V bytes this rank exchanged since construction (or the last take).
+  CpExchangeStats take_cp_stats() const {
+    CpExchangeStats s = cp_stats_;
+    cp_stats_ = {};
+    return s;
+  }
+  // The context-parallel exchanges' waits are marked on `timer` (Phase::kCpExchange).
+  void set_comm_timer(PhaseTimer* timer) const override { comm_timer_ = timer; }
 
   // Fused CUDA kernels for RoPE + qkv split, SwiGLU and cross-entropy (workloads/llama/
   // fused_ops.hpp) where the tensors allow them; ATen ops otherwise. Off by default. Each one
@@ -207,6 +225,7 @@ class LlamaModel final : public TrainableModel {
                        double backward_scale) const;
 
   at::Tensor apply_rope(const at::Tensor& x) const;  // x: [B, S, H, D]
+  void build_rope_tables();  // rope_cos_, rope_sin_ for positions 0 .. seq_length - 1
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w) const;
   // The engine when w's weight gradient goes to its main-grad buffer, else null.
   ModuleHooks* wgrad_hooks(const at::Tensor& w) const;
@@ -227,8 +246,11 @@ class LlamaModel final : public TrainableModel {
   // by the TP size (dims_ itself without tensor parallelism).
   LlamaDims local_;
   TensorParallel tp_;
+  ContextParallel cp_;
+  mutable CpExchangeStats cp_stats_;
+  mutable PhaseTimer* comm_timer_ = nullptr;
   at::Device device_;
-  at::Tensor rope_cos_;  // [S, D] fp32
+  at::Tensor rope_cos_;  // [S, D] fp32 (under context parallelism: this rank's positions)
   at::Tensor rope_sin_;
   FusedKernels fused_;
   ModuleHooks* main_grads_ = nullptr;  // gradient-accumulation fusion's engine

@@ -94,6 +94,29 @@ void llama31_405b_perf(ConfigContainer& c) {
   c.env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32";
 }
 
+// Megatron-Bridge's long-context pretrain configs (MB:src/megatron/bridge/recipes/llama/llama3.py,
+// llama3_8b_16k/64k/128k_pretrain_config and llama3_70b_16k/64k_pretrain_config;
+// docs/context-parallel.md, "Long-sequence recipes"): the 8B or 70B model at 16384, 65536 or
+// 131072 tokens with tensor parallelism and sequence parallelism, pipeline parallelism and
+// context parallelism, MBS 1, GBS 512, the canonical DDP with the distributed optimizer. Pipeline
+// parallelism is not implemented: --dryrun describes them; a real run needs -pp 1 (and a world of
+// TP x CP x DP ranks).
+void long_context(ConfigContainer& c, int64_t seq, int64_t tp, int64_t pp, int64_t cp) {
+  c.model.seq_length = seq;
+  c.model.tensor_model_parallel_size = tp;
+  c.model.sequence_parallel = tp > 1;
+  c.model.pipeline_model_parallel_size = pp;
+  c.model.context_parallel_size = cp;
+  c.train.micro_batch_size = 1;
+  c.train.global_batch_size = 512;
+}
+
+void llama3_8b_16k_perf(ConfigContainer& c) { long_context(c, 16384, 4, 2, 2); }
+void llama3_8b_64k_perf(ConfigContainer& c) { long_context(c, 65536, 4, 2, 4); }
+void llama3_8b_128k_perf(ConfigContainer& c) { long_context(c, 131072, 4, 2, 8); }
+void llama3_70b_16k_perf(ConfigContainer& c) { long_context(c, 16384, 8, 2, 2); }
+void llama3_70b_64k_perf(ConfigContainer& c) { long_context(c, 65536, 8, 4, 8); }
+
 // docs/targets.md 1, the single-GPU bench workload: 1.498e9 parameters, head dim 64.
 void llama3_bench_1p5b_canonical(ConfigContainer& c) {
   llama3_canonical(c);
@@ -145,6 +168,19 @@ std::vector<RecipeSpec> llama_recipes() {
      llama3_70b_canonical, llama3_70b_perf},
     {"llama31_405b", "llama", 128, "Llama3.1-405B, 128-GPU FSDP row (TP 2, sequence parallel)",
      llama31_405b_canonical, llama31_405b_perf},
+    {"llama3_8b_16k", "llama", 16, "Llama3-8B at 16k tokens, MB long-context config (TP 4, PP 2, CP 2)",
+     llama3_8b_canonical, llama3_8b_16k_perf},
+    {"llama3_8b_64k", "llama", 32, "Llama3-8B at 64k tokens, MB long-context config (TP 4, PP 2, CP 4)",
+     llama3_8b_canonical, llama3_8b_64k_perf},
+    {"llama3_8b_128k", "llama", 64,
+     "Llama3-8B at 128k tokens, MB long-context config (TP 4, PP 2, CP 8)", llama3_8b_canonical,
+     llama3_8b_128k_perf},
+    {"llama3_70b_16k", "llama", 32,
+     "Llama3-70B at 16k tokens, MB long-context config (TP 8, PP 2, CP 2)", llama3_70b_canonical,
+     llama3_70b_16k_perf},
+    {"llama3_70b_64k", "llama", 256,
+     "Llama3-70B at 64k tokens, MB long-context config (TP 8, PP 4, CP 8)", llama3_70b_canonical,
+     llama3_70b_64k_perf},
     {"llama3_bench_1p5b", "llama", 1, "Llama3 1.5B-class single-H200 bench (docs/targets.md)",
      llama3_bench_1p5b_canonical, llama3_bench_1p5b_perf},
     {"llama3_tiny_cpu", "llama", 2, "Tiny Llama3 for CPU tests and demos (fp32, gloo)",
