@@ -18,6 +18,31 @@ StepOutputs train_step(const TrainableModel& model, DataParallelEngine& engine,
   return train_step(model, engine, in, nullptr);
 }
 
+namespace {
+
+// The engine and the model mark their waits on collectives on `phases` for one half of a step
+// only (forward and backward, or the optimizer step).
+class CommTimerScope {
+ public:
+  CommTimerScope(DataParallelEngine& engine, const TrainableModel& model, PhaseTimer* phases)
+      : engine_(engine), model_(model) {
+    engine_.set_comm_timer(phases);
+    model_.set_comm_timer(phases);
+  }
+  ~CommTimerScope() {
+    engine_.set_comm_timer(nullptr);
+    model_.set_comm_timer(nullptr);
+  }
+  CommTimerScope(const CommTimerScope&) = delete;
+  CommTimerScope& operator=(const CommTimerScope&) = delete;
+
+ private:
+  DataParallelEngine& engine_;
+  const TrainableModel& model_;
+};
+
+}  // namespace
+
 int micro_batches_per_step(const DataParallelEngine& engine, const StepInputs& in) {
   // The ranks that split the batch; under context parallelism each sequence is split again over
   // the CP ranks (docs/context-parallel.md).
@@ -49,20 +74,7 @@ at::Tensor forward_backward(const TrainableModel& model, DataParallelEngine& eng
   }
   const auto device = engine.options().device;
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device).dtype(at::kFloat));
-  // The engine and the model mark their waits on collectives for this step only.
-  struct CommTimerScope {
-    DataParallelEngine& e;
-    const TrainableModel& m;
-    CommTimerScope(DataParallelEngine& engine, const TrainableModel& model, PhaseTimer* t)
-        : e(engine), m(model) {
-      e.set_comm_timer(t);
-      m.set_comm_timer(t);
-    }
-    ~CommTimerScope() {
-      e.set_comm_timer(nullptr);
-      m.set_comm_timer(nullptr);
-    }
-  } comm_timer(engine, model, phases);
+  const CommTimerScope comm_timer(engine, model, phases);
   model.new_step();  // the last optimizer step changed the weights (FP8 copies are per step)
   for (int m = 0; m < num_micro; ++m) {
     // A batch already on the device (a CUDA graph's static input) is sliced in place.
@@ -113,6 +125,7 @@ StepOutputs optimizer_part(const TrainableModel& model, DataParallelEngine& engi
   static const nvtx::Label kOptimizerLabel{"optimizer_step", nvtx::Color::kOptimizer};
   const auto device = engine.options().device;
   if (in.empty_unused_memory_level >= 1) empty_allocator_cache(device);
+  const CommTimerScope comm_timer(engine, model, phases);
   StepOutputs out;
   {
     nvtx::Range range(kOptimizerLabel);
