@@ -17,6 +17,7 @@
 
 #include "harness/engine/device_runtime.hpp"
 #include "tests/perf_launch_process.hpp"
+#include "tests/gpu/shared_gpu_launch.hpp"
 #include "tests/remove_tree.hpp"
 #include "tests/test_paths.hpp"
 
@@ -35,19 +36,9 @@ const std::string kMoe =
     "shardbench.hang_timeout_s=120 --use_megatron_fsdp true ";
 
 json launch(const fs::path& report, const std::string& args) {
-  const testing_util::LaunchResult r = testing_util::run_shell(
-      std::string(SHARDBENCH_PERF_LAUNCH) + " " + kMoe + args +
-      " shardbench.report_path=" + report.string() + " 2>&1");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  if (!fs::exists(report)) return json();
-  return json::parse(std::ifstream(report));
+  return testing::perf_launch_report(report, kMoe + args);
 }
 
-std::vector<double> losses(const json& run) {
-  std::vector<double> out;
-  for (const json& step : run.at("steps")) out.push_back(step.at("loss").get<double>());
-  return out;
-}
 
 TEST(MoeSharedGpu, Ep2TimesDp2TrainsLikeOneRankInFp32) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
@@ -71,7 +62,7 @@ TEST(MoeSharedGpu, Ep2TimesDp2TrainsLikeOneRankInFp32) {
     const json& want = *found;
     EXPECT_EQ(got["moe"]["ep"], 2);
     EXPECT_EQ(got["identity"]["backend"], "nccl");
-    const std::vector<double> a = losses(got), b = losses(want);
+    const std::vector<double> a = testing::step_values(got), b = testing::step_values(want);
     ASSERT_EQ(a.size(), b.size());
     for (size_t s = 0; s < a.size(); ++s) {
       EXPECT_NEAR(a[s], b[s], 1e-5 * std::abs(b[s])) << got["label"] << " iteration " << s + 1;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "tests/perf_launch_process.hpp"
@@ -35,6 +36,18 @@ inline SharedGpuLaunch launch_shared_gpu(const std::filesystem::path& report,
   SharedGpuLaunch r{run.exit_code, run.output, run.seconds, nlohmann::json()};
   if (std::filesystem::exists(report)) r.report = nlohmann::json::parse(std::ifstream(report));
   return r;
+}
+
+// Runs `perf-launch <args>` with its report written to `report`; the report, or null when none
+// was written. A non-zero exit is a test failure (with perf-launch's output).
+inline nlohmann::json perf_launch_report(const std::filesystem::path& report,
+                                         const std::string& args) {
+  const testing_util::LaunchResult r = testing_util::run_shell(
+      std::string(SHARDBENCH_PERF_LAUNCH) + " " + args +
+      " shardbench.report_path=" + report.string() + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  if (!std::filesystem::exists(report)) return nlohmann::json();
+  return nlohmann::json::parse(std::ifstream(report));
 }
 
 // A run's per-step values of `key` ("loss", "grad_norm").

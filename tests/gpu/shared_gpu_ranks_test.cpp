@@ -33,6 +33,7 @@
 
 #include "tests/test_paths.hpp"
 
+#include "tests/gpu/shared_gpu_launch.hpp"
 #include "tests/perf_launch_process.hpp"
 #include "tests/remove_tree.hpp"
 
@@ -45,12 +46,7 @@ using testing_util::remove_tree;
 
 using nlohmann::json;
 
-struct Launch {
-  int exit_code = -1;
-  std::string output;
-  double seconds = 0;
-  json report;  // null when none was written
-};
+using Launch = testing::SharedGpuLaunch;
 
 const std::string kModel =
     "-m llama -mr llama3_bench_1p5b -g h200 model.num_layers=2 model.vocab_size=8192 -sl 256 "
@@ -67,32 +63,16 @@ class SharedGpu : public ::testing::TestWithParam<int> {
 
   Launch launch(int world, const std::string& args, const std::string& env = "") {
     const fs::path report = dir_ / ("r" + std::to_string(count_++) + ".json");
-    const std::string cmd = env + " " + SHARDBENCH_PERF_LAUNCH + " " + kModel + "-ng " +
-                            std::to_string(world) +
-                            " shardbench.ranks_per_gpu=" + std::to_string(world) +
-                            " shardbench.report_path=" + report.string() + " " + args + " 2>&1";
-    const testing_util::LaunchResult run = testing_util::run_shell(cmd);
-    Launch r{run.exit_code, run.output, run.seconds, json()};
-    if (fs::exists(report)) r.report = json::parse(std::ifstream(report));
-    return r;
+    return testing::launch_shared_gpu(report, kModel, world, args, env);
   }
 
   fs::path dir_;
   int count_ = 0;
 };
 
-std::vector<double> losses(const json& run) {
-  std::vector<double> out;
-  for (const json& step : run.at("steps")) out.push_back(step.at("loss").get<double>());
-  return out;
-}
+std::vector<double> losses(const json& run) { return testing::step_values(run); }
 
-const json& run_labelled(const json& report, const std::string& wrapper) {
-  for (const json& run : report.at("runs")) {
-    if (run.at("identity").at("wrapper") == wrapper) return run;
-  }
-  throw std::runtime_error("no " + wrapper + " run in the report");
-}
+using testing::run_labelled;
 
 void expect_losses_near(const std::vector<double>& got, const std::vector<double>& want, double rel,
                         const std::string& what) {
