@@ -58,7 +58,7 @@ using StringMap = std::map<std::string, std::string>;
   X(int64_t, tensor_model_parallel_size, 1, "Tensor parallel size")                              \
   X(int64_t, pipeline_model_parallel_size, 1, "Pipeline parallel size")                          \
   X(int64_t, context_parallel_size, 1, "Context parallel size")                                  \
-  E(std::string, cp_comm_type, "all_gather", "p2p|all_gather|a2a|a2a+p2p",                        \
+  E(std::string, cp_comm_type, "all_gather", "p2p|all_gather|a2a|a2a+p2p",                       \
     "Context-parallel K/V exchange")                                                             \
   X(OptInt, virtual_pipeline_model_parallel_size, std::nullopt, "Virtual pipeline stages")       \
   X(OptString, pipeline_model_parallel_layout, std::nullopt, "Custom pipeline layout")           \

@@ -11,21 +11,15 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void refuse(const std::string& key, const json& value, const Provenance& provenance,
-                         const std::string& problem, const std::string& accepted) {
-  const auto source = provenance.last_source(key);
-  throw UsageError(key + "=" + message_value(value) + (source ? " (from " + *source + ")" : "") +
-                   ": " + problem + "; accepted: " + accepted);
-}
-
 // A feature the context-parallel engine does not implement.
 [[noreturn]] void not_with_cp(const std::string& key, const json& value, int64_t cp,
                               const std::string& what, const std::string& accepted,
                               const Provenance& p) {
-  refuse(key, value, p,
-         what + " is not implemented with context parallelism (model.context_parallel_size=" +
-             std::to_string(cp) + ")",
-         accepted + ", or model.context_parallel_size=1");
+  refuse_setting(key, value, p,
+                 what +
+                     " is not implemented with context parallelism (model.context_parallel_size=" +
+                     std::to_string(cp) + ")",
+                 accepted + ", or model.context_parallel_size=1");
 }
 
 }  // namespace
@@ -33,15 +27,17 @@ using nlohmann::json;
 void check_context_parallel(const ConfigContainer& c, const Provenance& p) {
   const auto& m = c.model;
   const int64_t cp = m.context_parallel_size;
-  if (cp < 1) refuse("model.context_parallel_size", cp, p, "out of range", "an integer >= 1");
+  if (cp < 1)
+    refuse_setting("model.context_parallel_size", cp, p, "out of range", "an integer >= 1");
   if (cp == 1) return;
   const int64_t tp = m.tensor_model_parallel_size;
   if (tp >= 1 && m.seq_length % (2 * cp * tp) != 0) {
-    refuse("model.seq_length", m.seq_length, p,
-           "not divisible by 2 x context_parallel_size x tensor_model_parallel_size = " +
-               std::to_string(2 * cp * tp) +
-               " (2 x CP chunks per sequence, each CP rank's positions split over the TP ranks)",
-           "a multiple of " + std::to_string(2 * cp * tp));
+    refuse_setting(
+        "model.seq_length", m.seq_length, p,
+        "not divisible by 2 x context_parallel_size x tensor_model_parallel_size = " +
+            std::to_string(2 * cp * tp) +
+            " (2 x CP chunks per sequence, each CP rank's positions split over the TP ranks)",
+        "a multiple of " + std::to_string(2 * cp * tp));
   }
   // A CP rank's query chunks see longer key ranges than their own (an explicit causal mask):
   // the flash kernel takes no mask.

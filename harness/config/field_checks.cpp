@@ -38,8 +38,7 @@ std::string source_part(const Provenance& provenance, const std::string& key) {
 
 [[noreturn]] void refuse(const std::string& key, const json& value, const Provenance& provenance,
                          const std::string& problem, const std::string& accepted) {
-  throw UsageError(key + "=" + message_value(value) + source_part(provenance, key) + ": " +
-                   problem + "; accepted: " + accepted);
+  refuse_setting(key, value, provenance, problem, accepted);
 }
 
 bool is_number_type(FieldType type) {
@@ -365,6 +364,12 @@ std::string message_value(const json& value) {
     return "[" + join(parts, ",") + "]";
   }
   return value_text(value);
+}
+
+void refuse_setting(const std::string& key, const json& value, const Provenance& provenance,
+                    const std::string& problem, const std::string& accepted) {
+  throw UsageError(key + "=" + message_value(value) + source_part(provenance, key) + ": " +
+                   problem + "; accepted: " + accepted);
 }
 
 std::string accepted_text(const FieldInfo& field) {

@@ -60,4 +60,10 @@ std::string accepted_text(const FieldInfo& field);
 // A value as a message shows it: nan and inf spelled out, strings unquoted.
 std::string message_value(const nlohmann::json& value);
 
+// Throws the one-line UsageError of a refused setting: "key=value (from SOURCE): problem;
+// accepted: ...", SOURCE being the provenance's last source of `key` when it has one.
+[[noreturn]] void refuse_setting(const std::string& key, const nlohmann::json& value,
+                                 const Provenance& provenance, const std::string& problem,
+                                 const std::string& accepted);
+
 }  // namespace shardbench

@@ -12,30 +12,25 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void refuse(const std::string& key, const json& value, const Provenance& provenance,
-                         const std::string& problem, const std::string& accepted) {
-  const auto source = provenance.last_source(key);
-  throw UsageError(key + "=" + message_value(value) + (source ? " (from " + *source + ")" : "") +
-                   ": " + problem + "; accepted: " + accepted);
-}
-
 std::string tp_text(int64_t tp) { return "model.tensor_model_parallel_size=" + std::to_string(tp); }
 
 // A dimension the TP ranks split: it must be a multiple of tp.
 void divisible(const std::string& key, int64_t value, int64_t tp, const std::string& what,
                const Provenance& p) {
   if (value % tp == 0) return;
-  refuse(key, value, p,
-         "not divisible by " + tp_text(tp) + " (" + what + " are split over the TP ranks)",
-         "a multiple of " + std::to_string(tp) + ", or a tensor-parallel size that divides it");
+  refuse_setting(
+      key, value, p,
+      "not divisible by " + tp_text(tp) + " (" + what + " are split over the TP ranks)",
+      "a multiple of " + std::to_string(tp) + ", or a tensor-parallel size that divides it");
 }
 
 // A feature the tensor-parallel engine does not implement.
 [[noreturn]] void not_with_tp(const std::string& key, const json& value, int64_t tp,
                               const std::string& what, const std::string& accepted,
                               const Provenance& p) {
-  refuse(key, value, p, what + " is not implemented with tensor parallelism (" + tp_text(tp) + ")",
-         accepted + ", or model.tensor_model_parallel_size=1");
+  refuse_setting(key, value, p,
+                 what + " is not implemented with tensor parallelism (" + tp_text(tp) + ")",
+                 accepted + ", or model.tensor_model_parallel_size=1");
 }
 
 }  // namespace
@@ -44,22 +39,24 @@ void check_tensor_parallel(const ConfigContainer& c, const Provenance& p) {
   const auto& m = c.model;
   const int64_t tp = m.tensor_model_parallel_size;
   if (tp < 1) {
-    refuse("model.tensor_model_parallel_size", tp, p, "out of range", "an integer >= 1");
+    refuse_setting("model.tensor_model_parallel_size", tp, p, "out of range", "an integer >= 1");
   }
   if (tp == 1) {
     // MCore ModelParallelConfig.__post_init__, which Megatron-Bridge's model provider runs.
     if (m.sequence_parallel) {
-      refuse("model.sequence_parallel", true, p,
-             "Can not use sequence paralllelism without tensor parallelism (" + tp_text(tp) + ")",
-             "false with one TP rank, or model.tensor_model_parallel_size > 1 (-tp N sets both)");
+      refuse_setting(
+          "model.sequence_parallel", true, p,
+          "Can not use sequence paralllelism without tensor parallelism (" + tp_text(tp) + ")",
+          "false with one TP rank, or model.tensor_model_parallel_size > 1 (-tp N sets both)");
     }
     return;
   }
   if (!m.sequence_parallel) {
-    refuse("model.sequence_parallel", false, p,
-           "the engine implements tensor parallelism with sequence parallelism only (" +
-               tp_text(tp) + ")",
-           "true with tensor_model_parallel_size > 1 (-tp N sets sequence_parallel = N > 1)");
+    refuse_setting(
+        "model.sequence_parallel", false, p,
+        "the engine implements tensor parallelism with sequence parallelism only (" + tp_text(tp) +
+            ")",
+        "true with tensor_model_parallel_size > 1 (-tp N sets sequence_parallel = N > 1)");
   }
   divisible("model.num_attention_heads", m.num_attention_heads, tp, "attention heads", p);
   divisible("model.num_query_groups", query_groups_of(m), tp, "query groups", p);
@@ -70,11 +67,11 @@ void check_tensor_parallel(const ConfigContainer& c, const Provenance& p) {
   const int64_t padded =
       padded_vocab_size(vocab, m.make_vocab_size_divisible_by, m.should_pad_vocab, tp);
   if (padded % tp != 0) {
-    refuse("model.vocab_size", vocab, p,
-           "the vocabulary is not divisible by " + tp_text(tp) +
-               " (the embedding and output layer are split by vocabulary rows)",
-           "a vocabulary whose size is a multiple of " + std::to_string(tp) +
-               ", model.should_pad_vocab=true, or model.tensor_model_parallel_size=1");
+    refuse_setting("model.vocab_size", vocab, p,
+                   "the vocabulary is not divisible by " + tp_text(tp) +
+                       " (the embedding and output layer are split by vocabulary rows)",
+                   "a vocabulary whose size is a multiple of " + std::to_string(tp) +
+                       ", model.should_pad_vocab=true, or model.tensor_model_parallel_size=1");
   }
   divisible("model.seq_length", m.seq_length, tp, "each sequence's tokens", p);
 
@@ -133,11 +130,11 @@ std::optional<std::string> tp_fsdp_connections_warning(const ConfigContainer& c,
 void check_hsdp(const ConfigContainer& c, int64_t num_gpus, const Provenance& p) {
   const int64_t instances = c.ddp.num_distributed_optimizer_instances;
   const std::string key = "ddp.num_distributed_optimizer_instances";
-  if (instances < 1) refuse(key, instances, p, "out of range", "an integer >= 1");
+  if (instances < 1) refuse_setting(key, instances, p, "out of range", "an integer >= 1");
   const std::string outer_key = "ddp.outer_dp_sharding_strategy";
   const std::string& outer = c.ddp.outer_dp_sharding_strategy;
   if (outer != "no_shard" && outer != "optim") {
-    refuse(outer_key, outer, p, "unknown strategy", "no_shard or optim");
+    refuse_setting(outer_key, outer, p, "unknown strategy", "no_shard or optim");
   }
   const bool hfsdp = outer == "optim";
   const std::string hfsdp_accepted =
@@ -146,9 +143,10 @@ void check_hsdp(const ConfigContainer& c, int64_t num_gpus, const Provenance& p)
   // Megatron-FSDP uses the outer strategy only with hybrid sharding; shardbench refuses optim
   // without instances rather than run something else under HFSDP's name.
   if (hfsdp && instances == 1) {
-    refuse(outer_key, outer, p,
-           "HFSDP shards the optimizer across HSDP instances and this run has one (" + key + "=1)",
-           hfsdp_accepted);
+    refuse_setting(
+        outer_key, outer, p,
+        "HFSDP shards the optimizer across HSDP instances and this run has one (" + key + "=1)",
+        hfsdp_accepted);
   }
   if (instances == 1) return;
   const int64_t model_parallel = c.model.tensor_model_parallel_size *
@@ -156,10 +154,10 @@ void check_hsdp(const ConfigContainer& c, int64_t num_gpus, const Provenance& p)
                                  c.model.pipeline_model_parallel_size;
   const int64_t dp = model_parallel > 0 ? num_gpus / model_parallel : 0;
   if (dp % instances != 0) {
-    refuse(key, instances, p,
-           "does not divide the " + std::to_string(dp) +
-               " data-parallel ranks (each instance is a consecutive slice of them)",
-           "a divisor of the data-parallel size " + std::to_string(dp));
+    refuse_setting(key, instances, p,
+                   "does not divide the " + std::to_string(dp) +
+                       " data-parallel ranks (each instance is a consecutive slice of them)",
+                   "a divisor of the data-parallel size " + std::to_string(dp));
   }
   const bool torch_fsdp2 = c.dist.use_torch_fsdp2;
   const bool megatron_fsdp = c.ddp.use_megatron_fsdp || c.dist.use_megatron_fsdp;
@@ -167,37 +165,39 @@ void check_hsdp(const ConfigContainer& c, int64_t num_gpus, const Provenance& p)
       megatron_fsdp ? !strategy_is(c.ddp.data_parallel_sharding_strategy, FsdpStrategy::kNoShard)
                     : !torch_fsdp2 && c.ddp.use_distributed_optimizer;
   if (!sharded_optimizer) {
-    refuse(key, instances, p,
-           std::string("HSDP needs a sharded optimizer inside each instance; this run has ") +
-               (torch_fsdp2     ? "Torch FSDP2"
-                : megatron_fsdp ? "Megatron FSDP no_shard"
-                                : "DDP without the distributed optimizer"),
-           "1, or more with ddp.use_distributed_optimizer=true (DDP) or Megatron FSDP optim, "
-           "optim_grads or optim_grads_params");
+    refuse_setting(
+        key, instances, p,
+        std::string("HSDP needs a sharded optimizer inside each instance; this run has ") +
+            (torch_fsdp2     ? "Torch FSDP2"
+             : megatron_fsdp ? "Megatron FSDP no_shard"
+                             : "DDP without the distributed optimizer"),
+        "1, or more with ddp.use_distributed_optimizer=true (DDP) or Megatron FSDP optim, "
+        "optim_grads or optim_grads_params");
   }
   if (!hfsdp) return;
   // HFSDP (docs/parallel-layout.md): Megatron-FSDP's, on top of full sharding inside each
   // instance (Megatron-LM's --outer-dp-sharding-strategy: "The "optim" option is only
   // supported when --data-parallel-sharding-strategy is "optim_grads_params"").
   if (!megatron_fsdp || torch_fsdp2) {
-    refuse(outer_key, outer, p,
-           std::string("sharding the optimizer across HSDP instances (HFSDP) is Megatron "
-                       "FSDP's; this run has ") +
-               (torch_fsdp2 ? "Torch FSDP2" : "DDP"),
-           hfsdp_accepted);
+    refuse_setting(outer_key, outer, p,
+                   std::string("sharding the optimizer across HSDP instances (HFSDP) is Megatron "
+                               "FSDP's; this run has ") +
+                       (torch_fsdp2 ? "Torch FSDP2" : "DDP"),
+                   hfsdp_accepted);
   }
   if (!strategy_is(c.ddp.data_parallel_sharding_strategy, FsdpStrategy::kOptimGradsParams)) {
-    refuse(outer_key, outer, p,
-           "Optimizer fully-sharded HFSDP is only supported with full-sharding on DP-Shard "
-           "(Megatron-FSDP); this run has ddp.data_parallel_sharding_strategy=" +
-               c.ddp.data_parallel_sharding_strategy,
-           hfsdp_accepted);
+    refuse_setting(outer_key, outer, p,
+                   "Optimizer fully-sharded HFSDP is only supported with full-sharding on DP-Shard "
+                   "(Megatron-FSDP); this run has ddp.data_parallel_sharding_strategy=" +
+                       c.ddp.data_parallel_sharding_strategy,
+                   hfsdp_accepted);
   }
   if (c.ddp.fp8_param_gather) {
-    refuse(outer_key, outer, p,
-           "the FP8 parameter all-gather (ddp.fp8_param_gather=true) is not implemented across "
-           "HSDP instances",
-           "no_shard, or optim with ddp.fp8_param_gather=false");
+    refuse_setting(
+        outer_key, outer, p,
+        "the FP8 parameter all-gather (ddp.fp8_param_gather=true) is not implemented across "
+        "HSDP instances",
+        "no_shard, or optim with ddp.fp8_param_gather=false");
   }
 }
 

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "harness/config/context_parallel.hpp"
 #include "harness/config/errors.hpp"
 #include "harness/config/field_registry.hpp"
 #include "harness/config/run_device.hpp"
 #include "harness/config/step_injection_rules.hpp"
-#include "harness/config/context_parallel.hpp"
 #include "harness/config/tensor_parallel.hpp"
 #include "harness/config/text.hpp"
 #include "harness/config/wrapper.hpp"

@@ -76,8 +76,8 @@ void gather_rank_step_times(RunRecord& rec, const std::vector<double>& my_step_m
 }
 
 // Context parallelism: the split and rank 0's K/V exchange per step (docs/context-parallel.md).
-void record_context_parallel(RunRecord& rec, const LlamaModel& model,
-                             const std::string& comm_type, int64_t ran, const WorkerContext& ctx) {
+void record_context_parallel(RunRecord& rec, const LlamaModel& model, const std::string& comm_type,
+                             int64_t ran, const WorkerContext& ctx) {
   const ContextParallel& cp = model.context_parallel();
   if (cp.size <= 1) return;
   const CpExchangeStats stats = model.take_cp_stats();
@@ -92,11 +92,12 @@ void record_context_parallel(RunRecord& rec, const LlamaModel& model,
   }
   rec.context_parallel = r;
   if (ctx.rank == 0) {
-    std::printf("perf-launch: context parallelism %d (all_gather): chunks of %lld tokens, rank 0 "
-                "exchanged %.3f MiB of K/V per step in %lld collectives\n",
-                cp.size, static_cast<long long>(r.chunk_tokens),
-                static_cast<double>(r.kv_bytes_per_step) / (1 << 20),
-                static_cast<long long>(r.exchanges_per_step));
+    std::printf(
+        "perf-launch: context parallelism %d (all_gather): chunks of %lld tokens, rank 0 "
+        "exchanged %.3f MiB of K/V per step in %lld collectives\n",
+        cp.size, static_cast<long long>(r.chunk_tokens),
+        static_cast<double>(r.kv_bytes_per_step) / (1 << 20),
+        static_cast<long long>(r.exchanges_per_step));
     std::fflush(stdout);
   }
 }
@@ -295,7 +296,8 @@ RunRecord record_run(const RunPlan& plan, const RunMeasurements& measured,
     record_nccl_user_buffers(rec, engine, ctx);
     gather_rank_step_times(rec, measured.my_step_ms, ctx);
     record_moe(rec, plan.model, engine, ran, ctx);
-    if (plan.model.llama) record_context_parallel(rec, *plan.model.llama, plan.config.model.cp_comm_type, ran, ctx);
+    if (plan.model.llama)
+      record_context_parallel(rec, *plan.model.llama, plan.config.model.cp_comm_type, ran, ctx);
     if (plan.model.llama) record_activation_offload(rec, *plan.model.llama, ran, ctx);
     record_memory(rec, engine, plan.options, plan.model, ctx);
     rec.unit_timing = measured.unit_timing;

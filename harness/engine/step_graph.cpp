@@ -19,8 +19,7 @@ namespace {
 
 int64_t reserved_bytes(at::Device device) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-  return stats.reserved_bytes[static_cast<size_t>(
-                                  c10::CachingAllocator::StatType::AGGREGATE)]
+  return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
       .current;
 }
 
@@ -68,8 +67,7 @@ StepOutputs StepGraph::step(const TrainableModel& model, DataParallelEngine& eng
         "was not called before the model and the engine were built)");
   }
   if (!s.static_batch.defined()) {
-    s.static_batch = at::empty(in.global_batch.sizes(),
-                               in.global_batch.options().device(s.device));
+    s.static_batch = at::empty(in.global_batch.sizes(), in.global_batch.options().device(s.device));
   } else if (s.static_batch.sizes() != in.global_batch.sizes()) {
     throw std::invalid_argument("CUDA graph replay: the global batch changed shape");
   }

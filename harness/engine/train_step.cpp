@@ -68,9 +68,9 @@ at::Tensor forward_backward(const TrainableModel& model, DataParallelEngine& eng
   std::optional<at::Tensor> cp_positions;
   if (cp > 1) {
     const int64_t seq = in.global_batch.size(1) - 1;
-    cp_positions = at::tensor(cp_local_positions(seq, cp, engine.context_parallel_rank()),
-                              at::kLong)
-                       .to(engine.options().device);
+    cp_positions =
+        at::tensor(cp_local_positions(seq, cp, engine.context_parallel_rank()), at::kLong)
+            .to(engine.options().device);
   }
   const auto device = engine.options().device;
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device).dtype(at::kFloat));
@@ -119,8 +119,7 @@ at::Tensor forward_backward(const TrainableModel& model, DataParallelEngine& eng
 }
 
 StepOutputs optimizer_part(const TrainableModel& model, DataParallelEngine& engine,
-                           const StepInputs& in, const at::Tensor& loss_sum,
-                           PhaseTimer* phases) {
+                           const StepInputs& in, const at::Tensor& loss_sum, PhaseTimer* phases) {
   // Megatron-Bridge's name for the range around optimizer.step().
   static const nvtx::Label kOptimizerLabel{"optimizer_step", nvtx::Color::kOptimizer};
   const auto device = engine.options().device;

@@ -158,8 +158,8 @@ json summary_json(const RunRecord& run, const WarmupRule& warmup, int nan_iterat
   // first step does (docs/cuda-graphs.md).
   WarmupRule rule = warmup;
   if (run.cuda_graph && run.cuda_graph->capture_iteration > 0) {
-    rule.skip_first_steps =
-        std::max(rule.skip_first_steps, static_cast<std::size_t>(run.cuda_graph->capture_iteration));
+    rule.skip_first_steps = std::max(rule.skip_first_steps,
+                                     static_cast<std::size_t>(run.cuda_graph->capture_iteration));
   }
   const StepWindow measured = measured_window(n, rule);
   StepWindow eval = evaluation_window(n, rule);

@@ -31,7 +31,8 @@ struct StepRecord {
   // Mixture of experts with expert parallelism: the part of exposed_comm_ms its exchanges took
   // (token counts and dispatch; combine), forward and backward. Absent otherwise.
   std::optional<double> moe_dispatch_ms, moe_combine_ms;
-  // Context parallelism: the part of exposed_comm_ms the K/V exchanges took (docs/context-parallel.md).
+  // Context parallelism: the part of exposed_comm_ms the K/V exchanges took
+  // (docs/context-parallel.md).
   std::optional<double> cp_exchange_ms;
   // A replayed CUDA graph's time (forward, backward and gradient reductions of the step, which a
   // graph does not tell apart); absent on eager steps.
@@ -179,8 +180,8 @@ struct UnitTimingRecord {
 
 // The CUDA graph of a run (StepGraph, harness/engine/step_graph.hpp).
 struct CudaGraphRecord {
-  std::string impl;   // model.cuda_graph_impl: "local"
-  std::string scope;  // model.cuda_graph_scope: "full_iteration"
+  std::string impl;               // model.cuda_graph_impl: "local"
+  std::string scope;              // model.cuda_graph_scope: "full_iteration"
   int64_t warmup_steps = 0;       // eager steps before the capture
   int64_t capture_iteration = 0;  // the iteration that captured (and replayed) the graph; 0: none
   double capture_ms = 0;          // host time of the capture, replay excluded

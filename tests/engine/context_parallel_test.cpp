@@ -107,7 +107,7 @@ Trajectory cp_engine_run(const LlamaDims& dims, const CpCase& c) {
   o.seed = kSeed;
   o.adam = hyper();
   std::mutex mu;
-  std::map<int, std::vector<at::Tensor>> parts;  // by TP rank, from data-parallel rank 0
+  std::map<int, std::vector<at::Tensor>> parts;           // by TP rank, from data-parallel rank 0
   std::map<int, std::vector<double>> losses, grad_norms;  // by global rank
   testing::run_on_ranks_with(
       c.world,

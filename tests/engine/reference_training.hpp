@@ -116,7 +116,7 @@ inline void expect_same_training(const Trajectory& got, const Trajectory& want,
 // Stitches the TP ranks' parts of every parameter into the single-rank shapes; the norm weights
 // (whole on every TP rank) must be the same on all of them.
 inline std::vector<at::Tensor> stitch(const LlamaDims& dims, int tp,
-                               const std::map<int, std::vector<at::Tensor>>& parts) {
+                                      const std::map<int, std::vector<at::Tensor>>& parts) {
   const auto specs = llama_param_specs(dims, tp);
   std::vector<at::Tensor> out;
   for (size_t i = 0; i < specs.size(); ++i) {

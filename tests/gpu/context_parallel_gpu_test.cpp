@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/engine/device_runtime.hpp"
-#include "tests/perf_launch_process.hpp"
 #include "tests/gpu/shared_gpu_launch.hpp"
+#include "tests/perf_launch_process.hpp"
 #include "tests/remove_tree.hpp"
 #include "tests/test_paths.hpp"
 
@@ -35,7 +35,6 @@ const std::string kModel =
 json launch(const fs::path& report, const std::string& args) {
   return testing::perf_launch_report(report, kModel + args);
 }
-
 
 TEST(ContextParallelSharedGpu, Cp2TimesDp2TrainsLikeOneRankInFp32) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";

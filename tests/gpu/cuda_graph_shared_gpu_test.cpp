@@ -29,9 +29,12 @@ constexpr int kWarmup = 2;
 
 const std::string kModel =
     "-m llama -mr llama3_bench_1p5b -g h200 model.num_layers=2 model.vocab_size=8192 -sl 256 "
-    "-gb 8 -mb 1 -ms " + std::to_string(kIters) + " shardbench.hang_timeout_s=120 ";
-const std::string kGraphs = "--cuda_graph_impl local --cuda_graph_scope full_iteration "
-                            "model.cuda_graph_warmup_steps=" + std::to_string(kWarmup) + " ";
+    "-gb 8 -mb 1 -ms " +
+    std::to_string(kIters) + " shardbench.hang_timeout_s=120 ";
+const std::string kGraphs =
+    "--cuda_graph_impl local --cuda_graph_scope full_iteration "
+    "model.cuda_graph_warmup_steps=" +
+    std::to_string(kWarmup) + " ";
 const std::string kFp32 = "shardbench.compute_dtype=fp32 ";
 
 class SharedGpuGraphs : public ::testing::TestWithParam<int> {
@@ -81,8 +84,9 @@ TEST_P(SharedGpuGraphs, EveryMegatronFsdpStrategyWithDdpAndFsdp2InFp32) {
   for (const char* strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
     expect_graph_matches_eager(
         std::string("fsdp_") + strategy,
-        kFp32 + "--use_megatron_fsdp true --compare_wrappers torch_fsdp2 "
-                "model.init_model_with_meta_device=false ddp.data_parallel_sharding_strategy=" +
+        kFp32 +
+            "--use_megatron_fsdp true --compare_wrappers torch_fsdp2 "
+            "model.init_model_with_meta_device=false ddp.data_parallel_sharding_strategy=" +
             strategy);
   }
 }

@@ -42,9 +42,9 @@ inline SharedGpuLaunch launch_shared_gpu(const std::filesystem::path& report,
 // was written. A non-zero exit is a test failure (with perf-launch's output).
 inline nlohmann::json perf_launch_report(const std::filesystem::path& report,
                                          const std::string& args) {
-  const testing_util::LaunchResult r = testing_util::run_shell(
-      std::string(SHARDBENCH_PERF_LAUNCH) + " " + args +
-      " shardbench.report_path=" + report.string() + " 2>&1");
+  const testing_util::LaunchResult r =
+      testing_util::run_shell(std::string(SHARDBENCH_PERF_LAUNCH) + " " + args +
+                              " shardbench.report_path=" + report.string() + " 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   if (!std::filesystem::exists(report)) return nlohmann::json();
   return nlohmann::json::parse(std::ifstream(report));
@@ -58,7 +58,8 @@ inline std::vector<double> step_values(const nlohmann::json& run, const char* ke
 }
 
 // The report's run of `wrapper` ("ddp", "megatron_fsdp", "torch_fsdp2").
-inline const nlohmann::json& run_labelled(const nlohmann::json& report, const std::string& wrapper) {
+inline const nlohmann::json& run_labelled(const nlohmann::json& report,
+                                          const std::string& wrapper) {
   for (const nlohmann::json& run : report.at("runs")) {
     if (run.at("identity").at("wrapper") == wrapper) return run;
   }

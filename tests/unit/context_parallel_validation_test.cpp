@@ -20,8 +20,8 @@ ValidationContext clean_env() {
 
 // The tiny CPU model (sequence 32) on `gpus` gloo ranks.
 ResolvedConfig resolve_tiny(std::vector<std::string> extra, const std::string& gpus = "4") {
-  std::vector<std::string> args = {"-m", "llama", "-mr", "llama3_tiny_cpu", "-ng", gpus,
-                                   "-g", "cpu"};
+  std::vector<std::string> args = {"-m",  "llama", "-mr", "llama3_tiny_cpu",
+                                   "-ng", gpus,    "-g",  "cpu"};
   args.insert(args.end(), extra.begin(), extra.end());
   return resolve_from_args(args, clean_env());
 }
@@ -105,8 +105,7 @@ TEST(ContextParallelValidation, RefusesWhatTheEngineDoesNotRun) {
                 .find("mixed_precision.fp8"),
             std::string::npos);
   // The world must divide by TP x CP x PP (Megatron-Bridge's rule).
-  EXPECT_NE(tiny_error({"-cp", "4"}, "2").find("not divisible by TP * PP * CP"),
-            std::string::npos)
+  EXPECT_NE(tiny_error({"-cp", "4"}, "2").find("not divisible by TP * PP * CP"), std::string::npos)
       << tiny_error({"-cp", "4"}, "2");
 }
 

@@ -432,13 +432,13 @@ TEST(Validation, CudaGraphScopesFollowMegatronBridge) {
   EXPECT_EQ(error_of(scope_only),
             "model.cuda_graph_scope=[full_iteration] with model.cuda_graph_impl=none: a scope "
             "needs graphs (accepted with none: [])");
-  for (const StringList& scope :
-       {StringList{}, StringList{"attn"}, StringList{"attn", "mlp"},
-        StringList{"full_iteration", "attn"}}) {
+  for (const StringList& scope : {StringList{}, StringList{"attn"}, StringList{"attn", "mlp"},
+                                  StringList{"full_iteration", "attn"}}) {
     ConfigContainer c = whole_step_graph_config();
     c.model.cuda_graph_scope = scope;
-    EXPECT_TRUE(contains(error_of(c), "the local implementation captures the whole iteration "
-                                      "only"))
+    EXPECT_TRUE(contains(error_of(c),
+                         "the local implementation captures the whole iteration "
+                         "only"))
         << scope.size();
     EXPECT_TRUE(contains(error_of(c), "accepted: [full_iteration]"));
   }

@@ -27,7 +27,8 @@ std::vector<int64_t> natural_sources(int cp) {
   std::vector<int64_t> src(static_cast<size_t>(2 * cp), -1);
   for (int r = 0; r < cp; ++r) {
     const std::vector<int64_t> chunks = cp_chunk_ids(cp, r);
-    for (int64_t h = 0; h < 2; ++h) src[static_cast<size_t>(chunks[static_cast<size_t>(h)])] = 2 * r + h;
+    for (int64_t h = 0; h < 2; ++h)
+      src[static_cast<size_t>(chunks[static_cast<size_t>(h)])] = 2 * r + h;
   }
   return src;
 }
@@ -36,7 +37,8 @@ std::vector<int64_t> natural_sources(int cp) {
 std::vector<int64_t> local_sources(int cp) {
   const std::vector<int64_t> src = natural_sources(cp);
   std::vector<int64_t> inv(src.size());
-  for (size_t k = 0; k < src.size(); ++k) inv[static_cast<size_t>(src[k])] = static_cast<int64_t>(k);
+  for (size_t k = 0; k < src.size(); ++k)
+    inv[static_cast<size_t>(src[k])] = static_cast<int64_t>(k);
   return inv;
 }
 
@@ -53,8 +55,8 @@ ProcessGroup& group_of(AutogradContext* ctx) {
 
 struct GatherKvFn : torch::autograd::Function<GatherKvFn> {
   // x [B, s, R...]; `group`, `stats`, `timer`: pointers as integers (autograd's saved data).
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group,
-                            int64_t stats, int64_t timer) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group, int64_t stats,
+                            int64_t timer) {
     ProcessGroup& g = *reinterpret_cast<ProcessGroup*>(group);
     const int64_t n = g.world();
     if (x.size(1) % 2 != 0) {
@@ -79,9 +81,10 @@ struct GatherKvFn : torch::autograd::Function<GatherKvFn> {
       st->exchanges += 1;
     }
     // [n, B, 2, chunk, R] -> [n, 2, B, chunk, R] (rank-major halves) -> natural chunk order.
-    const at::Tensor halves = out.view({n, b, 2, chunk, rest}).permute({0, 2, 1, 3, 4})
-                                  .reshape({2 * n, b, chunk, rest});
-    const at::Tensor src = at::tensor(natural_sources(static_cast<int>(n)), at::kLong).to(x.device());
+    const at::Tensor halves =
+        out.view({n, b, 2, chunk, rest}).permute({0, 2, 1, 3, 4}).reshape({2 * n, b, chunk, rest});
+    const at::Tensor src =
+        at::tensor(natural_sources(static_cast<int>(n)), at::kLong).to(x.device());
     std::vector<int64_t> shape = x.sizes().vec();
     shape[1] = n * s;
     return halves.index_select(0, src).permute({1, 0, 2, 3}).reshape(shape);
@@ -95,11 +98,15 @@ struct GatherKvFn : torch::autograd::Function<GatherKvFn> {
     const int64_t rest = grad.numel() / (b * full);
     // Natural chunks -> rank-major halves [n, 2, B, chunk, R] -> [n, B, 2, chunk, R]: rank j's
     // block is its local [B, s, R].
-    const at::Tensor src = at::tensor(local_sources(static_cast<int>(n)), at::kLong)
-                               .to(grad.device());
-    at::Tensor blocks = grad.view({b, 2 * n, chunk, rest}).permute({1, 0, 2, 3})
-                            .index_select(0, src).view({n, 2, b, chunk, rest})
-                            .permute({0, 2, 1, 3, 4}).contiguous().view({-1});
+    const at::Tensor src =
+        at::tensor(local_sources(static_cast<int>(n)), at::kLong).to(grad.device());
+    at::Tensor blocks = grad.view({b, 2 * n, chunk, rest})
+                            .permute({1, 0, 2, 3})
+                            .index_select(0, src)
+                            .view({n, 2, b, chunk, rest})
+                            .permute({0, 2, 1, 3, 4})
+                            .contiguous()
+                            .view({-1});
     std::vector<int64_t> shape = grad.sizes().vec();
     shape[1] = 2 * chunk;
     at::Tensor out = at::empty(shape, grad.options());
@@ -135,8 +142,8 @@ at::Tensor gather_kv(const at::Tensor& x, ProcessGroup& group, CpExchangeStats* 
                            reinterpret_cast<int64_t>(timer));
 }
 
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            int cp, int cp_rank, bool enable_gqa) {
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int cp,
+                            int cp_rank, bool enable_gqa) {
   const int64_t s = q.size(2);
   const int64_t chunk = s / 2;
   if (s % 2 != 0 || k.size(2) != cp * s || v.size(2) != cp * s) {

@@ -51,8 +51,8 @@ at::Tensor gather_kv(const at::Tensor& x, ProcessGroup& group, CpExchangeStats* 
 // [0, (c0 + 1) x chunk), the second (c1) to [0, (c1 + 1) x chunk), each with the causal mask of
 // its global positions (PyTorch's is_causal is top-left aligned, so a query chunk that sees a
 // longer key range needs an explicit mask). Returns [B, H, s, D].
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            int cp, int cp_rank, bool enable_gqa);
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int cp,
+                            int cp_rank, bool enable_gqa);
 
 }  // namespace cp
 }  // namespace shardbench
