@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The validation table of perf-project against published multi-GPU runs: published.json's points
+beside make_projections.sh's projections (projections.tgz). Prints the markdown tables README.md
+and docs/projection.md quote and, with --json FILE, writes every row as JSON. Python 3 standard
+library only. Run from the repository root:
+python3 results/h200/projection_validation_2026-12-06/table.py [--json FILE]
+
+For a point measured at GPU counts N_s < ... < N_l, with published p(N) and projected q(N) tokens/s
+per GPU:
+  implementation difference  q(N_s) / p(N_s) - 1   (the one-GPU run against the published
+                                                    per-GPU figure where both start; not the
+                                                    projection's business)
+  scaling ratio              p(N_l) / p(N_s) and q(N_l) / q(N_s)
+  scaling-ratio error        (q(N_l) / q(N_s)) / (p(N_l) / p(N_s)) - 1
+  absolute error at N        q(N) / p(N) - 1 = (1 + implementation) x (1 + scaling error) - 1 at N_l
+"""
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VARIANTS = ("base", "scale", "scale_f05")
+VARIANT_TEXT = {"base": "off", "scale": "auto + jitter", "scale_f05": "auto + jitter + F 0.5"}
+WRAPPERS = {"fsdp2": "FSDP2", "mfsdp": "Megatron FSDP"}
+# The shardbench wrapper closest to each point's framework (PyTorch FSDP FULL_SHARD -> FSDP2).
+PRIMARY = {"bridge_llama3_8b_h100": "mfsdp"}
+PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0}  # dense bf16, docs/perf-project.md's peak table
+
+
+def point_rows(point, projected):
+    """Rows of one published point. projected(wrapper, variant, n) -> the projected run's dict."""
+    ms = sorted(point["measurements"], key=lambda m: m["num_gpus"])
+    ns, nl = ms[0]["num_gpus"], ms[-1]["num_gpus"]
+    pub = {m["num_gpus"]: m["tokens_per_s_per_gpu"] for m in ms}
+    rows = []
+    for w in WRAPPERS:
+        for v in VARIANTS:
+            q = {m["num_gpus"]: projected(w, v, m["num_gpus"])["tokens_per_s_per_rank"] for m in ms}
+            tf_s = projected(w, v, ns)["tflops_per_s_per_rank"]
+            m0 = ms[0]
+            pub_tf = m0.get("model_tflops_per_s_per_gpu",
+                            m0.get("mfu_percent", 0) * PEAK_TFLOPS[point["gpu"]] / 100)
+            row = {
+                "point": point["id"], "wrapper": w, "variant": v,
+                "primary": w == PRIMARY.get(point["id"], "fsdp2"),
+                "num_gpus": [m["num_gpus"] for m in ms],
+                "published_tokens_per_s_per_gpu": [pub[n] for n in pub],
+                "projected_tokens_per_s_per_gpu": [q[n] for n in pub],
+                "absolute_error": [q[n] / pub[n] - 1 for n in pub],
+                "implementation_difference": q[ns] / pub[ns] - 1,
+                "published_model_tflops_per_gpu_smallest": pub_tf,
+                "projected_model_tflops_per_gpu_smallest": tf_s,
+                "tflops_difference_smallest": tf_s / pub_tf - 1 if pub_tf else None,
+                "published_ratio": None, "projected_ratio": None, "scaling_ratio_error": None,
+            }
+            if nl != ns:
+                row["published_ratio"] = pub[nl] / pub[ns]
+                row["projected_ratio"] = q[nl] / q[ns]
+                row["scaling_ratio_error"] = row["projected_ratio"] / row["published_ratio"] - 1
+            rows.append(row)
+    return rows
+
+
+def worst(rows, **where):
+    keep = [r for r in rows if r["scaling_ratio_error"] is not None
+            and all(r[k] == v for k, v in where.items())]
+    return max(keep, key=lambda r: abs(r["scaling_ratio_error"])) if keep else None
+
+
+def pct(x):
+    return "n/a" if x is None else f"{100 * x:+.1f}%"
+
+
+def markdown(rows):
+    out = ["| point | wrapper | effects | GPUs | published tokens/s/GPU | projected tokens/s/GPU "
+           "| absolute error | implementation difference | published ratio | projected ratio "
+           "| scaling-ratio error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            r["point"], WRAPPERS[r["wrapper"]], VARIANT_TEXT[r["variant"]],
+            " / ".join(str(n) for n in r["num_gpus"]),
+            " / ".join(f"{x:,.0f}" for x in r["published_tokens_per_s_per_gpu"]),
+            " / ".join(f"{x:,.0f}" for x in r["projected_tokens_per_s_per_gpu"]),
+            " / ".join(pct(x) for x in r["absolute_error"]), pct(r["implementation_difference"]),
+            "n/a" if r["published_ratio"] is None else f"{r['published_ratio']:.3f}",
+            "n/a" if r["projected_ratio"] is None else f"{r['projected_ratio']:.3f}",
+            pct(r["scaling_ratio_error"])))
+    return "\n".join(out)
+
+
+def load():
+    published = json.loads((HERE / "published.json").read_text())
+    tgz = tarfile.open(HERE / "projections.tgz")
+
+    def projected_for(pid):
+        def projected(w, v, n):
+            f = tgz.extractfile(f"projections/{pid}_{w}_{v}_ng{n}.json")
+            return json.load(f)["runs"][0]
+        return projected
+    rows = []
+    for p in published["points"]:
+        rows += point_rows(p, projected_for(p["id"]))
+    return rows
+
+
+def main(argv):
+    rows = load()
+    primary = [r for r in rows if r["primary"]]
+    print("Primary wrapper, every set of scale effects:\n")
+    print(markdown(primary))
+    print("\nThe other wrapper:\n")
+    print(markdown([r for r in rows if not r["primary"]]))
+    print("\nShape-independent view at the smallest GPU count (model TFLOP/s per GPU, primary wrapper, effects off):\n")
+    print("| point | published | projected | difference |\n|---|---|---|---|")
+    for r in primary:
+        if r["variant"] == "base":
+            print(f"| {r['point']} | {r['published_model_tflops_per_gpu_smallest']:.0f} | "
+                  f"{r['projected_model_tflops_per_gpu_smallest']:.0f} | {pct(r['tflops_difference_smallest'])} |")
+    for label, where in (("primary, effects off", {"primary": True, "variant": "base"}),
+                         ("primary, any effects", {"primary": True}),
+                         ("any wrapper, any effects", {})):
+        w = worst(rows, **where)
+        print(f"\nworst scaling-ratio error ({label}): {pct(w['scaling_ratio_error'])} "
+              f"({w['point']}, {WRAPPERS[w['wrapper']]}, {VARIANT_TEXT[w['variant']]})")
+    if "--json" in argv:
+        Path(argv[argv.index("--json") + 1]).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
