@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""scripts/graph_gap on hand-made reports: an eager and a graphed run, each with its profiler
+folder, give the table's step time, phase, busy time without NCCL's kernels, host gap, memory,
+capture time and pool; a run without a kernel summary has no gap; a folder with no report exits
+2. Python 3 standard library; under a second."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "graph_gap"
+failures = []
+
+
+def report(path, graph):
+    phases = {"graph": 80.0, "optimizer": 9.0} if graph else \
+        {"forward": 30.0, "backward": 55.0, "optimizer": 9.0}
+    run = {"label": "ddp", "identity": {"recipe": "r", "world_size": 1},
+           "summary": {"step_time_ms": {"median": 100.0 if not graph else 92.0},
+                       "phase_ms_median": phases},
+           "memory": {"allocator_peak": {"max_allocated": {"bytes": 2 * 1024 ** 3}}}}
+    if graph:
+        run["cuda_graph"] = {"capture_ms": 50.0, "graph_pool_bytes": 3 * 2 ** 20}
+    path.write_text(json.dumps({"runs": [run]}))
+
+
+def kernels(folder, rows):
+    folder.mkdir()
+    (folder / "r_ddp_ws1_rank0.kernels.json").write_text(json.dumps(
+        {"rows": [{"name": n, "calls": 1, "total_us": u * 2, "us_per_step": u} for n, u in rows],
+         "steps": 2}))
+
+
+with tempfile.TemporaryDirectory() as d:
+    d = Path(d)
+    report(d / "r_ddp-eager_ws1.json", graph=False)
+    report(d / "r_ddp-graph_ws1.json", graph=True)
+    report(d / "r_ddp-noprof_ws1.json", graph=False)
+    kernels(d / "profile_ddp-eager", [("gemm", 90000.0), ("ncclDevKernel_AllReduce", 5000.0)])
+    kernels(d / "profile_ddp-graph", [("gemm", 91000.0), ("Memcpy HtoD", 500.0)])
+    out = subprocess.run([sys.executable, str(SCRIPT), str(d), "--json", str(d / "t.json")],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        failures.append("exit %d: %s" % (out.returncode, out.stderr))
+    else:
+        rows = {r["report"]: r for r in json.loads((d / "t.json").read_text())}
+        eager, graph, noprof = (rows["r_ddp-eager_ws1.json"], rows["r_ddp-graph_ws1.json"],
+                                rows["r_ddp-noprof_ws1.json"])
+        want = [(eager["busy_ms"], 90.0), (eager["host_gap_ms"], 10.0), (eager["phase_ms"], 85.0),
+                (graph["busy_ms"], 91.5), (graph["host_gap_ms"], 0.5), (graph["phase_ms"], 80.0),
+                (graph["capture_ms"], 50.0), (graph["graph_pool_bytes"], 3 * 2 ** 20)]
+        for got, exp in want:
+            if got is None or abs(got - exp) > 1e-9:
+                failures.append("got %r, want %r" % (got, exp))
+        if noprof["host_gap_ms"] is not None or noprof["graph"]:
+            failures.append("a run without a profile: %r" % noprof)
+        if "| r_ddp-graph_ws1.json | yes | 92.00 | 80.00 | 91.50 | 0.50 |" not in out.stdout:
+            failures.append("table row: " + out.stdout)
+    empty = Path(tempfile.mkdtemp())
+    out = subprocess.run([sys.executable, str(SCRIPT), str(empty)], capture_output=True, text=True)
+    if out.returncode != 2 or "no reports" not in out.stderr:
+        failures.append("empty folder: exit %d, %s" % (out.returncode, out.stderr))
+    os.rmdir(empty)
+
+for f in failures:
+    print("FAIL:", f)
+print("graph_gap_test: %d failure(s)" % len(failures))
+sys.exit(1 if failures else 0)
