@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/gpu/shared_gpu_launch.hpp"
@@ -37,7 +38,34 @@ const std::string kGraphs =
     std::to_string(kWarmup) + " ";
 const std::string kFp32 = "shardbench.compute_dtype=fp32 ";
 
-class SharedGpuGraphs : public ::testing::TestWithParam<int> {
+// One case: a name and perf-launch's arguments beyond the model's.
+struct GraphCase {
+  const char* name;
+  std::string args;
+};
+
+const std::vector<GraphCase>& graph_cases() {
+  static const std::vector<GraphCase> cases = [] {
+    std::vector<GraphCase> c;
+    // Each Megatron FSDP strategy, with the DDP baseline (distributed optimizer) and FSDP2.
+    for (const char* strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
+      c.push_back({strategy, kFp32 +
+                                 "--use_megatron_fsdp true --compare_wrappers torch_fsdp2 "
+                                 "model.init_model_with_meta_device=false "
+                                 "ddp.data_parallel_sharding_strategy=" +
+                                 std::string(strategy)});
+    }
+    c.push_back({"bf16_double_buffer",
+                 "--use_megatron_fsdp true ddp.fsdp_double_buffer=true "
+                 "ddp.suggested_communication_unit_size=1000000"});
+    c.push_back({"plain_ddp_fp32", kFp32 + "ddp.use_distributed_optimizer=false "
+                                           "optimizer.use_distributed_optimizer=false"});
+    return c;
+  }();
+  return cases;
+}
+
+class SharedGpuGraphs : public ::testing::TestWithParam<std::tuple<int, int>> {
  protected:
   void SetUp() override {
     char pattern[] = "/tmp/shardbench-graphs-XXXXXX";
@@ -48,7 +76,7 @@ class SharedGpuGraphs : public ::testing::TestWithParam<int> {
 
   // Eager and graphed runs of `args`; every run matches bit for bit.
   void expect_graph_matches_eager(const std::string& name, const std::string& args) {
-    const int world = GetParam();
+    const int world = std::get<0>(GetParam());
     const auto eager = launch_shared_gpu(dir_ / (name + "_eager.json"), kModel, world, args);
     const auto graphed =
         launch_shared_gpu(dir_ / (name + "_graphed.json"), kModel, world, kGraphs + args);
@@ -80,27 +108,21 @@ class SharedGpuGraphs : public ::testing::TestWithParam<int> {
   fs::path dir_;
 };
 
-TEST_P(SharedGpuGraphs, EveryMegatronFsdpStrategyWithDdpAndFsdp2InFp32) {
-  for (const char* strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
-    expect_graph_matches_eager(
-        std::string("fsdp_") + strategy,
-        kFp32 +
-            "--use_megatron_fsdp true --compare_wrappers torch_fsdp2 "
-            "model.init_model_with_meta_device=false ddp.data_parallel_sharding_strategy=" +
-            strategy);
-  }
+// Every run of the case's report (the requested wrapper, and the DDP baseline and FSDP2 where
+// the case compares them) replays bit for bit like its eager run.
+TEST_P(SharedGpuGraphs, GraphedRunsMatchEagerBitForBit) {
+  const GraphCase& c = graph_cases()[static_cast<size_t>(std::get<1>(GetParam()))];
+  expect_graph_matches_eager(c.name, c.args);
 }
 
-TEST_P(SharedGpuGraphs, Bf16DoubleBufferAndPlainDdp) {
-  expect_graph_matches_eager("fsdp_bf16_double_buffer",
-                             "--use_megatron_fsdp true ddp.fsdp_double_buffer=true "
-                             "ddp.suggested_communication_unit_size=1000000");
-  expect_graph_matches_eager("ddp_fp32", kFp32 +
-                                             "ddp.use_distributed_optimizer=false "
-                                             "optimizer.use_distributed_optimizer=false");
-}
-
-INSTANTIATE_TEST_SUITE_P(WorldSize, SharedGpuGraphs, ::testing::Values(2, 4));
+INSTANTIATE_TEST_SUITE_P(
+    WorldSizeAndCase, SharedGpuGraphs,
+    ::testing::Combine(::testing::Values(2, 4),
+                       ::testing::Range(0, static_cast<int>(graph_cases().size()))),
+    [](const auto& info) {
+      return "ws" + std::to_string(std::get<0>(info.param)) + "_" +
+             graph_cases()[static_cast<size_t>(std::get<1>(info.param))].name;
+    });
 
 }  // namespace
 }  // namespace shardbench
