@@ -20,7 +20,11 @@ def report(path, graph):
         {"forward": 30.0, "backward": 55.0, "optimizer": 9.0}
     run = {"label": "ddp", "identity": {"recipe": "r", "world_size": 1},
            "summary": {"step_time_ms": {"median": 100.0 if not graph else 92.0},
-                       "phase_ms_median": phases},
+                       "phase_ms_median": phases,
+                       "measured_window": {"begin_index": 2, "end_index": 5}},
+           # Steps 1-2 fall before the window; rank 1's times are not rank 0's.
+           "per_rank_step_ms": [[500.0, 300.0, 99.0, 98.0, 97.0 if not graph else 91.5],
+                                [1.0, 1.0, 1.0, 1.0, 1.0]],
            "memory": {"allocator_peak": {"max_allocated": {"bytes": 2 * 1024 ** 3}}}}
     if graph:
         run["cuda_graph"] = {"capture_ms": 50.0, "graph_pool_bytes": 3 * 2 ** 20}
@@ -51,13 +55,17 @@ with tempfile.TemporaryDirectory() as d:
                                 rows["r_ddp-noprof_ws1.json"])
         want = [(eager["busy_ms"], 90.0), (eager["host_gap_ms"], 10.0), (eager["phase_ms"], 85.0),
                 (graph["busy_ms"], 91.5), (graph["host_gap_ms"], 0.5), (graph["phase_ms"], 80.0),
-                (graph["capture_ms"], 50.0), (graph["graph_pool_bytes"], 3 * 2 ** 20)]
+                (graph["capture_ms"], 50.0), (graph["graph_pool_bytes"], 3 * 2 ** 20),
+                (eager["device_step_ms"], 98.0), (eager["device_gap_ms"], 8.0),
+                (graph["device_step_ms"], 98.0), (graph["device_gap_ms"], 6.5)]
         for got, exp in want:
             if got is None or abs(got - exp) > 1e-9:
                 failures.append("got %r, want %r" % (got, exp))
-        if noprof["host_gap_ms"] is not None or noprof["graph"]:
+        if noprof["host_gap_ms"] is not None or noprof["device_gap_ms"] is not None or \
+                noprof["graph"]:
             failures.append("a run without a profile: %r" % noprof)
-        if "| r_ddp-graph_ws1.json | yes | 92.00 | 80.00 | 91.50 | 0.50 |" not in out.stdout:
+        if "| r_ddp-graph_ws1.json | yes | 92.00 | 80.00 | 91.50 | 0.50 | 98.00 | 6.50 |" \
+                not in out.stdout:
             failures.append("table row: " + out.stdout)
     empty = Path(tempfile.mkdtemp())
     out = subprocess.run([sys.executable, str(SCRIPT), str(empty)], capture_output=True, text=True)
