@@ -34,18 +34,7 @@ using reference::Trajectory;
 // Grouped-query attention (4 heads, 2 groups) that TP 2 splits; 16 positions: 2 x CP chunks
 // for CP 2 and 4, and each CP 2 rank's 8 positions split again over TP 2. The parameters do not
 // divide evenly into 4 shards.
-LlamaDims cp_dims() {
-  LlamaDims d;
-  d.num_layers = 2;
-  d.hidden = 20;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 6;
-  d.ffn = 22;
-  d.vocab = 38;
-  d.seq_length = 16;
-  return d;
-}
+LlamaDims cp_dims() { return reference::gqa_split_dims(16); }
 
 // The K/V all-gather returns the whole sequence in natural order on every CP rank, and its
 // backward hands each rank the sum over ranks of the gradient at its own positions.

@@ -37,6 +37,22 @@ inline LlamaDims odd_dims() {
   return d;
 }
 
+// Grouped-query attention that tensor and context parallelism split (hidden 20, 4 heads of 6 over
+// 2 query groups, FFN 22, vocabulary 38) with `seq` positions: the TP parts and the CP chunks do
+// not divide evenly into the data-parallel shards. The tensor- and context-parallel tests' model.
+inline LlamaDims gqa_split_dims(int64_t seq) {
+  LlamaDims d;
+  d.num_layers = 2;
+  d.hidden = 20;
+  d.heads = 4;
+  d.kv_heads = 2;
+  d.head_dim = 6;
+  d.ffn = 22;
+  d.vocab = 38;
+  d.seq_length = seq;
+  return d;
+}
+
 inline AdamWHyper hyper() {
   AdamWHyper h;
   h.lr = kLr;

@@ -12,17 +12,17 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include "harness/config/parallel_layout.hpp"
 #include "harness/engine/bench_run.hpp"
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
 #include "harness/measure/flops.hpp"
-#include "harness/config/parallel_layout.hpp"
+#include "tests/engine/case_strategy.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
 #include "tests/main_grad_hooks.hpp"
-#include "workloads/llama/tensor_parallel.hpp"
 #include "workloads/llama/llama_model.hpp"
-#include "tests/engine/case_strategy.hpp"
+#include "workloads/llama/tensor_parallel.hpp"
 
 namespace shardbench {
 namespace {
@@ -38,18 +38,7 @@ using reference::Trajectory;
 
 // Heads, query groups, FFN, vocabulary and sequence divide by 2; the TP parts do not divide
 // evenly into 2 data-parallel shards (qkv 24 x 20, fc1 22 x 20, fc2 20 x 11, vocabulary 19 rows).
-LlamaDims tp_dims() {
-  LlamaDims d;
-  d.num_layers = 2;
-  d.hidden = 20;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 6;
-  d.ffn = 22;
-  d.vocab = 38;
-  d.seq_length = 8;
-  return d;
-}
+LlamaDims tp_dims() { return reference::gqa_split_dims(8); }
 
 // The engine's parts (llama_param_specs) against the torch-free counts the memory model and the
 // dry run use (decoder_param_counts): the same elements per TP rank, the norms whole.

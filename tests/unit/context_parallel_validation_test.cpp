@@ -7,23 +7,16 @@
 #include "harness/config/errors.hpp"
 #include "harness/config/parallel_layout.hpp"
 #include "harness/config/resolve.hpp"
+#include "tests/resolve_error.hpp"
 
 namespace shardbench {
 namespace {
 
-ValidationContext clean_env() {
-  ValidationContext ctx;
-  ctx.getenv = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
-  ctx.cuda_device_count = [] { return 0; };
-  return ctx;
-}
+using testing_util::no_gpu;
 
 // The tiny CPU model (sequence 32) on `gpus` gloo ranks.
-ResolvedConfig resolve_tiny(std::vector<std::string> extra, const std::string& gpus = "4") {
-  std::vector<std::string> args = {"-m",  "llama", "-mr", "llama3_tiny_cpu",
-                                   "-ng", gpus,    "-g",  "cpu"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return resolve_from_args(args, clean_env());
+ResolvedConfig resolve_tiny(const std::vector<std::string>& extra, const std::string& gpus = "4") {
+  return testing_util::resolve_tiny_cpu(extra, gpus);
 }
 
 std::string tiny_error(std::vector<std::string> extra, const std::string& gpus = "4") {

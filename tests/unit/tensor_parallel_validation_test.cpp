@@ -10,30 +10,23 @@
 #include "harness/config/resolve.hpp"
 #include "harness/config/tensor_parallel.hpp"
 #include "harness/config/wrappers.hpp"
+#include "tests/resolve_error.hpp"
 
 namespace shardbench {
 namespace {
 
-ValidationContext clean_env() {
-  ValidationContext ctx;
-  ctx.getenv = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
-  ctx.cuda_device_count = [] { return 0; };
-  return ctx;
-}
+using testing_util::no_gpu;
 
 // The tiny CPU model on 4 gloo ranks: heads 4, query groups 2, FFN 176, vocabulary 512,
 // sequence 32.
-ResolvedConfig resolve_tiny(std::vector<std::string> extra, const std::string& gpus = "4") {
-  std::vector<std::string> args = {"-m", "llama", "-mr", "llama3_tiny_cpu", "-ng", gpus,
-                                   "-g", "cpu"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return resolve_from_args(args, clean_env());
+ResolvedConfig resolve_tiny(const std::vector<std::string>& extra, const std::string& gpus = "4") {
+  return testing_util::resolve_tiny_cpu(extra, gpus);
 }
 
 ResolvedConfig resolve_8b(std::vector<std::string> extra, const std::string& gpu = "h100") {
   std::vector<std::string> args = {"-m", "llama", "-mr", "llama3_8b", "-ng", "8", "-g", gpu};
   args.insert(args.end(), extra.begin(), extra.end());
-  return resolve_from_args(args, clean_env());
+  return resolve_from_args(args, no_gpu());
 }
 
 template <class F>
@@ -59,8 +52,7 @@ TEST(TensorParallelValidation, TpTwoOnAValidModelIsAccepted) {
   const ResolvedConfig r = resolve_tiny({"-tp", "2"});
   EXPECT_EQ(r.config.model.tensor_model_parallel_size, 2);
   EXPECT_TRUE(r.config.model.sequence_parallel);
-  EXPECT_EQ(r.provenance.last_source("model.tensor_model_parallel_size"),
-            "CLI flag -tp");
+  EXPECT_EQ(r.provenance.last_source("model.tensor_model_parallel_size"), "CLI flag -tp");
   EXPECT_EQ(r.provenance.last_source("model.sequence_parallel"), "CLI flag -tp");
   EXPECT_EQ(r.world_size, 4);
   EXPECT_EQ(r.data_parallel_size, 2);
@@ -120,8 +112,9 @@ TEST(TensorParallelValidation, SplitDimensionsMustBeMultiplesOfTp) {
 TEST(TensorParallelValidation, UnpaddedVocabularyMustBeAMultipleOfTp) {
   EXPECT_EQ(tiny_error({"-tp", "2", "model.vocab_size=511"}), "(accepted)");  // padded to 512
   // Padded to 504 (a multiple of 3 x 2), not 501.
-  EXPECT_EQ(tiny_error({"-tp", "2", "model.vocab_size=500", "model.make_vocab_size_divisible_by=3"}),
-            "(accepted)");
+  EXPECT_EQ(
+      tiny_error({"-tp", "2", "model.vocab_size=500", "model.make_vocab_size_divisible_by=3"}),
+      "(accepted)");
   EXPECT_EQ(tiny_error({"-tp", "2", "model.vocab_size=511", "model.should_pad_vocab=false"}),
             "model.vocab_size=511 (from override model.vocab_size=511): the vocabulary is not "
             "divisible by model.tensor_model_parallel_size=2 (the embedding and output layer are "
@@ -208,7 +201,9 @@ TEST(TensorParallelValidation, CudaDeviceMaxConnectionsAsUpstream) {
   EXPECT_EQ(ddp.provenance.last_source("env.CUDA_DEVICE_MAX_CONNECTIONS"), "CLI flag -tp");
   EXPECT_FALSE(has_notice(ddp, "CUDA_DEVICE_MAX_CONNECTIONS"));  // DDP: no conflict
 
-  EXPECT_EQ(error_of([] { resolve_8b({"-tp", "2", "--use_megatron_fsdp", "true"}); }),
+  EXPECT_EQ(error_of([] {
+              resolve_8b({"-tp", "2", "--use_megatron_fsdp", "true"});
+            }),
             "CUDA_DEVICE_MAX_CONNECTIONS=1 (from env.CUDA_DEVICE_MAX_CONNECTIONS): FSDP requires "
             "CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.");
 
@@ -218,13 +213,13 @@ TEST(TensorParallelValidation, CudaDeviceMaxConnectionsAsUpstream) {
       "best performance. sequence parallelism requires setting the environment variable "
       "CUDA_DEVICE_MAX_CONNECTIONS to 1 while Megatron-FSDP requires not setting "
       "CUDA_DEVICE_MAX_CONNECTIONS=1 for better parallelization.";
-  const ResolvedConfig fsdp = resolve_8b(
-      {"-tp", "2", "--use_megatron_fsdp", "true", "env.CUDA_DEVICE_MAX_CONNECTIONS=32"});
+  const ResolvedConfig fsdp =
+      resolve_8b({"-tp", "2", "--use_megatron_fsdp", "true", "env.CUDA_DEVICE_MAX_CONNECTIONS=32"});
   EXPECT_TRUE(std::find(fsdp.notices.begin(), fsdp.notices.end(), warning) != fsdp.notices.end());
-  EXPECT_TRUE(has_notice(resolve_8b({"-tp", "2", "--use_megatron_fsdp", "true",
-                                     "env.CUDA_DEVICE_MAX_CONNECTIONS=32"},
-                                    "h200"),
-                         "with Megatron-FSDP together"));
+  EXPECT_TRUE(has_notice(
+      resolve_8b({"-tp", "2", "--use_megatron_fsdp", "true", "env.CUDA_DEVICE_MAX_CONNECTIONS=32"},
+                 "h200"),
+      "with Megatron-FSDP together"));
   const ResolvedConfig fsdp2 = resolve_8b({"-tp", "2", "dist.use_torch_fsdp2=true",
                                            "model.gradient_accumulation_fusion=false",
                                            "env.CUDA_DEVICE_MAX_CONNECTIONS=32"});
@@ -234,27 +229,26 @@ TEST(TensorParallelValidation, CudaDeviceMaxConnectionsAsUpstream) {
   EXPECT_EQ(b200.config.env.at("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
   EXPECT_FALSE(has_notice(b200, "CUDA_DEVICE_MAX_CONNECTIONS"));
   // Without TP, FSDP on Hopper: no warning.
-  EXPECT_FALSE(has_notice(resolve_8b({"--use_megatron_fsdp", "true"}),
-                          "CUDA_DEVICE_MAX_CONNECTIONS"));
+  EXPECT_FALSE(
+      has_notice(resolve_8b({"--use_megatron_fsdp", "true"}), "CUDA_DEVICE_MAX_CONNECTIONS"));
   // The 405B FSDP recipe sets TP 2 and the FSDP rows' 32 itself: it resolves on Hopper, with
   // the warning, and the recipe's value recorded.
-  const ResolvedConfig r405 =
-      resolve_from_args({"-m", "llama", "-mr", "llama31_405b", "-ng", "128", "-g", "h100",
-                         "--use_megatron_fsdp", "true"},
-                        clean_env());
+  const ResolvedConfig r405 = resolve_from_args({"-m", "llama", "-mr", "llama31_405b", "-ng", "128",
+                                                 "-g", "h100", "--use_megatron_fsdp", "true"},
+                                                no_gpu());
   EXPECT_EQ(r405.config.env.at("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
   EXPECT_EQ(r405.provenance.last_source("env.CUDA_DEVICE_MAX_CONNECTIONS"),
             "recipe llama31_405b_pretrain_128gpu_h100_bf16_config");
   EXPECT_TRUE(std::find(r405.notices.begin(), r405.notices.end(), warning) != r405.notices.end());
   // The launching shell's 1 wins over the recipe, and FSDP refuses it.
-  ValidationContext shell = clean_env();
+  ValidationContext shell = no_gpu();
   shell.getenv = [](const std::string& name) -> std::optional<std::string> {
     if (name == "CUDA_DEVICE_MAX_CONNECTIONS") return "1";
     return std::nullopt;
   };
   EXPECT_EQ(error_of([&] {
-              resolve_from_args({"-m", "llama", "-mr", "llama31_405b", "-ng", "128", "-g",
-                                 "h100", "--use_megatron_fsdp", "true"},
+              resolve_from_args({"-m", "llama", "-mr", "llama31_405b", "-ng", "128", "-g", "h100",
+                                 "--use_megatron_fsdp", "true"},
                                 shell);
             }),
             "CUDA_DEVICE_MAX_CONNECTIONS=1 (from the environment): FSDP requires "
@@ -333,7 +327,7 @@ TEST(HsdpValidation, OuterOptimNeedsInstancesAndMegatronFsdpOptimGradsParams) {
   // The DDP baseline of an HFSDP run: the same instances, replicating one another.
   const ResolvedConfig r = resolve_tiny(
       {"--use_megatron_fsdp", "true", key + "=2", outer, "shardbench.compare_with_ddp=true"});
-  ValidationContext four = clean_env();
+  ValidationContext four = no_gpu();
   four.num_gpus = 4;
   const std::vector<PlannedRun> runs = planned_runs(r.config, four);
   ASSERT_EQ(runs.size(), 2u);
