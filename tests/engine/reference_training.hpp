@@ -155,6 +155,16 @@ inline std::vector<at::Tensor> stitch(const LlamaDims& dims, int tp,
   return out;
 }
 
+// Every step's gradient norm within 1e-5 relative of the reference's, as many steps as it.
+inline void expect_same_grad_norms(const Trajectory& got, const Trajectory& want,
+                                   const std::string& name) {
+  ASSERT_EQ(got.grad_norms.size(), want.grad_norms.size()) << name;
+  for (size_t i = 0; i < want.grad_norms.size(); ++i) {
+    EXPECT_NEAR(got.grad_norms[i], want.grad_norms[i], 1e-5 * want.grad_norms[i])
+        << name << ", gradient norm of step " << i + 1;
+  }
+}
+
 // The weights must have moved: a test that compares unchanged weights proves nothing.
 inline void expect_weights_moved(const Trajectory& ref, const LlamaDims& dims) {
   const auto specs = llama_param_specs(dims);
