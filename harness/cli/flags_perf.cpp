@@ -84,11 +84,14 @@ std::vector<FlagSpec> performance_logging_shardbench_flags() {
        "NCCL user buffers for FSDP communication (applies the nccl_ub override set)", false,
        boolean(&LaunchArgs::nccl_ub), H},
       {"", "--cuda_graph_impl", "Performance", K::kValue, "{none,local,transformer_engine}", "None",
-       "CUDA graphs: local captures the whole step (with --cuda_graph_scope full_iteration); "
+       "CUDA graphs: local captures the whole step (--cuda_graph_scope full_iteration) or each "
+       "layer's attention and MLP parts (--cuda_graph_scope attn,mlp); "
        "transformer_engine is refused",
        false, choice(&LaunchArgs::cuda_graph_impl, {"none", "local", "transformer_engine"}), H},
       {"", "--cuda_graph_scope", "Performance", K::kValue, "CSV", "None",
-       "CUDA graph scopes: full_iteration with --cuda_graph_impl local", false,
+       "CUDA graph scopes with --cuda_graph_impl local: full_iteration, or per layer attn, mlp "
+       "or attn,mlp",
+       false,
        str_list(&LaunchArgs::cuda_graph_scope,
                 {"full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"}),
        H},

@@ -81,7 +81,8 @@ void check_supported(const LaunchArgs& a) {
   if (a.cuda_graph_impl && *a.cuda_graph_impl == "transformer_engine") {
     unsupported(a, "--cuda_graph_impl",
                 "transformer_engine captures through Transformer Engine, which shardbench does not "
-                "use; accepted: none, local (with --cuda_graph_scope full_iteration)");
+                "use; accepted: none, local (with --cuda_graph_scope full_iteration, or attn, "
+                "mlp, attn,mlp)");
   }
   // The scopes' rules (which scopes, with which impl) are validate.cpp's cuda_graph_rules.
   // The Slurm executor explains these itself (slurm/job_spec.cpp); the local one has no container.

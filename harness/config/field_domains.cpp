@@ -47,7 +47,8 @@ const std::string kMoe = "the MoE model (docs/moe.md, section 7)";
 const std::string kMla = "read with model.multi_latent_attention by the MoE model";
 const std::string kMlaYarn = kMla + " when model.rope_type=yarn";
 const std::string kCudaGraphs =
-    "local with model.cuda_graph_scope=[full_iteration], on a GPU (docs/cuda-graphs.md)";
+    "local with model.cuda_graph_scope=[full_iteration] or the per-layer scopes attn, mlp, on a "
+    "GPU (docs/cuda-graphs.md)";
 const std::string kNoRngInStep =
     "a step draws no device random numbers (dropout is refused), so a replayed graph needs no "
     "RNG tracker; recorded";

@@ -319,6 +319,50 @@ void gradient_accumulation_fusion_rules(const ConfigContainer& c) {
   }
 }
 
+// model.cuda_graph_scope with model.cuda_graph_impl=local (docs/cuda-graphs.md, "Per-layer
+// scopes"): full_iteration alone, or the per-layer scopes of a dense layer, attn and mlp.
+// Megatron-Bridge accepts local only as full_iteration and sends per-layer scopes to Transformer
+// Engine (validate_cuda_graph_configuration); Megatron-LM's own local implementation
+// (CudaGraphManager) captures them per layer, and shardbench builds that.
+void cuda_graph_scope_rules(const ConfigContainer& c) {
+  const auto& m = c.model;
+  const std::string head = "model.cuda_graph_scope=[" + join(m.cuda_graph_scope, ",") +
+                           "] with model.cuda_graph_impl=" + m.cuda_graph_impl + ": ";
+  const std::string accepted =
+      "; accepted: [full_iteration], or per layer [attn], [mlp] or [attn,mlp]";
+  if (m.cuda_graph_scope.empty()) {
+    fail(head +
+         "an empty list is the whole layer in Megatron-LM's local implementation, which "
+         "shardbench does not capture as one graph (name the layer's parts)" +
+         accepted);
+  }
+  std::vector<std::string> seen;
+  for (const std::string& scope : m.cuda_graph_scope) {
+    if (scope == "full_iteration" && m.cuda_graph_scope.size() > 1) {
+      fail(head +
+           "full_iteration captures the whole step and combines with no other scope "
+           "(Megatron-Bridge's rule)" +
+           accepted);
+    }
+    if (scope == "moe" || scope == "moe_router" || scope == "moe_preprocess") {
+      fail(head + scope +
+           " is a mixture-of-experts layer's part: shardbench's MoE layers run the dropless "
+           "token dispatch, which reads the routed token counts on the host every layer, and are "
+           "not split into graphable parts (Megatron-LM captures moe only with drop-and-pad, "
+           "moe_router and moe_preprocess up to the dispatch)" +
+           accepted);
+    }
+    if (scope == "mamba") fail(head + "shardbench has no Mamba layers" + accepted);
+    if (scope != "full_iteration" && scope != "attn" && scope != "mlp") {
+      fail(head + "unknown scope " + scope + accepted);
+    }
+    if (std::find(seen.begin(), seen.end(), scope) != seen.end()) {
+      fail(head + scope + " is listed twice" + accepted);
+    }
+    seen.push_back(scope);
+  }
+}
+
 // CUDA graphs (docs/cuda-graphs.md): Megatron-Bridge's scope rules, then what shardbench's
 // whole-step graph cannot capture, each refused with its reason.
 void cuda_graph_rules(const ConfigContainer& c) {
@@ -332,13 +376,9 @@ void cuda_graph_rules(const ConfigContainer& c) {
     return;
   }
   const std::string head = "model.cuda_graph_impl=" + m.cuda_graph_impl + " ";
-  // Megatron-Bridge accepts the local implementation only as a whole-iteration graph
-  // (validate_cuda_graph_configuration); per-layer scopes go through Transformer Engine there.
-  if (m.cuda_graph_scope.size() != 1 || !full_iteration_graph(c)) {
-    fail("model.cuda_graph_scope=" + scope + " with model.cuda_graph_impl=" + m.cuda_graph_impl +
-         ": the local implementation captures the whole iteration only (Megatron-Bridge's rule; "
-         "per-layer attn/mlp/moe scopes need Transformer Engine); accepted: [full_iteration]");
-  }
+  cuda_graph_scope_rules(c);
+  // Per-layer scopes have their own refusals (layer_graph_rules).
+  if (!full_iteration_graph(c)) return;
   const auto refuse = [&](const std::string& setting, const std::string& why) {
     fail(setting + " with " + head + "and cuda_graph_scope=[full_iteration]: " + why);
   };
@@ -398,6 +438,97 @@ void cuda_graph_rules(const ConfigContainer& c) {
     fail("train.train_iters=" + std::to_string(c.train.train_iters) + " with " + head +
          "and model.cuda_graph_warmup_steps=" + std::to_string(m.cuda_graph_warmup_steps) +
          ": the warm-up steps, the capture step and one replayed step need train_iters >= " +
+         std::to_string(m.cuda_graph_warmup_steps + 2) +
+         " (accepted: that many iterations, or fewer warm-up steps, at least 1)");
+  }
+}
+
+// Per-layer CUDA graphs (model.cuda_graph_scope=[attn], [mlp] or [attn,mlp] with
+// model.cuda_graph_impl=local; docs/cuda-graphs.md, "Per-layer scopes"): what the layers' graphs
+// cannot capture, and what the per-layer parity tests do not cover yet, each refused with its
+// reason. `num_gpus`: the run's ranks.
+void layer_graph_rules(const ConfigContainer& c, int64_t num_gpus) {
+  const auto& m = c.model;
+  if (!uses_cuda_graphs(c) || full_iteration_graph(c) || m.cuda_graph_scope.empty()) return;
+  const std::string head = "model.cuda_graph_impl=" + m.cuda_graph_impl +
+                           " and cuda_graph_scope=[" + join(m.cuda_graph_scope, ",") + "]: ";
+  const auto refuse = [&](const std::string& setting, const std::string& why) {
+    fail(setting + " with " + head + why);
+  };
+  const std::string untested =
+      " is not covered by the per-layer graph parity tests yet (accepted: ";
+  if (is_cpu_run(c.shardbench)) {
+    refuse("shardbench.device=cpu", "CUDA graphs need a GPU (accepted: a CUDA device)");
+  }
+  if (m.num_moe_experts) {
+    refuse("model.num_moe_experts=" + std::to_string(*m.num_moe_experts),
+           "the MoE model's layers are not split into attn and mlp graphs (its dropless token "
+           "dispatch reads the routed counts on the host every layer); accepted: a dense model");
+  }
+  if (m.cpu_offloading || c.optimizer.optimizer_cpu_offload) {
+    refuse(m.cpu_offloading ? "model.cpu_offloading=true" : "optimizer.optimizer_cpu_offload=true",
+           "offloading moves a layer's saved tensors through host memory in step with the host, "
+           "inside the parts a layer's graphs capture (Megatron refuses CPU offloading with "
+           "graphs other than full_iteration; accepted: false)");
+  }
+  if (m.recompute_granularity.value_or("") == "full") {
+    refuse("model.recompute_granularity=full",
+           "a recomputed layer runs its forward again inside its backward, outside its graphs "
+           "(Megatron allows full recompute only with full_iteration; accepted: null)");
+  }
+  if (m.recompute_granularity.value_or("") == "selective" || c.shardbench.recompute_swiglu ||
+      c.shardbench.recompute_fc1_layers > 0) {
+    refuse(m.recompute_granularity         ? "model.recompute_granularity=selective"
+           : c.shardbench.recompute_swiglu ? "shardbench.recompute_swiglu=true"
+                                           : "shardbench.recompute_fc1_layers=" +
+                                                 std::to_string(c.shardbench.recompute_fc1_layers),
+           "output-discarding recompute inside a graphed part" + untested + "no recompute)");
+  }
+  if (c.mixed_precision.fp8) {
+    refuse("mixed_precision.fp8=" + *c.mixed_precision.fp8,
+           "the FP8 linears' weight casts, cached per step from host code, and the FP8 "
+           "parameter gather's buffers are not built into the layers' graphs (accepted: bf16 "
+           "or fp32 compute)");
+  }
+  if (m.tensor_model_parallel_size > 1) {
+    refuse("model.tensor_model_parallel_size=" + std::to_string(m.tensor_model_parallel_size),
+           "the layer's tensor-parallel collectives are not built into its graphs (accepted: 1)");
+  }
+  if (m.context_parallel_size > 1) {
+    refuse("model.context_parallel_size=" + std::to_string(m.context_parallel_size),
+           "attention's K/V all-gather over the context-parallel group is not built into the "
+           "attn graph (accepted: 1)");
+  }
+  // The fused weight-gradient GEMMs accumulate inside the backward graph, into the buffer the
+  // engine handed out at capture: persistent, except Megatron FSDP's unsharded grads of a
+  // micro-batch when grads are sharded over more than one rank.
+  if (m.gradient_accumulation_fusion && wrapper_of(c) == Wrapper::kMegatronFsdp && num_gpus > 1 &&
+      (strategy_is(c.ddp.data_parallel_sharding_strategy, FsdpStrategy::kOptimGrads) ||
+       strategy_is(c.ddp.data_parallel_sharding_strategy, FsdpStrategy::kOptimGradsParams))) {
+    refuse("model.gradient_accumulation_fusion=true with ddp.data_parallel_sharding_strategy=" +
+               c.ddp.data_parallel_sharding_strategy + " on " + std::to_string(num_gpus) + " ranks",
+           "the fused weight-gradient GEMMs in a layer's backward graph accumulate into the "
+           "micro-batch's unsharded grad buffer, which Megatron FSDP allocates afresh for every "
+           "micro-batch, so a replay would write where it no longer is (accepted: false, one "
+           "rank, or no_shard or optim)");
+  }
+  for (const auto& [on, setting] : std::vector<std::pair<bool, std::string>>{
+           {c.ddp.nccl_ub, "ddp.nccl_ub=true"},
+           {c.ddp.check_for_nan_in_grad, "ddp.check_for_nan_in_grad=true"},
+           {c.ddp.check_for_large_grads, "ddp.check_for_large_grads=true"},
+           {c.shardbench.unit_timing, "shardbench.unit_timing=true"},
+           {outer_strategy(c.ddp.outer_dp_sharding_strategy) == OuterStrategy::kOptim,
+            "ddp.outer_dp_sharding_strategy=optim"},
+           {c.train.empty_unused_memory_level > 0,
+            "train.empty_unused_memory_level=" +
+                std::to_string(c.train.empty_unused_memory_level)}}) {
+    if (on) refuse(setting, "the setting" + untested + "its default)");
+  }
+  if (c.train.train_iters < m.cuda_graph_warmup_steps + 2) {
+    fail("train.train_iters=" + std::to_string(c.train.train_iters) + " with " + head +
+         "the warm-up steps (model.cuda_graph_warmup_steps=" +
+         std::to_string(m.cuda_graph_warmup_steps) +
+         "), the capture step and one replayed step need train_iters >= " +
          std::to_string(m.cuda_graph_warmup_steps + 2) +
          " (accepted: that many iterations, or fewer warm-up steps, at least 1)");
   }
@@ -709,6 +840,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   fp8_param_gather_rules(config);
   gradient_accumulation_fusion_rules(config);
   cuda_graph_rules(config);
+  layer_graph_rules(config, context.num_gpus);
   deterministic_rules(config, context);
   comparison_runs_rules(config, context);
   return r.notices;

@@ -121,9 +121,22 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   // optim_grads_params only.
   o.outer_shard_optimizer =
       outer_strategy(c.ddp.outer_dp_sharding_strategy) == OuterStrategy::kOptim;
-  // Validation admitted graphs as the whole iteration only (cuda_graph_rules).
-  o.param_sync_in_forward = cuda_graph_impl(c.model.cuda_graph_impl) == CudaGraphImpl::kLocal;
+  // CUDA graphs (cuda_graph_rules admitted local with full_iteration alone or with per-layer
+  // scopes): the whole step launches the post-step parameter gather inside the captured forward;
+  // per-layer graphs read units' gathered weights where they were at capture.
+  const bool local = cuda_graph_impl(c.model.cuda_graph_impl) == CudaGraphImpl::kLocal;
+  o.param_sync_in_forward = local && layer_graph_scopes(c).empty();
+  o.stable_unit_weights = local && !layer_graph_scopes(c).empty();
   return o;
+}
+
+std::vector<LayerScope> layer_graph_scopes(const ConfigContainer& c) {
+  std::vector<LayerScope> scopes;
+  for (const std::string& scope : c.model.cuda_graph_scope) {
+    if (scope == "attn") scopes.push_back(LayerScope::kAttn);
+    if (scope == "mlp") scopes.push_back(LayerScope::kMlp);
+  }
+  return scopes;
 }
 
 LrSchedule lr_schedule_from(const ConfigContainer& config) {
@@ -379,7 +392,8 @@ void build_run(RunPlan& plan, const nlohmann::json& provenance, const std::strin
         std::to_string(ctx.world_size) + " ranks");
   }
   // CUDA graphs: everything the captured step will touch is made on the graph's stream.
-  if (plan.options.param_sync_in_forward) use_graph_compute_stream(ctx.device);
+  const bool graphs = plan.options.param_sync_in_forward || plan.options.stable_unit_weights;
+  if (graphs) use_graph_compute_stream(ctx.device);
   build_model(plan, ctx);
   plan.engine =
       std::make_unique<DataParallelEngine>(*plan.model.spec, plan.options, ctx.engine_pgs);
@@ -387,6 +401,16 @@ void build_run(RunPlan& plan, const nlohmann::json& provenance, const std::strin
   record_engine(plan, ctx);
   if (plan.options.param_sync_in_forward) {
     plan.graph = std::make_unique<StepGraph>(config.model.cuda_graph_warmup_steps, ctx.device);
+  }
+  if (plan.options.stable_unit_weights) {
+    // Validation admitted per-layer scopes for the Llama model on a GPU only.
+    if (!plan.model.llama) {
+      throw std::logic_error("build_run: per-layer CUDA graphs need the Llama model");
+    }
+    plan.layer_graphs =
+        std::make_unique<LayerGraphs>(config.model.cuda_graph_warmup_steps,
+                                      layer_graph_scopes(config), cuda_graph_backend(ctx.device));
+    plan.model.llama->set_layer_graphs(plan.layer_graphs.get());
   }
 
   plan.lr = lr_schedule_from(config);

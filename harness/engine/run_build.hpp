@@ -34,6 +34,10 @@ EngineOptions engine_options_from(const ConfigContainer& config, const WorkerCon
 // model.cross_entropy_loss_fusion.
 LlamaModel::FusedKernels fused_kernels_from(const ConfigContainer& config);
 
+// The per-layer CUDA graph scopes of model.cuda_graph_scope (attn, mlp), in its order; empty
+// for full_iteration or none.
+std::vector<LayerScope> layer_graph_scopes(const ConfigContainer& config);
+
 // The learning-rate schedule of optimizer.* (lr, min_lr, warm-up, decay iterations and style).
 LrSchedule lr_schedule_from(const ConfigContainer& config);
 

@@ -12,6 +12,7 @@
 
 #include "harness/config/config.hpp"
 #include "harness/engine/checkpoint_run.hpp"
+#include "harness/engine/layer_graphs.hpp"
 #include "harness/engine/lr_schedule.hpp"
 #include "harness/engine/step_graph.hpp"
 #include "harness/launch/fault_spec.hpp"
@@ -60,8 +61,11 @@ struct RunPlan {
   std::optional<RunCheckpoints> checkpoints;
   LrSchedule lr;
   std::optional<FaultSpec> fault;  // the SHARDBENCH_FAULT drill, read once per run
-  // model.cuda_graph_impl=local: the whole-step graph the loop steps through; null without.
+  // model.cuda_graph_impl=local: the whole-step graph the loop steps through (scope
+  // full_iteration), or the per-layer graphs (scopes attn, mlp) that the model's layers go
+  // through; null without.
   std::unique_ptr<StepGraph> graph;
+  std::unique_ptr<LayerGraphs> layer_graphs;
   // The report's record as far as the build knows it: the run's shape, dtypes and FLOPs, FP8's
   // choices, and what the built engine and model are (label, wrapper, kernels, parameters).
   RunRecord record;

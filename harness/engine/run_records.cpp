@@ -302,6 +302,10 @@ RunRecord record_run(const RunPlan& plan, const RunMeasurements& measured,
     record_memory(rec, engine, plan.options, plan.model, ctx);
     rec.unit_timing = measured.unit_timing;
     if (plan.graph) rec.cuda_graph = plan.graph->record();
+    if (plan.layer_graphs) {
+      rec.cuda_graph = plan.layer_graphs->record();
+      rec.cuda_graph->stable_weight_buffer_bytes = engine.stable_unit_buffer_bytes();
+    }
   }
   if (plan.checkpoints) rec.checkpoint = plan.checkpoints->record();
   return rec;

@@ -201,9 +201,10 @@ struct TimedStep {
   bool graphed = false;  // the step replayed a CUDA graph (forward and backward not told apart)
 };
 
-TimedStep timed_step(const TrainableModel& model, DataParallelEngine& engine, StepGraph* graph,
+TimedStep timed_step(const TrainableModel& model, DataParallelEngine& engine, const RunPlan& plan,
                      const StepInputs& in, int64_t iteration, const ConfigContainer& config,
                      StepProbes& probes, const WorkerContext& ctx) {
+  StepGraph* graph = plan.graph.get();
   static const nvtx::LabelTable kStepLabels{"training_step_", nvtx::Color::kStep};
   TimedStep t;
   probes.syncs().barrier(*ctx.pgs.world);
@@ -215,8 +216,9 @@ TimedStep timed_step(const TrainableModel& model, DataParallelEngine& engine, St
     RECORD_USER_SCOPE("training_step_" + std::to_string(iteration));
     probes.phases().begin_step();
     probes.units().begin_step();
-    t.out = graph ? graph->step(model, engine, in, &probes.phases())
-                  : train_step(model, engine, in, &probes.phases());
+    t.out = graph               ? graph->step(model, engine, in, &probes.phases())
+            : plan.layer_graphs ? plan.layer_graphs->step(model, engine, in, &probes.phases())
+                                : train_step(model, engine, in, &probes.phases());
     t.graphed = graph && graph->replayed_last_step();
     // Calibration only (off unless configured). On a GPU the host is ahead of the device here:
     // wait for the step's work first, so that the busy-wait is a fraction of the device's step
@@ -362,7 +364,7 @@ void train_loop(RunPlan& plan, RunMeasurements& m, WorkerContext& ctx) {
     const bool census = it == first_it && ctx.rank == 0 && model.llama;
     if (census) model.llama->arm_activation_census();
     const TimedStep timed =
-        timed_step(*model.trainable, engine, plan.graph.get(), in, iteration, config, probes, ctx);
+        timed_step(*model.trainable, engine, plan, in, iteration, config, probes, ctx);
     if (census) take_saved_activations(m, *model.llama, iteration);
     m.my_step_ms.push_back(timed.mine_ms);
     m.steps.push_back(record_step(timed, in, iteration, probes.syncs(), ctx, moe_ep));

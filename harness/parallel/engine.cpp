@@ -144,6 +144,12 @@ void DataParallelEngine::check_options() {
         " compute; accepted: false, or Megatron FSDP optim_grads_params or DDP with the "
         "distributed optimizer, with bf16 compute");
   }
+  if (options_.stable_unit_weights && options_.fp8_param_gather) {
+    throw std::invalid_argument(
+        "ddp.fp8_param_gather=true with per-layer CUDA graphs (EngineOptions::"
+        "stable_unit_weights): the FP8 gather's buffers have no persistent form; accepted: "
+        "false");
+  }
   if (options_.nccl_ub) {
     if (options_.wrapper == Wrapper::kTorchFsdp2) {
       throw std::invalid_argument(

@@ -112,6 +112,15 @@ struct EngineOptions {
   // collective launched outside a graph and waited inside it cannot be captured). Megatron
   // launches that gather from the forward pre-hooks too.
   bool param_sync_in_forward = false;
+  // Per-layer CUDA graphs (model.cuda_graph_scope=[attn, mlp], harness/engine/layer_graphs.hpp):
+  // a layer's graphs read its weights at the addresses they had at capture. Units whose weights
+  // exist only while gathered (Megatron FSDP optim_grads_params and FSDP2 with more than one
+  // rank, FSDP2 in bf16) then gather into persistent buffers instead of the caching allocator:
+  // each unit keeps the buffer it took at its first gather for the engine's lifetime, and the
+  // engine holds as many buffers as units were ever gathered at once (Megatron FSDP's persistent
+  // double buffer, generalised to the schedule's peak). Gathering a unit whose buffer another
+  // unit still holds throws std::logic_error: the gather schedule changed after the first step.
+  bool stable_unit_weights = false;
 };
 
 // The engine's communicators. world, all_gather and reduce_scatter span the engine's
@@ -338,6 +347,10 @@ class DataParallelEngine final : public ModuleHooks {
   }
   // Adds the counts between two step_counters() readings (`before` and `after` the captured step).
   void add_replayed_step(const StepCounters& before, const StepCounters& after);
+  // The persistent buffers units gather into under options().stable_unit_weights: how many
+  // and their bytes (0 without, or where no unit's weights are transient).
+  int stable_unit_buffers() const { return static_cast<int>(stable_buffers_.size()); }
+  int64_t stable_unit_buffer_bytes() const;
   // Whether units gather their linears' weights in FP8 (options().fp8_param_gather took effect).
   bool gathers_fp8() const { return fp8_units_ > 0; }
   // Under fp8_param_gather: every FP8 weight's dequantising scale (1 / scale), units in order,
@@ -423,6 +436,9 @@ class DataParallelEngine final : public ModuleHooks {
   // within the prefetch budget and the double-buffer limit.
   void prefetch_units(int module, int direction);
   void release_gathered(EngineGroup& g);
+  // Gives g's gathered compute weights (model_full's storage) their bytes: from the caching
+  // allocator, or under stable_unit_weights a unit's own persistent buffer.
+  void materialize_weights(EngineGroup& g);
   void wait_param_sync(EngineGroup& g);
   // Where slot `slot`'s gradient of this micro-batch accumulates, shaped as the parameter: the
   // grad buffer, or for transient grads the full-size buffer the reduce-scatter reads
@@ -480,6 +496,13 @@ class DataParallelEngine final : public ModuleHooks {
   std::unique_ptr<CommBufferPool> comm_pool_;
   int64_t comm_pool_registered_after_ = -1;
   std::vector<std::unique_ptr<EngineGroup>> groups_;
+  // options_.stable_unit_weights: the persistent gather buffers and the unit holding each (-1:
+  // free).
+  struct StableBuffer {
+    at::Tensor bytes;
+    int holder = -1;
+  };
+  std::vector<StableBuffer> stable_buffers_;
   std::vector<std::vector<int>> module_groups_;  // module -> groups holding its params
   std::vector<at::Tensor> leaves_;               // by spec index
   std::unordered_map<const c10::TensorImpl*, std::pair<int, int>> leaf_slots_;  // (group, slot)

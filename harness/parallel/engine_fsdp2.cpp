@@ -102,7 +102,7 @@ void DataParallelEngine::launch_per_param_gather(EngineGroup& g) {
   if (g.comm->dp == 1) {
     // One rank: the copy-in cast goes straight into the parameters (each chunk is the whole
     // parameter); no all-gather input, output or copy-out.
-    materialize_storage(g.model_full, static_cast<size_t>(tensor_bytes(g.model_full)));
+    materialize_weights(g);
     track_temp(tensor_bytes(g.model_full));
     if (g.layout.unsharded_elems == g.layout.shard_elems) {
       g.model_full.copy_(g.main);
@@ -127,7 +127,7 @@ void DataParallelEngine::copy_out_gathered(EngineGroup& g) {
   at::NoGradGuard no_grad;
   nvtx::Range range(kCopyOut(g), tensor_bytes(g.gather_output));
   const FlatLayout& layout = g.layout;
-  materialize_storage(g.model_full, static_cast<size_t>(tensor_bytes(g.model_full)));
+  materialize_weights(g);
   track_temp(tensor_bytes(g.model_full));
   // Column block p of the [dp, shard] result holds every rank's chunk of parameter p in rank
   // order: exactly parameter p, padded to dp chunks.

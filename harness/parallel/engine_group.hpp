@@ -42,6 +42,9 @@ struct EngineGroup {
   at::Tensor model_full;
   at::Tensor model_shard;
   bool gathered = false;
+  // EngineOptions::stable_unit_weights: the persistent buffer this unit gathers into, taken at
+  // its first gather (-1: none yet).
+  int stable_buffer = -1;
   c10::intrusive_ptr<c10d::Work> gather_work;      // in-flight all-gather into model_full
   bool gather_arrived = false;  // gather_work waited for; its copy-out (finish_gather) still due
   c10::intrusive_ptr<c10d::Work> param_sync_work;  // post-step all-gather (distributed optimizer)

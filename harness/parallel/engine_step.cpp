@@ -102,8 +102,7 @@ void DataParallelEngine::launch_gather(EngineGroup& g) {
   }
   {
     const CommAllocScope comm(comm_pool_.get());
-    materialize_storage(g.model_full, static_cast<size_t>(g.model_full.numel()) *
-                                          static_cast<size_t>(elem_bytes(g.model_full)));
+    materialize_weights(g);
   }
   track_temp(g.model_full.numel() * elem_bytes(g.model_full));
   unit_gather_stats_.gathers += 1;
@@ -163,8 +162,50 @@ void DataParallelEngine::release_gathered(EngineGroup& g) {
     return;
   }
   release_storage(g.model_full);
+  if (g.stable_buffer >= 0) stable_buffers_[static_cast<size_t>(g.stable_buffer)].holder = -1;
   track_temp(-g.model_full.numel() * elem_bytes(g.model_full));
   g.gathered = false;
+}
+
+void DataParallelEngine::materialize_weights(EngineGroup& g) {
+  const auto nbytes = static_cast<size_t>(tensor_bytes(g.model_full));
+  if (!options_.stable_unit_weights || !g.is_unit) {
+    materialize_storage(g.model_full, nbytes);
+    return;
+  }
+  if (storage_materialized(g.model_full)) return;
+  // The first gather takes a free buffer of the unit's size, or a new one; every later gather
+  // takes the same buffer, so that the unit's weights are where its graphs read them.
+  if (g.stable_buffer < 0) {
+    for (size_t b = 0; b < stable_buffers_.size() && g.stable_buffer < 0; ++b) {
+      const StableBuffer& buf = stable_buffers_[b];
+      if (buf.holder < 0 && buf.bytes.nbytes() == nbytes) g.stable_buffer = static_cast<int>(b);
+    }
+    if (g.stable_buffer < 0) {
+      at::NoGradGuard no_grad;
+      stable_buffers_.push_back(
+          {at::empty({static_cast<int64_t>(nbytes)},
+                     at::TensorOptions().dtype(at::kByte).device(options_.device)),
+           -1});
+      g.stable_buffer = static_cast<int>(stable_buffers_.size()) - 1;
+    }
+  }
+  StableBuffer& buf = stable_buffers_[static_cast<size_t>(g.stable_buffer)];
+  if (buf.holder >= 0 && buf.holder != g.index) {
+    throw std::logic_error(
+        "engine: unit group " + std::to_string(g.index) + " gathers into its persistent buffer " +
+        std::to_string(g.stable_buffer) + ", which group " + std::to_string(buf.holder) +
+        " still holds (EngineOptions::stable_unit_weights: the gather schedule "
+        "differs from the first step's)");
+  }
+  buf.holder = g.index;
+  attach_storage(g.model_full, buf.bytes);
+}
+
+int64_t DataParallelEngine::stable_unit_buffer_bytes() const {
+  int64_t bytes = 0;
+  for (const StableBuffer& b : stable_buffers_) bytes += static_cast<int64_t>(b.bytes.nbytes());
+  return bytes;
 }
 
 void DataParallelEngine::wait_param_sync(EngineGroup& g) {

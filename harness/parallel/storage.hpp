@@ -22,6 +22,14 @@ inline void materialize_storage(const at::Tensor& t, size_t nbytes) {
   impl->set_nbytes(nbytes);
 }
 
+// Points `t`'s storage at the bytes of `owner`, which keeps them (no deleter here): a gathered
+// unit's persistent buffer under per-layer CUDA graphs (EngineOptions::stable_unit_weights).
+inline void attach_storage(const at::Tensor& t, const at::Tensor& owner) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(owner.data_ptr(), impl->device()));
+  impl->set_nbytes(owner.nbytes());
+}
+
 inline bool storage_materialized(const at::Tensor& t) {
   return t.storage().unsafeGetStorageImpl()->nbytes() > 0;
 }

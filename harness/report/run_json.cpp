@@ -602,6 +602,20 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
                        {"capture_ms", number_or_null(g.capture_ms)},
                        {"graph_pool_bytes", g.graph_pool_bytes},
                        {"replays", g.replays}};
+    if (!g.scopes.empty()) {
+      nlohmann::json scopes = nlohmann::json::array();
+      for (const CudaGraphScopeRecord& s : g.scopes) {
+        scopes.push_back({{"scope", s.scope},
+                          {"layers", s.layers},
+                          {"graphs", s.graphs},
+                          {"forward_replays", s.forward_replays},
+                          {"backward_replays", s.backward_replays}});
+      }
+      j["cuda_graph"]["scopes"] = std::move(scopes);
+    }
+    if (g.stable_weight_buffer_bytes) {
+      j["cuda_graph"]["stable_weight_buffer_bytes"] = *g.stable_weight_buffer_bytes;
+    }
   }
   return j;
 }

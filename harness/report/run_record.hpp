@@ -178,17 +178,36 @@ struct UnitTimingRecord {
   std::vector<UnitTimingGroup> groups;  // in the engine's group order
 };
 
-// The CUDA graph of a run (StepGraph, harness/engine/step_graph.hpp).
+// One per-layer scope of a run's CUDA graphs (LayerGraphs, harness/engine/layer_graphs.hpp).
+struct CudaGraphScopeRecord {
+  std::string scope;            // "attn" or "mlp"
+  int64_t layers = 0;           // layers whose sub-block was captured
+  int64_t graphs = 0;           // graphs captured: a forward and a backward per layer
+  int64_t forward_replays = 0;  // over every layer
+  int64_t backward_replays = 0;
+};
+
+// The CUDA graphs of a run: the whole-step graph (StepGraph, harness/engine/step_graph.hpp) or
+// the per-layer graphs (LayerGraphs, harness/engine/layer_graphs.hpp).
 struct CudaGraphRecord {
-  std::string impl;               // model.cuda_graph_impl: "local"
-  std::string scope;              // model.cuda_graph_scope: "full_iteration"
+  std::string impl;  // model.cuda_graph_impl: "local"
+  // model.cuda_graph_scope, comma-separated: "full_iteration", or per layer "attn", "mlp",
+  // "attn,mlp".
+  std::string scope;
   int64_t warmup_steps = 0;       // eager steps before the capture
-  int64_t capture_iteration = 0;  // the iteration that captured (and replayed) the graph; 0: none
-  double capture_ms = 0;          // host time of the capture, replay excluded
-  // Allocator bytes reserved during the capture: the graph's private memory pool, kept for the
+  // The iteration that captured (and replayed) the graph or graphs; 0: none.
+  int64_t capture_iteration = 0;
+  double capture_ms = 0;  // host time of the capture (every layer's), replays excluded
+  // Allocator bytes reserved during the capture: the graphs' private memory pool, kept for the
   // run (the allocator's totals include it).
   int64_t graph_pool_bytes = 0;
+  // Steps that replayed the graph or graphs, the capture step included.
   int64_t replays = 0;
+  // Per-layer scopes only: each scope's graphs and replays, and the bytes of the persistent
+  // buffers the engine gathers units' weights into so that they stay where the graphs read them
+  // (DataParallelEngine::stable_unit_buffer_bytes; 0 where the weights are persistent anyway).
+  std::vector<CudaGraphScopeRecord> scopes;
+  std::optional<int64_t> stable_weight_buffer_bytes;
 };
 
 struct RunRecord {

@@ -1,9 +1,13 @@
-// CUDA graphs (model.cuda_graph_scope=[full_iteration], docs/cuda-graphs.md) with 2 and 4 NCCL
-// ranks sharing the one GPU: the captured all-gathers, reduce-scatters and all-reduces replay
-// like the eager step. Each case runs perf-launch twice, eagerly and graphed, with the same
-// seed; every run of the two reports (the requested wrapper, the DDP baseline with the
-// distributed optimizer and its post-step parameter gather, FSDP2 where compared) must report
-// the same loss and gradient norm at every step, bit for bit. Timings mean nothing here.
+// CUDA graphs (docs/cuda-graphs.md) with 2 and 4 NCCL ranks sharing the one GPU. The whole-step
+// graph (model.cuda_graph_scope=[full_iteration], SharedGpuGraphs): the captured all-gathers,
+// reduce-scatters and all-reduces replay like the eager step. The per-layer graphs
+// (model.cuda_graph_scope=[attn, mlp], SharedGpuLayerGraphs): every layer's attention and MLP
+// parts replay between the engine's eager collectives, reading units' weights from the
+// persistent buffers they are gathered into. Each case runs perf-launch twice, eagerly and
+// graphed, with the same seed; every run of the two reports (the requested wrapper, the DDP
+// baseline with the distributed optimizer and its post-step parameter gather, FSDP2 where
+// compared) must report the same loss and gradient norm at every step, bit for bit. Timings
+// mean nothing here.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -36,7 +40,11 @@ const std::string kGraphs =
     "--cuda_graph_impl local --cuda_graph_scope full_iteration "
     "model.cuda_graph_warmup_steps=" +
     std::to_string(kWarmup) + " ";
+const std::string kLayerGraphs =
+    "--cuda_graph_impl local --cuda_graph_scope attn,mlp model.cuda_graph_warmup_steps=" +
+    std::to_string(kWarmup) + " ";
 const std::string kFp32 = "shardbench.compute_dtype=fp32 ";
+constexpr int kLayers = 2;  // model.num_layers in kModel
 
 // One case: a name and perf-launch's arguments beyond the model's.
 struct GraphCase {
@@ -60,6 +68,35 @@ const std::vector<GraphCase>& graph_cases() {
                  "ddp.suggested_communication_unit_size=1000000"});
     c.push_back({"plain_ddp_fp32", kFp32 + "ddp.use_distributed_optimizer=false "
                                            "optimizer.use_distributed_optimizer=false"});
+    return c;
+  }();
+  return cases;
+}
+
+// The per-layer cases: each Megatron FSDP strategy with the DDP baseline and FSDP2 (the
+// megatron_fsdp set's gradient-accumulation fusion off where the grads are sharded over the
+// ranks: validation refuses it there, layer_graph_rules), the double buffer in bf16, and DDP
+// with and without the distributed optimizer, the fusion on in bf16.
+const std::vector<GraphCase>& layer_graph_cases() {
+  static const std::vector<GraphCase> cases = [] {
+    std::vector<GraphCase> c;
+    for (const char* strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
+      const std::string sharded_grads = std::string(strategy).rfind("optim_grads", 0) == 0
+                                            ? "model.gradient_accumulation_fusion=false "
+                                            : "";
+      c.push_back({strategy, kFp32 + sharded_grads +
+                                 "--use_megatron_fsdp true --compare_wrappers torch_fsdp2 "
+                                 "model.init_model_with_meta_device=false "
+                                 "ddp.data_parallel_sharding_strategy=" +
+                                 std::string(strategy)});
+    }
+    c.push_back({"bf16_double_buffer",
+                 "--use_megatron_fsdp true ddp.fsdp_double_buffer=true "
+                 "model.gradient_accumulation_fusion=false "
+                 "ddp.suggested_communication_unit_size=1000000"});
+    c.push_back({"plain_ddp_fp32", kFp32 + "ddp.use_distributed_optimizer=false "
+                                           "optimizer.use_distributed_optimizer=false"});
+    c.push_back({"ddp_bf16_wgrad_fusion", "model.gradient_accumulation_fusion=true"});
     return c;
   }();
   return cases;
@@ -105,8 +142,62 @@ class SharedGpuGraphs : public ::testing::TestWithParam<std::tuple<int, int>> {
     }
   }
 
+  // Eager and per-layer-graphed runs of `args`; every run matches bit for bit, with its layers'
+  // graphs replayed once per micro-batch and its phases measured as in an eager step.
+  void expect_layer_graphs_match_eager(const std::string& name, const std::string& args) {
+    const int world = std::get<0>(GetParam());
+    const auto eager = launch_shared_gpu(dir_ / (name + "_eager.json"), kModel, world, args);
+    const auto graphed =
+        launch_shared_gpu(dir_ / (name + "_layers.json"), kModel, world, kLayerGraphs + args);
+    ASSERT_EQ(eager.exit_code, 0) << name << "\n" << eager.output;
+    ASSERT_EQ(graphed.exit_code, 0) << name << "\n" << graphed.output;
+    ASSERT_FALSE(eager.report.is_null() || graphed.report.is_null()) << name;
+    const json& e_runs = eager.report.at("runs");
+    const json& g_runs = graphed.report.at("runs");
+    ASSERT_EQ(e_runs.size(), g_runs.size()) << name;
+    const int micro_batches = 8 / world;  // -gb 8 -mb 1
+    for (size_t r = 0; r < e_runs.size(); ++r) {
+      const std::string what = name + ", " + e_runs[r].at("label").get<std::string>();
+      EXPECT_EQ(g_runs[r].at("status"), "ok") << what;
+      ASSERT_TRUE(g_runs[r].contains("cuda_graph")) << what;
+      const json& g = g_runs[r].at("cuda_graph");
+      EXPECT_EQ(g.at("scope"), "attn,mlp") << what;
+      EXPECT_EQ(g.at("capture_iteration"), kWarmup + 1) << what;
+      EXPECT_EQ(g.at("replays"), kIters - kWarmup) << what;
+      ASSERT_EQ(g.at("scopes").size(), 2u) << what;
+      for (const json& s : g.at("scopes")) {
+        EXPECT_EQ(s.at("layers"), kLayers) << what;
+        EXPECT_EQ(s.at("forward_replays"), (kIters - kWarmup) * micro_batches * kLayers) << what;
+        EXPECT_EQ(s.at("backward_replays"), (kIters - kWarmup) * micro_batches * kLayers) << what;
+      }
+      const json& last = g_runs[r].at("steps").at(kIters - 1).at("phases_ms");
+      EXPECT_TRUE(last.contains("forward")) << what;
+      EXPECT_FALSE(last.contains("graph")) << what;
+      EXPECT_EQ(step_values(g_runs[r]), step_values(e_runs[r])) << what << ": losses";
+      EXPECT_EQ(step_values(g_runs[r], "grad_norm"), step_values(e_runs[r], "grad_norm"))
+          << what << ": gradient norms";
+    }
+  }
+
   fs::path dir_;
 };
+
+class SharedGpuLayerGraphs : public SharedGpuGraphs {};
+
+// Every run of the case's report replays its layers' graphs bit for bit like its eager run.
+TEST_P(SharedGpuLayerGraphs, AttnMlpGraphedRunsMatchEagerBitForBit) {
+  const GraphCase& c = layer_graph_cases()[static_cast<size_t>(std::get<1>(GetParam()))];
+  expect_layer_graphs_match_eager(c.name, c.args);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WorldSizeAndCase, SharedGpuLayerGraphs,
+    ::testing::Combine(::testing::Values(2, 4),
+                       ::testing::Range(0, static_cast<int>(layer_graph_cases().size()))),
+    [](const auto& info) {
+      return "ws" + std::to_string(std::get<0>(info.param)) + "_" +
+             layer_graph_cases()[static_cast<size_t>(std::get<1>(info.param))].name;
+    });
 
 // Every run of the case's report (the requested wrapper, and the DDP baseline and FSDP2 where
 // the case compares them) replays bit for bit like its eager run.

@@ -143,11 +143,20 @@ TEST(CliParse, UnsupportedValuesAreRejectedWithReason) {
   EXPECT_NE(error_of({"-et", "2"}).find("expert tensor parallelism"), std::string::npos);
   EXPECT_NE(error_of({"-vp", "5"}).find("accepted: None or -1"), std::string::npos);
   EXPECT_NE(error_of({"--cuda_graph_impl", "transformer_engine"})
-                .find("accepted: none, local (with --cuda_graph_scope full_iteration)"),
+                .find("accepted: none, local (with --cuda_graph_scope full_iteration, or attn, "
+                      "mlp, attn,mlp)"),
             std::string::npos);
   EXPECT_EQ(parse_with({"--cuda_graph_impl", "local", "--cuda_graph_scope", "full_iteration"})
                 .cuda_graph_impl,
             "local");
+  // The per-layer scopes (docs/cuda-graphs.md, "Per-layer scopes").
+  for (const auto& [csv, scopes] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"attn,mlp", {"attn", "mlp"}}, {"attn", {"attn"}}, {"mlp", {"mlp"}}}) {
+    EXPECT_EQ(
+        parse_with({"--cuda_graph_impl", "local", "--cuda_graph_scope", csv}).cuda_graph_scope,
+        scopes)
+        << csv;
+  }
   EXPECT_NE(error_of({"-c", "fp8_mx"}).find("accepted: bf16, fp8_cs"), std::string::npos);
   EXPECT_EQ(parse_with({"-c", "fp8_cs"}).compute_dtype, "fp8_cs");
   EXPECT_NE(error_of({"--domain", "vlm"}).find("accepted: llm"), std::string::npos);

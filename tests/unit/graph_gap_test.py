@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """scripts/graph_gap on hand-made reports: an eager and a graphed run, each with its profiler
 folder, give the table's step time, phase, busy time without NCCL's kernels, host gap, memory,
-capture time and pool; a run without a kernel summary has no gap; a folder with no report exits
-2. Python 3 standard library; under a second."""
+capture time and pool; a run with per-layer graphs (scope attn,mlp) takes its forward and
+backward phases; a run without a kernel summary has no gap; a folder with no report exits 2.
+Python 3 standard library; under a second."""
 import json
 import os
 import subprocess
@@ -15,8 +16,8 @@ SCRIPT = ROOT / "scripts" / "graph_gap"
 failures = []
 
 
-def report(path, graph):
-    phases = {"graph": 80.0, "optimizer": 9.0} if graph else \
+def report(path, graph, scope=None):
+    phases = {"graph": 80.0, "optimizer": 9.0} if graph and not scope else \
         {"forward": 30.0, "backward": 55.0, "optimizer": 9.0}
     run = {"label": "ddp", "identity": {"recipe": "r", "world_size": 1},
            "summary": {"step_time_ms": {"median": 100.0 if not graph else 92.0},
@@ -28,6 +29,8 @@ def report(path, graph):
            "memory": {"allocator_peak": {"max_allocated": {"bytes": 2 * 1024 ** 3}}}}
     if graph:
         run["cuda_graph"] = {"capture_ms": 50.0, "graph_pool_bytes": 3 * 2 ** 20}
+        if scope:
+            run["cuda_graph"]["scope"] = scope
     path.write_text(json.dumps({"runs": [run]}))
 
 
@@ -43,6 +46,7 @@ with tempfile.TemporaryDirectory() as d:
     report(d / "r_ddp-eager_ws1.json", graph=False)
     report(d / "r_ddp-graph_ws1.json", graph=True)
     report(d / "r_ddp-noprof_ws1.json", graph=False)
+    report(d / "r_ddp-layers_ws1.json", graph=True, scope="attn,mlp")
     kernels(d / "profile_ddp-eager", [("gemm", 90000.0), ("ncclDevKernel_AllReduce", 5000.0)])
     kernels(d / "profile_ddp-graph", [("gemm", 91000.0), ("Memcpy HtoD", 500.0)])
     out = subprocess.run([sys.executable, str(SCRIPT), str(d), "--json", str(d / "t.json")],
@@ -64,9 +68,14 @@ with tempfile.TemporaryDirectory() as d:
         if noprof["host_gap_ms"] is not None or noprof["device_gap_ms"] is not None or \
                 noprof["graph"]:
             failures.append("a run without a profile: %r" % noprof)
-        if "| r_ddp-graph_ws1.json | yes | 92.00 | 80.00 | 91.50 | 0.50 | 98.00 | 6.50 |" \
-                not in out.stdout:
+        layers = rows["r_ddp-layers_ws1.json"]
+        if layers["phase_ms"] != 85.0 or layers["scope"] != "attn,mlp":
+            failures.append("per-layer graphs: %r" % layers)
+        if "| r_ddp-graph_ws1.json | full_iteration | 92.00 | 80.00 | 91.50 | 0.50 | 98.00 | " \
+                "6.50 |" not in out.stdout:
             failures.append("table row: " + out.stdout)
+        if "| r_ddp-layers_ws1.json | attn,mlp | 92.00 | 85.00 |" not in out.stdout:
+            failures.append("per-layer table row: " + out.stdout)
     empty = Path(tempfile.mkdtemp())
     out = subprocess.run([sys.executable, str(SCRIPT), str(empty)], capture_output=True, text=True)
     if out.returncode != 2 or "no reports" not in out.stderr:

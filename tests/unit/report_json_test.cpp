@@ -91,7 +91,7 @@ json three_wrapper_report() {
 
 TEST(ReportJson, TopLevelAndRunFields) {
   const json report = comparison_report();
-  EXPECT_EQ(report["schema_version"], "1.3");
+  EXPECT_EQ(report["schema_version"], "1.4");
   ASSERT_EQ(report["runs"].size(), 2u);
   const json& fsdp = report["runs"][0];
   EXPECT_EQ(fsdp["status"], "ok");
@@ -382,6 +382,36 @@ TEST(ReportJson, ConformsToSchemaFile) {
   EXPECT_TRUE(single["runs"][0]["summary"]["mfu_peak_tflops"].is_null());
   const std::vector<std::string> single_errors = check_against_schema(single, schema);
   EXPECT_TRUE(single_errors.empty()) << ::testing::PrintToString(single_errors);
+}
+
+// The CUDA graph record: the whole-step graph (schema 1.3) and the per-layer scopes with their
+// counts and the engine's persistent weight buffers (1.4), each written and conforming.
+TEST(ReportJson, CudaGraphRecordsConformToSchema) {
+  const json schema = load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
+  RunRecord full = synthetic_run("ddp", "ddp", 100, 100);
+  full.cuda_graph = CudaGraphRecord{"local", "full_iteration", 3, 4, 120.5, 1 << 20, 7, {}, {}};
+  RunRecord layers = synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50);
+  CudaGraphRecord per_layer{"local", "attn,mlp", 3, 4, 250.0, 2 << 20, 7, {}, 4096};
+  per_layer.scopes = {{"attn", 2, 4, 28, 28}, {"mlp", 2, 4, 28, 28}};
+  layers.cuda_graph = per_layer;
+  const std::vector<RunRecord> runs = {layers, full};
+  const json report = build_report(synthetic_env(), runs);
+  EXPECT_TRUE(check_against_schema(report, schema).empty())
+      << ::testing::PrintToString(check_against_schema(report, schema));
+  const json& g = report["runs"][0]["cuda_graph"];
+  EXPECT_EQ(g["scope"], "attn,mlp");
+  EXPECT_EQ(g["scopes"][1], json({{"scope", "mlp"},
+                                  {"layers", 2},
+                                  {"graphs", 4},
+                                  {"forward_replays", 28},
+                                  {"backward_replays", 28}}));
+  EXPECT_EQ(g["stable_weight_buffer_bytes"], 4096);
+  // The whole-step graph writes neither per-layer field.
+  EXPECT_FALSE(report["runs"][1]["cuda_graph"].contains("scopes"));
+  EXPECT_FALSE(report["runs"][1]["cuda_graph"].contains("stable_weight_buffer_bytes"));
+  json bad = report;
+  bad["runs"][0]["cuda_graph"]["scope"] = "moe";
+  EXPECT_FALSE(check_against_schema(bad, schema).empty());
 }
 
 TEST(ReportJson, CheckpointSavesAndLoad) {

@@ -432,16 +432,142 @@ TEST(Validation, CudaGraphScopesFollowMegatronBridge) {
   EXPECT_EQ(error_of(scope_only),
             "model.cuda_graph_scope=[full_iteration] with model.cuda_graph_impl=none: a scope "
             "needs graphs (accepted with none: [])");
-  for (const StringList& scope : {StringList{}, StringList{"attn"}, StringList{"attn", "mlp"},
-                                  StringList{"full_iteration", "attn"}}) {
+  // Each refused scope list: the setting, why, and what is accepted.
+  const std::string accepted =
+      "accepted: [full_iteration], or per layer [attn], [mlp] or [attn,mlp]";
+  const std::vector<std::pair<StringList, std::string>> refused = {
+      {{},
+       "model.cuda_graph_scope=[] with model.cuda_graph_impl=local: an empty list is the "
+       "whole layer"},
+      {{"full_iteration", "attn"},
+       "model.cuda_graph_scope=[full_iteration,attn] with model.cuda_graph_impl=local: "
+       "full_iteration captures the whole step and combines with no other scope"},
+      {{"attn", "full_iteration"}, "combines with no other scope"},
+      {{"moe"},
+       "model.cuda_graph_scope=[moe] with model.cuda_graph_impl=local: moe is a "
+       "mixture-of-experts layer's part"},
+      {{"attn", "moe_router"}, "moe_router is a mixture-of-experts layer's part"},
+      {{"moe_preprocess"}, "moe_preprocess is a mixture-of-experts layer's part"},
+      {{"mamba"},
+       "model.cuda_graph_scope=[mamba] with model.cuda_graph_impl=local: shardbench "
+       "has no Mamba layers"},
+      {{"attn", "attn"}, "attn is listed twice"},
+      {{"layer"}, "unknown scope layer"},
+  };
+  for (const auto& [scope, expected] : refused) {
     ConfigContainer c = whole_step_graph_config();
     c.model.cuda_graph_scope = scope;
-    EXPECT_TRUE(contains(error_of(c),
-                         "the local implementation captures the whole iteration "
-                         "only"))
-        << scope.size();
-    EXPECT_TRUE(contains(error_of(c), "accepted: [full_iteration]"));
+    const std::string error = error_of(c);
+    EXPECT_TRUE(contains(error, expected)) << error;
+    EXPECT_TRUE(contains(error, accepted)) << error;
   }
+}
+
+// Per-layer scopes (layer_graph_rules, docs/cuda-graphs.md "Per-layer scopes"): attn, mlp and
+// both are accepted; Megatron-Bridge would send them to Transformer Engine, shardbench captures
+// them itself as Megatron-LM's local implementation does. They need no NaN-check change: the
+// loss is read outside any graph.
+ConfigContainer layer_graph_config() {
+  ConfigContainer c = valid_config();
+  c.model.cuda_graph_impl = "local";
+  c.model.cuda_graph_scope = {"attn", "mlp"};
+  return c;
+}
+
+TEST(Validation, LayerGraphScopesAreAccepted) {
+  for (const StringList& scope : {StringList{"attn"}, StringList{"mlp"}, StringList{"attn", "mlp"},
+                                  StringList{"mlp", "attn"}}) {
+    ConfigContainer c = layer_graph_config();
+    c.model.cuda_graph_scope = scope;
+    EXPECT_EQ(error_of(c), "(no error)") << scope.size();
+  }
+  // Megatron FSDP with every strategy, gradient-accumulation fusion included where its buffers
+  // persist: no_shard and optim, and any strategy on one rank.
+  for (const char* strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
+    ConfigContainer c = layer_graph_config();
+    c.ddp.use_megatron_fsdp = true;
+    c.ddp.data_parallel_sharding_strategy = strategy;
+    EXPECT_EQ(error_of(c), "(no error)") << strategy;
+    c.model.gradient_accumulation_fusion = true;
+    EXPECT_EQ(error_of(c, context({}, 1)), "(no error)") << strategy;
+  }
+  ConfigContainer fsdp2 = layer_graph_config();
+  fsdp2.dist.use_torch_fsdp2 = true;
+  EXPECT_EQ(error_of(fsdp2), "(no error)");
+}
+
+TEST(Validation, LayerGraphsRefuseWhatTheirGraphsCannotCapture) {
+  struct Case {
+    std::function<void(ConfigContainer&)> set;
+    std::string expected;
+  };
+  const std::string with = " with model.cuda_graph_impl=local and cuda_graph_scope=[attn,mlp]: ";
+  const std::vector<Case> cases = {
+      {[](ConfigContainer& c) { c.shardbench.device = "cpu"; },
+       "shardbench.device=cpu" + with + "CUDA graphs need a GPU (accepted: a CUDA device)"},
+      {[](ConfigContainer& c) { c.model.num_moe_experts = 8; },
+       "model.num_moe_experts=8" + with + "the MoE model's layers are not split"},
+      {[](ConfigContainer& c) { c.optimizer.optimizer_cpu_offload = true; },
+       "optimizer.optimizer_cpu_offload=true" + with + "offloading moves"},
+      {[](ConfigContainer& c) { c.model.recompute_granularity = "full"; },
+       "model.recompute_granularity=full" + with + "a recomputed layer runs its forward again"},
+      {[](ConfigContainer& c) {
+         c.model.recompute_granularity = "selective";
+         c.model.recompute_modules = {"layernorm"};
+       },
+       "model.recompute_granularity=selective" + with},
+      {[](ConfigContainer& c) { c.shardbench.recompute_swiglu = true; },
+       "shardbench.recompute_swiglu=true" + with},
+      {[](ConfigContainer& c) { c.shardbench.recompute_fc1_layers = 2; },
+       "shardbench.recompute_fc1_layers=2" + with},
+      {[](ConfigContainer& c) { c.mixed_precision.fp8 = "e4m3"; },
+       "mixed_precision.fp8=e4m3" + with + "the FP8 linears' weight casts"},
+      {[](ConfigContainer& c) {
+         c.model.tensor_model_parallel_size = 2;
+         c.model.sequence_parallel = true;
+       },
+       "model.tensor_model_parallel_size=2" + with},
+      {[](ConfigContainer& c) { c.model.context_parallel_size = 2; },
+       "model.context_parallel_size=2" + with + "attention's K/V all-gather"},
+      {[](ConfigContainer& c) {
+         c.ddp.use_megatron_fsdp = true;
+         c.ddp.data_parallel_sharding_strategy = "optim_grads_params";
+         c.model.gradient_accumulation_fusion = true;
+       },
+       "model.gradient_accumulation_fusion=true with "
+       "ddp.data_parallel_sharding_strategy=optim_grads_params on 8 ranks" +
+           with + "the fused weight-gradient GEMMs"},
+      {[](ConfigContainer& c) {
+         c.ddp.use_megatron_fsdp = true;
+         c.ddp.data_parallel_sharding_strategy = "optim_grads";
+         c.model.gradient_accumulation_fusion = true;
+       },
+       "model.gradient_accumulation_fusion=true with "
+       "ddp.data_parallel_sharding_strategy=optim_grads on 8 ranks"},
+      {[](ConfigContainer& c) { c.ddp.nccl_ub = true; }, "ddp.nccl_ub=true" + with},
+      {[](ConfigContainer& c) { c.ddp.check_for_nan_in_grad = true; },
+       "ddp.check_for_nan_in_grad=true" + with},
+      {[](ConfigContainer& c) { c.shardbench.unit_timing = true; },
+       "shardbench.unit_timing=true" + with},
+      {[](ConfigContainer& c) { c.train.empty_unused_memory_level = 1; },
+       "train.empty_unused_memory_level=1" + with},
+      {[](ConfigContainer& c) { c.train.train_iters = 4; },
+       "train.train_iters=4" + with +
+           "the warm-up steps (model.cuda_graph_warmup_steps=3), the capture step and one "
+           "replayed step need train_iters >= 5"},
+  };
+  for (const Case& k : cases) {
+    ConfigContainer c = layer_graph_config();
+    k.set(c);
+    const std::string error = error_of(c);
+    EXPECT_TRUE(contains(error, k.expected)) << error;
+    EXPECT_TRUE(contains(error, "accepted")) << error;
+  }
+  // CPU offloading: Megatron's own check refuses it with any graphs but full_iteration.
+  ConfigContainer offload = layer_graph_config();
+  offload.model.cpu_offloading = true;
+  offload.model.cpu_offloading_num_layers = 1;
+  EXPECT_TRUE(contains(error_of(offload), "CUDA graphs not supported with CPU offloading."));
 }
 
 TEST(Validation, CudaGraphsRefuseWhatAGraphCannotCapture) {

@@ -357,7 +357,8 @@ at::Tensor LlamaModel::norm_then_linear(const at::Tensor& x, const at::Tensor& n
 }
 
 ModuleHooks* LlamaModel::wgrad_hooks(const at::Tensor& w) const {
-  return main_grads_ && w.requires_grad() ? main_grads_ : nullptr;
+  if (!main_grads_ || !w.requires_grad()) return nullptr;
+  return block_wgrad_ ? block_wgrad_ : main_grads_;
 }
 
 void LlamaModel::set_recompute_fc1_layers(int64_t n) {
@@ -370,15 +371,64 @@ void LlamaModel::set_recompute_fc1_layers(int64_t n) {
 
 at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x,
                                      bool recompute_mlp) const {
-  // Under tensor parallelism the layer's heads, query groups and FFN columns are this rank's,
-  // and x holds this rank's positions of the sequence (gathered before qkv and fc1).
-  const auto& d = local_;
-  const bool fusable = fused::supports(x);
-  // Attention block.
   if ((recompute_norms_ || recompute_swiglu_ || recompute_mlp) && fp8_ &&
       x.scalar_type() == at::kBFloat16) {
     throw std::logic_error("LlamaModel: output recompute with FP8 linears is not implemented");
   }
+  return mlp_block(w, attn_block(w, x), recompute_mlp);
+}
+
+namespace {
+
+// While alive, the model's fused weight-gradient linears hand their gradients to `hooks`.
+class BlockWgradScope {
+ public:
+  BlockWgradScope(ModuleHooks*& slot, ModuleHooks* hooks) : slot_(slot), saved_(slot) {
+    slot_ = hooks;
+  }
+  ~BlockWgradScope() { slot_ = saved_; }
+  BlockWgradScope(const BlockWgradScope&) = delete;
+  BlockWgradScope& operator=(const BlockWgradScope&) = delete;
+
+ private:
+  ModuleHooks*& slot_;
+  ModuleHooks* saved_;
+};
+
+}  // namespace
+
+at::Tensor LlamaModel::graphed_layer_forward(int64_t layer, const LayerWeights& w,
+                                             const at::Tensor& x, bool recompute_mlp) const {
+  if ((recompute_norms_ || recompute_swiglu_ || recompute_mlp) && fp8_ &&
+      x.scalar_type() == at::kBFloat16) {
+    throw std::logic_error("LlamaModel: output recompute with FP8 linears is not implemented");
+  }
+  // The weights travel by value: the runner may run the sub-block again later (tests' CPU
+  // emulation of a replay) when the caller's LlamaWeights are gone.
+  auto part = [&](LayerScope scope, const at::Tensor& in) {
+    LayerBlock b;
+    b.layer = layer;
+    b.scope = scope;
+    b.input = in;
+    b.params = scope == LayerScope::kAttn ? std::vector<at::Tensor>{w.input_norm, w.qkv, w.proj}
+                                          : std::vector<at::Tensor>{w.post_norm, w.fc1, w.fc2};
+    b.wgrad = main_grads_;
+    b.forward = [this, lw = w, scope, recompute_mlp](const at::Tensor& input,
+                                                     ModuleHooks* wgrad_hooks) {
+      const BlockWgradScope wgrad(block_wgrad_, wgrad_hooks);
+      return scope == LayerScope::kAttn ? attn_block(lw, input)
+                                        : mlp_block(lw, input, recompute_mlp);
+    };
+    return layer_graphs_->run(b);
+  };
+  return part(LayerScope::kMlp, part(LayerScope::kAttn, x));
+}
+
+at::Tensor LlamaModel::attn_block(const LayerWeights& w, const at::Tensor& x) const {
+  // Under tensor parallelism the layer's heads, query groups and FFN columns are this rank's,
+  // and x holds this rank's positions of the sequence (gathered before qkv and fc1).
+  const auto& d = local_;
+  const bool fusable = fused::supports(x);
   census::region("input_norm");
   const at::Tensor qkv = norm_then_linear(x, w.input_norm, w.qkv, "qkv");
   const int64_t b = qkv.size(0), s = qkv.size(1);
@@ -417,10 +467,15 @@ at::Tensor LlamaModel::layer_forward(const LayerWeights& w, const at::Tensor& x,
   }
   attn = attn.transpose(1, 2).reshape({b, s, d.q_dim()});
   census::region("proj");
-  auto x1 = x + tp_reduce_scatter(linear(attn, w.proj));
+  return x + tp_reduce_scatter(linear(attn, w.proj));
+}
+
+at::Tensor LlamaModel::mlp_block(const LayerWeights& w, const at::Tensor& x1,
+                                 bool recompute_mlp) const {
+  const auto& d = local_;
   // SwiGLU MLP: fc1 holds [gate; up] as Megatron's fused linear_fc1.
   census::region("post_norm");
-  const bool fused_swiglu = fusable && fused_.swiglu;
+  const bool fused_swiglu = fused::supports(x1) && fused_.swiglu;
   if (recompute_mlp) {
     if (recompute_norms_) {
       return x1 + recompute::mlp(x1, w.post_norm, d.norm_eps, w.fc1, d.ffn, fused_swiglu, w.fc2,
@@ -500,6 +555,11 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
   if (offload_layers_ > 0 && recompute_layers_ > 0) {
     throw std::logic_error("LlamaModel: activation offload and recompute exclude each other");
   }
+  if (layer_graphs_ && (offload_layers_ > 0 || recompute_layers_ > 0)) {
+    throw std::logic_error(
+        "LlamaModel: per-layer CUDA graphs with activation offload or full recompute are not "
+        "implemented");
+  }
   const bool offload = offload_layers_ > 0 && x.requires_grad() && at::GradMode::is_enabled();
   if (offload) offload_->begin_forward(offload_layers_);
   for (int64_t l = 0; l < d.num_layers; ++l) {
@@ -527,6 +587,8 @@ at::Tensor LlamaModel::forward_loss(const LlamaWeights& w, const at::Tensor& tok
           *offload_, l,
           {lw.input_norm, lw.qkv, lw.proj, lw.post_norm, lw.fc1, lw.fc2, rope_cos_, rope_sin_});
       x = layer_forward(lw, x, l < recompute_fc1_layers_);
+    } else if (layer_graphs_ && x.requires_grad() && at::GradMode::is_enabled()) {
+      x = graphed_layer_forward(l, w.layers[l], x, l < recompute_fc1_layers_);
     } else {
       x = layer_forward(w.layers[l], x, l < recompute_fc1_layers_);
     }

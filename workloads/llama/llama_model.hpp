@@ -16,9 +16,10 @@
 #include <ATen/ATen.h>
 
 #include "harness/measure/saved_activations.hpp"
+#include "harness/model/layer_graphs.hpp"
 #include "harness/model/model.hpp"
-#include "workloads/llama/llama_specs.hpp"
 #include "workloads/llama/context_parallel.hpp"
+#include "workloads/llama/llama_specs.hpp"
 #include "workloads/llama/tensor_parallel.hpp"
 
 namespace shardbench {
@@ -186,6 +187,14 @@ class LlamaModel final : public TrainableModel {
   // The offload's counters (bytes and copies); null while offload was never turned on.
   ActivationOffload* activation_offload() const { return offload_.get(); }
 
+  // Per-layer CUDA graphs (model.cuda_graph_scope=[attn, mlp], docs/cuda-graphs.md): every
+  // layer's attention part (input norm, QKV, RoPE, attention, output projection, residual add)
+  // and MLP part (pre-MLP norm, fc1, SwiGLU, fc2, residual add) go through `runner`
+  // (harness/model/layer_graphs.hpp), which runs, captures or replays them. Not with full
+  // recompute, whose layers run their forward again inside backward, nor with activation offload
+  // (forward_loss throws std::logic_error). nullptr: off.
+  void set_layer_graphs(LayerGraphRunner* runner) { layer_graphs_ = runner; }
+
   // The saved-activation census (workloads/llama/activation_census.hpp): the next forward_loss
   // that builds a graph records what autograd keeps for backward, per module and producing op;
   // take_activation_census() returns it once, after that forward. The pass holds the same memory
@@ -218,6 +227,13 @@ class LlamaModel final : public TrainableModel {
   // recompute_fc1_layers() layers.
   at::Tensor layer_forward(const LayerWeights& w, const at::Tensor& x,
                            bool recompute_mlp = false) const;
+  // The layer's two parts, which layer_forward chains: attention with its residual add, then
+  // the MLP with its own.
+  at::Tensor attn_block(const LayerWeights& w, const at::Tensor& x) const;
+  at::Tensor mlp_block(const LayerWeights& w, const at::Tensor& x1, bool recompute_mlp) const;
+  // layer_forward of layer `layer` with both parts handed to the per-layer graph runner.
+  at::Tensor graphed_layer_forward(int64_t layer, const LayerWeights& w, const at::Tensor& x,
+                                   bool recompute_mlp) const;
   // The head after the last layer: final norm, output layer and the mean token loss (the
   // chunked linear cross-entropy, the vocab-parallel pair under tensor parallelism, or the whole
   // logits and the loss).
@@ -254,6 +270,9 @@ class LlamaModel final : public TrainableModel {
   at::Tensor rope_sin_;
   FusedKernels fused_;
   ModuleHooks* main_grads_ = nullptr;  // gradient-accumulation fusion's engine
+  // While a per-layer graph runner runs a sub-block: the hooks that stand in for main_grads_.
+  mutable ModuleHooks* block_wgrad_ = nullptr;
+  LayerGraphRunner* layer_graphs_ = nullptr;
   bool fp8_ = false;
   bool fp8_keep_transpose_ = false;
   std::shared_ptr<fp8::WeightCache> fp8_cache_;  // mutable through the pointer: per-step state
