@@ -203,8 +203,10 @@ TEST_P(CheckpointResume, LossesAndWeightsContinueExactly) {
   EXPECT_EQ(static_cast<int64_t>(fs::file_size(iter_dir / kCheckpointMetadataFile)),
             saved.metadata_bytes);
   // Which buffers are sharded follows the strategy table.
-  const std::string row =
-      std::string(c.wrapper) == "ddp" ? (c.distopt ? "ddp_distopt" : "ddp") : c.strategy;
+  const std::string wrapper = c.wrapper;
+  const std::string row = wrapper == "ddp"           ? (c.distopt ? "ddp_distopt" : "ddp")
+                          : wrapper == "torch_fsdp2" ? wrapper
+                                                     : c.strategy;
   const ShardingSpec& spec = sharding_spec(row);
   for (const auto& g : meta["layout"]["groups"]) {
     EXPECT_EQ(g["padded_elems"].get<int64_t>(), g["shard_elems"].get<int64_t>() * c.world);
@@ -232,6 +234,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // Separate compute weights: saved as written, restored as they were.
                       Case{"ddp", "ddp", true, 2, 8, 2, 0, at::kBFloat16},
                       Case{"megatron_fsdp", "optim_grads_params", false, 2, 8, 2, 0,
+                           at::kBFloat16},
+                      // FSDP2 keeps no compute copy between steps: bf16 saves the main
+                      // weights only, and each gather casts them again.
+                      Case{"torch_fsdp2", "reshard_after_forward", false, 2, 8, 2},
+                      Case{"torch_fsdp2", "reshard_after_forward", false, 2, 8, 2, 0,
                            at::kBFloat16}),
     case_name);
 
