@@ -194,6 +194,17 @@ def fake_checks(tmp, schema):
     cells = {(tuple(c["rows"]), c["column"]): c for c in m["cells"]}
     check(all(c["timing_note"] is None and c["world"] == 1 for c in m["cells"]),
           "cuda world 1: no cell carries a timing note")
+    # Where each invocation's time went: a cell that trained printed its steps' lines; a refused
+    # one never got to a step.
+    trained = [c for c in m["cells"] if c["status"] == "trains"]
+    refused = [c for c in m["cells"] if c["status"] == "refused"]
+    check(trained and refused and all(len(c["timeline"]) == len(c["commands"]) for c in trained)
+          and all(t["to_first_step_s"] is not None and t["steps_s"] >= 0
+                  for c in trained for t in c["timeline"])
+          and all(c["timeline"][0]["to_first_step_s"] is None for c in refused)
+          and "where an invocation's time went" in r.stderr,
+          "cuda world 1: each invocation's timeline (steps seen where the cell trained, none "
+          "where refused), and the medians in the log: %r" % [c.get("timeline") for c in m["cells"]][:3])
     ub = cells.get((("nccl_ub",), "ddp"), {})
     check(ub.get("status") == "refused" and "ddp.disable_symmetric_registration=true"
           in " ".join(ub.get("commands", [])),
