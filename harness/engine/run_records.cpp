@@ -10,6 +10,7 @@
 
 #include "harness/config/parallel_layout.hpp"
 #include "harness/config/wrapper.hpp"
+#include "harness/console_line.hpp"
 #include "harness/measure/sharding.hpp"
 #include "harness/measure/zero_model.hpp"
 #include "workloads/llama/activation_offload.hpp"
@@ -49,7 +50,7 @@ void record_nccl_user_buffers(RunRecord& rec, const DataParallelEngine& engine,
   }
   if (!failure.empty()) {
     rec.failure_reasons.push_back(failure);
-    if (ctx.rank == 0) std::cerr << "perf-launch: " << failure << std::endl;
+    if (ctx.rank == 0) print_line(std::cerr, failure);
   }
 }
 
