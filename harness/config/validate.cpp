@@ -403,6 +403,25 @@ void cuda_graph_rules(const ConfigContainer& c) {
   }
 }
 
+// optimizer.optimizer_cuda_graph (docs/cuda-graphs.md): Megatron's optimizer graph
+// (OptimizerCudaGraphWrapper), which shardbench captures as the second half of the whole-step
+// graph. What the step graph cannot capture is refused by cuda_graph_rules already (offloading,
+// gradient checks, FP8, HFSDP, emptying the allocator); what is left for the optimizer: it needs
+// the whole-step graph.
+void optimizer_cuda_graph_rules(const ConfigContainer& c) {
+  if (!c.optimizer.optimizer_cuda_graph) return;
+  if (!uses_cuda_graphs(c) || !full_iteration_graph(c)) {
+    fail("optimizer.optimizer_cuda_graph=true with model.cuda_graph_impl=" +
+         c.model.cuda_graph_impl + " and model.cuda_graph_scope=[" +
+         join(c.model.cuda_graph_scope, ",") +
+         "]: shardbench captures the optimizer step as the second graph of the whole-step "
+         "graph (its warm-up, stream and memory pool), and an eager forward would wait outside "
+         "any graph for the parameter all-gathers the optimizer graph launches; an optimizer "
+         "graph alone is not implemented (accepted: model.cuda_graph_impl=local with "
+         "cuda_graph_scope=[full_iteration], or optimizer.optimizer_cuda_graph=false)");
+  }
+}
+
 // MCore TransformerConfig.__post_init__ CPU-offload checks.
 void cpu_offload_rules(const ConfigContainer& c) {
   const auto& m = c.model;
@@ -709,6 +728,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   fp8_param_gather_rules(config);
   gradient_accumulation_fusion_rules(config);
   cuda_graph_rules(config);
+  optimizer_cuda_graph_rules(config);
   deterministic_rules(config, context);
   comparison_runs_rules(config, context);
   return r.notices;

@@ -123,6 +123,9 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
       outer_strategy(c.ddp.outer_dp_sharding_strategy) == OuterStrategy::kOptim;
   // Validation admitted graphs as the whole iteration only (cuda_graph_rules).
   o.param_sync_in_forward = cuda_graph_impl(c.model.cuda_graph_impl) == CudaGraphImpl::kLocal;
+  // The optimizer graph (validation admitted it with the whole-step graph only): the AdamW
+  // scalars live on the device from the first step, so eager and replayed steps compute alike.
+  o.optimizer_device_scalars = c.optimizer.optimizer_cuda_graph;
   return o;
 }
 
@@ -386,7 +389,11 @@ void build_run(RunPlan& plan, const nlohmann::json& provenance, const std::strin
   attach_engine(plan);
   record_engine(plan, ctx);
   if (plan.options.param_sync_in_forward) {
-    plan.graph = std::make_unique<StepGraph>(config.model.cuda_graph_warmup_steps, ctx.device);
+    StepGraphOptions graph;
+    graph.warmup_steps = config.model.cuda_graph_warmup_steps;
+    graph.capture_optimizer = config.optimizer.optimizer_cuda_graph;
+    graph.single_mempool = config.model.cuda_graph_use_single_mempool;
+    plan.graph = std::make_unique<StepGraph>(graph, ctx.device);
   }
 
   plan.lr = lr_schedule_from(config);

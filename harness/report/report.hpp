@@ -22,7 +22,8 @@ namespace shardbench {
 // 1.1: "comparisons" (every FSDP run against DDP; Torch FSDP2 runs, wrapper "torch_fsdp2").
 // 1.2: runs[].context_parallel and the steps' phases.cp_exchange (context parallelism).
 // 1.3: runs[].cuda_graph and the steps' phases.graph (CUDA graphs, docs/cuda-graphs.md).
-inline constexpr const char* kReportSchemaVersion = "1.3";
+// 1.4: runs[].cuda_graph.optimizer_captured and .single_mempool (the optimizer graph).
+inline constexpr const char* kReportSchemaVersion = "1.4";
 
 struct ReportOptions {
   WarmupRule warmup;

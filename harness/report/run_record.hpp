@@ -189,6 +189,11 @@ struct CudaGraphRecord {
   // run (the allocator's totals include it).
   int64_t graph_pool_bytes = 0;
   int64_t replays = 0;
+  // optimizer.optimizer_cuda_graph: the optimizer step is captured too (a second graph replayed
+  // after the first every step); capture_ms and graph_pool_bytes then cover both captures.
+  bool optimizer_captured = false;
+  // model.cuda_graph_use_single_mempool: the optimizer graph shares the first graph's pool.
+  bool single_mempool = true;
 };
 
 struct RunRecord {
