@@ -42,9 +42,17 @@ __global__ void __launch_bounds__(kThreads)
     adamw_kernel(const AdamTile* __restrict__ tiles, float* __restrict__ param,
                  const G* __restrict__ grad, float* __restrict__ exp_avg,
                  float* __restrict__ exp_avg_sq, AdamStep h, const float* __restrict__ grad_scale,
-                 __nv_bfloat16* __restrict__ model, bool vectors) {
+                 __nv_bfloat16* __restrict__ model, bool vectors,
+                 const float* __restrict__ step_scalars) {
   const AdamTile tile = tiles[blockIdx.x];
   const float inv_scale = grad_scale ? 1.f / grad_scale[0] : 1.f;
+  // The step's scalars from device memory (a graph-captured launch) replace the arguments'
+  // before any arithmetic: the same values give the same bits either way.
+  if (step_scalars) {
+    h.lr = step_scalars[0];
+    h.bias_correction1 = step_scalars[1];
+    h.bias_correction2 = step_scalars[2];
+  }
   const AdamMath math{tile.decay ? 1.f - h.lr * h.weight_decay : 1.f,
                       h.lr / h.bias_correction1,
                       sqrtf(h.bias_correction2),
@@ -89,7 +97,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename G>
 void launch(const AdamTile* tiles, int64_t num_tiles, float* param, const void* grad,
             float* exp_avg, float* exp_avg_sq, const AdamStep& step, const float* grad_scale,
-            void* model_out, Stream stream) {
+            void* model_out, Stream stream, const float* step_scalars) {
   const auto* g = static_cast<const G*>(grad);
   auto* model = static_cast<__nv_bfloat16*>(model_out);
   auto aligned = [](const void* p, uintptr_t bytes) {
@@ -98,11 +106,11 @@ void launch(const AdamTile* tiles, int64_t num_tiles, float* param, const void* 
   const bool vectors = aligned(param, 16) && aligned(exp_avg, 16) && aligned(exp_avg_sq, 16) &&
                        aligned(g, 4 * sizeof(G)) && (!model || aligned(model, 8));
   if (model) {
-    adamw_kernel<G, true><<<num_tiles, kThreads, 0, stream>>>(tiles, param, g, exp_avg, exp_avg_sq,
-                                                              step, grad_scale, model, vectors);
+    adamw_kernel<G, true><<<num_tiles, kThreads, 0, stream>>>(
+        tiles, param, g, exp_avg, exp_avg_sq, step, grad_scale, model, vectors, step_scalars);
   } else {
-    adamw_kernel<G, false><<<num_tiles, kThreads, 0, stream>>>(tiles, param, g, exp_avg, exp_avg_sq,
-                                                               step, grad_scale, nullptr, vectors);
+    adamw_kernel<G, false><<<num_tiles, kThreads, 0, stream>>>(
+        tiles, param, g, exp_avg, exp_avg_sq, step, grad_scale, nullptr, vectors, step_scalars);
   }
 }
 
@@ -110,14 +118,15 @@ void launch(const AdamTile* tiles, int64_t num_tiles, float* param, const void* 
 
 void adamw_flat(const AdamTile* tiles, int64_t num_tiles, float* param, const void* grad,
                 DType grad_dtype, float* exp_avg, float* exp_avg_sq, const AdamStep& step,
-                const float* grad_scale, void* model_out, Stream stream) {
+                const float* grad_scale, void* model_out, Stream stream,
+                const float* step_scalars) {
   if (num_tiles == 0) return;
   if (grad_dtype == DType::kBFloat16) {
     launch<__nv_bfloat16>(tiles, num_tiles, param, grad, exp_avg, exp_avg_sq, step, grad_scale,
-                          model_out, stream);
+                          model_out, stream, step_scalars);
   } else {
     launch<float>(tiles, num_tiles, param, grad, exp_avg, exp_avg_sq, step, grad_scale, model_out,
-                  stream);
+                  stream, step_scalars);
   }
   detail::check_launch("adamw_flat");
 }

@@ -88,9 +88,16 @@ struct AdamStep {
 // param/exp_avg/exp_avg_sq: fp32; grad: fp32 or bf16 (`grad_dtype`); grads are divided by
 // *grad_scale when it is non-null (clipping). `model_out`, when non-null, receives the updated
 // weights in bf16 (the compute copy), saving a separate read of the main weights.
+// `step_scalars`, when non-null, is device memory holding the step's lr, bias_correction1 and
+// bias_correction2 (kAdamStepScalars fp32, in that order), read when the kernel runs: `step`'s
+// own three are then ignored, so that a launch captured in a CUDA graph takes each replay's
+// learning rate and step count (the optimizer graph, docs/cuda-graphs.md). Null: `step`'s values,
+// which a captured launch would keep.
+constexpr int kAdamStepScalars = 3;
 void adamw_flat(const AdamTile* tiles, int64_t num_tiles, float* param, const void* grad,
                 DType grad_dtype, float* exp_avg, float* exp_avg_sq, const AdamStep& step,
-                const float* grad_scale, void* model_out, Stream stream);
+                const float* grad_scale, void* model_out, Stream stream,
+                const float* step_scalars = nullptr);
 
 // ---- FP8 per-tensor current scaling (Transformer Engine's "tensorwise" recipe) ----------------
 enum class Fp8Format { kE4M3, kE5M2 };  // largest finite values 448 and 57344

@@ -82,6 +82,7 @@ using StringMap = std::map<std::string, std::string>;
   E(std::string, cuda_graph_impl, "none", "none|local|transformer_engine", "CUDA graph capture") \
   X(StringList, cuda_graph_scope, {}, "CUDA graph scopes (full_iteration, attn, mlp, ...)")      \
   X(int64_t, cuda_graph_warmup_steps, 3, "Eager steps before a CUDA graph is captured")          \
+  X(bool, cuda_graph_use_single_mempool, true, "Optimizer graph shares the step graph's pool")   \
   X(bool, use_te_rng_tracker, false, "TE RNG tracker (needed under CUDA graphs)")                \
   X(bool, deterministic_mode, false, "Deterministic kernels only")                               \
   SHARDBENCH_MOE_FIELDS(X, E)
@@ -176,6 +177,7 @@ using StringMap = std::map<std::string, std::string>;
   X(bool, overlap_param_gather_with_optimizer_step, false, "AG inside the optimizer step")     \
   X(bool, reuse_grad_buf_for_mxfp8_param_ag, false, "Synced with the ddp field")               \
   X(bool, optimizer_cpu_offload, false, "Optimizer state on the host")                         \
+  X(bool, optimizer_cuda_graph, false, "Capture the optimizer step in a CUDA graph")           \
   X(int64_t, lr_warmup_iters, 0, "Linear warmup steps")                                        \
   X(OptInt, lr_decay_iters, std::nullopt, "Decay steps; null means train_iters")               \
   E(std::string, lr_decay_style, "linear", "constant|linear|cosine|inverse-square-root|WSD",   \

@@ -142,6 +142,10 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
                 "workspaces and lazily built state outside the graph")
            .at_least(1)
            .at_most(kMaxIters)},
+      {"model.cuda_graph_use_single_mempool",
+       honoured("true: the optimizer graph (optimizer.optimizer_cuda_graph) allocates from the "
+                "whole-step graph's memory pool; false: from a pool of its own "
+                "(docs/cuda-graphs.md)")},
       {"model.use_te_rng_tracker", info(kNoRngInStep)},
       {"model.deterministic_mode", honoured("docs/determinism.md")},
       // ---- model: mixture of experts, MLA, MTP (docs/moe-recipes.md)
@@ -266,6 +270,10 @@ std::vector<std::pair<std::string, FieldDomain>> build() {
        not_impl("the all-gather is not moved into the optimizer step")},
       {"optimizer.reuse_grad_buf_for_mxfp8_param_ag", not_impl("MXFP8 is not implemented")},
       {"optimizer.optimizer_cpu_offload", not_impl("optimizer state stays on the device")},
+      {"optimizer.optimizer_cuda_graph",
+       honoured("the optimizer step captured as a second graph after the whole-step graph "
+                "(needs model.cuda_graph_scope=[full_iteration]); its learning rate and step "
+                "count are read from device memory (docs/cuda-graphs.md)")},
       {"optimizer.lr_warmup_iters", honoured().at_least(0).at_most(kMaxIters)},
       {"optimizer.lr_decay_iters", honoured().at_least(1).at_most(kMaxIters)},
       {"optimizer.lr_decay_style", honoured("inverse-square-root and WSD are not implemented")

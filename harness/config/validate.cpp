@@ -534,6 +534,31 @@ void layer_graph_rules(const ConfigContainer& c, int64_t num_gpus) {
   }
 }
 
+// optimizer.optimizer_cuda_graph (docs/cuda-graphs.md): Megatron's optimizer graph
+// (OptimizerCudaGraphWrapper), which shardbench captures as the second half of the whole-step
+// graph. What the step graph cannot capture is refused by cuda_graph_rules already (offloading,
+// gradient checks, FP8, HFSDP, emptying the allocator); what is left for the optimizer: it needs
+// the whole-step graph. The per-layer scopes (attn, mlp) have no whole-step graph: their layers'
+// parts replay inside an eager step, so the optimizer graph is refused with them too.
+void optimizer_cuda_graph_rules(const ConfigContainer& c) {
+  if (!c.optimizer.optimizer_cuda_graph) return;
+  if (!uses_cuda_graphs(c) || !full_iteration_graph(c)) {
+    const bool per_layer = uses_cuda_graphs(c) && !c.model.cuda_graph_scope.empty();
+    fail("optimizer.optimizer_cuda_graph=true with model.cuda_graph_impl=" +
+         c.model.cuda_graph_impl + " and model.cuda_graph_scope=[" +
+         join(c.model.cuda_graph_scope, ",") +
+         "]: shardbench captures the optimizer step as the second graph of the whole-step "
+         "graph (its warm-up, stream and memory pool), and an eager forward would wait outside "
+         "any graph for the parameter all-gathers the optimizer graph launches; an optimizer "
+         "graph alone is not implemented" +
+         std::string(per_layer ? ", and the per-layer attn and mlp graphs replay inside an "
+                                 "otherwise eager step, with no whole-step graph to add it to"
+                               : "") +
+         " (accepted: model.cuda_graph_impl=local with cuda_graph_scope=[full_iteration], or "
+         "optimizer.optimizer_cuda_graph=false)");
+  }
+}
+
 // MCore TransformerConfig.__post_init__ CPU-offload checks.
 void cpu_offload_rules(const ConfigContainer& c) {
   const auto& m = c.model;
@@ -841,6 +866,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   gradient_accumulation_fusion_rules(config);
   cuda_graph_rules(config);
   layer_graph_rules(config, context.num_gpus);
+  optimizer_cuda_graph_rules(config);
   deterministic_rules(config, context);
   comparison_runs_rules(config, context);
   return r.notices;

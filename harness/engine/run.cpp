@@ -18,6 +18,7 @@
 #include "harness/config/field_registry.hpp"
 #include "harness/config/resolve.hpp"
 #include "harness/config/wrappers.hpp"
+#include "harness/console_line.hpp"
 #include "harness/engine/bench_run.hpp"
 #include "harness/engine/device_runtime.hpp"
 #include "harness/engine/worker_context.hpp"
@@ -228,7 +229,7 @@ std::string write_and_print_report(const EnvironmentInfo& info, const PlannedRun
   // A run that trains differently from DDP is a failed comparison, however fast it is.
   // Every rank learns it through agree_on_failure, so none is left waiting.
   if (const std::string bad = loss_parity_failures(report); !bad.empty()) {
-    std::cerr << "perf-launch: loss parity failed:\n" << bad;
+    print_line(std::cerr, "loss parity failed:\n" + bad.substr(0, bad.find_last_not_of('\n') + 1));
     if (failure.empty()) failure = "loss parity against DDP failed";
   }
   return failure;
@@ -261,7 +262,7 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
     const bool failed = agree_on_failure(!failure.empty(), *ctx);
     destroy_process_groups(*ctx, /*failed=*/false);
     if (failed) {
-      if (env.rank == 0) std::cerr << "perf-launch: run failed: " << failure << std::endl;
+      if (env.rank == 0) print_line(std::cerr, "run failed: " + failure);
       heartbeat_error(env.rank == 0 ? "run failed: " + failure
                                     : "run failed (rank 0's report names why)");
       return 1;
@@ -276,7 +277,7 @@ int run_worker(const ResolvedConfig& resolved, const LaunchEnv& env,
       std::this_thread::sleep_for(kPeerFailureDelay);
     }
     const std::string message = std::string("rank ") + std::to_string(env.rank) + ": " + text;
-    std::cerr << "perf-launch: " << message << std::endl;
+    print_line(std::cerr, message);
     heartbeat_error(text);
     if (ctx) destroy_process_groups(*ctx, /*failed=*/true);
     return 1;

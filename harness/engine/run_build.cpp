@@ -127,6 +127,9 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   const bool local = cuda_graph_impl(c.model.cuda_graph_impl) == CudaGraphImpl::kLocal;
   o.param_sync_in_forward = local && layer_graph_scopes(c).empty();
   o.stable_unit_weights = local && !layer_graph_scopes(c).empty();
+  // The optimizer graph (validation admitted it with the whole-step graph only): the AdamW
+  // scalars live on the device from the first step, so eager and replayed steps compute alike.
+  o.optimizer_device_scalars = c.optimizer.optimizer_cuda_graph;
   return o;
 }
 
@@ -400,7 +403,11 @@ void build_run(RunPlan& plan, const nlohmann::json& provenance, const std::strin
   attach_engine(plan);
   record_engine(plan, ctx);
   if (plan.options.param_sync_in_forward) {
-    plan.graph = std::make_unique<StepGraph>(config.model.cuda_graph_warmup_steps, ctx.device);
+    StepGraphOptions graph;
+    graph.warmup_steps = config.model.cuda_graph_warmup_steps;
+    graph.capture_optimizer = config.optimizer.optimizer_cuda_graph;
+    graph.single_mempool = config.model.cuda_graph_use_single_mempool;
+    plan.graph = std::make_unique<StepGraph>(graph, ctx.device);
   }
   if (plan.options.stable_unit_weights) {
     // Validation admitted per-layer scopes for the Llama model on a GPU only.

@@ -10,6 +10,7 @@
 
 #include "harness/config/parallel_layout.hpp"
 #include "harness/config/wrapper.hpp"
+#include "harness/console_line.hpp"
 #include "harness/measure/sharding.hpp"
 #include "harness/measure/zero_model.hpp"
 #include "workloads/llama/activation_offload.hpp"
@@ -49,7 +50,7 @@ void record_nccl_user_buffers(RunRecord& rec, const DataParallelEngine& engine,
   }
   if (!failure.empty()) {
     rec.failure_reasons.push_back(failure);
-    if (ctx.rank == 0) std::cerr << "perf-launch: " << failure << std::endl;
+    if (ctx.rank == 0) print_line(std::cerr, failure);
   }
 }
 
@@ -304,6 +305,9 @@ RunRecord record_run(const RunPlan& plan, const RunMeasurements& measured,
     if (plan.graph) rec.cuda_graph = plan.graph->record();
     if (plan.layer_graphs) {
       rec.cuda_graph = plan.layer_graphs->record();
+      // The knob as set: only the optimizer graph reads it, and it is refused with per-layer
+      // scopes (the layers' graphs share one pool either way).
+      rec.cuda_graph->single_mempool = plan.config.model.cuda_graph_use_single_mempool;
       rec.cuda_graph->stable_weight_buffer_bytes = engine.stable_unit_buffer_bytes();
     }
   }

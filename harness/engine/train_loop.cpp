@@ -11,6 +11,7 @@
 #include <memory>
 #include <utility>
 
+#include "harness/console_line.hpp"
 #include "harness/engine/checkpoint_run.hpp"
 #include "harness/engine/device_runtime.hpp"
 #include "harness/engine/lr_schedule.hpp"
@@ -376,7 +377,7 @@ void train_loop(RunPlan& plan, RunMeasurements& m, WorkerContext& ctx) {
             step_failure(config, engine, ctx, iteration, m.steps.back().loss);
         !failure.empty()) {
       m.failure_reasons.push_back(failure);
-      if (ctx.rank == 0) std::cerr << "perf-launch: " << failure << std::endl;
+      if (ctx.rank == 0) print_line(std::cerr, failure);
       break;
     }
     // Outside the timed step, as Megatron's save_checkpoint_and_time.

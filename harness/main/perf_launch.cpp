@@ -12,6 +12,7 @@
 #include "harness/compare/golden_gate.hpp"
 #include "harness/compare/report_reader.hpp"
 #include "harness/config/resolve.hpp"
+#include "harness/console_line.hpp"
 #include "harness/engine/run.hpp"
 #include "harness/launch/cpu_placement.hpp"
 #include "harness/launch/fault_spec.hpp"
@@ -32,8 +33,8 @@ void report_unexpected(const std::string& what) {
   const char* debug = std::getenv("SHARDBENCH_DEBUG");
   const bool full = debug != nullptr && std::string(debug) == "1";
   const std::string first_line = what.substr(0, what.find('\n'));
-  std::cerr << "perf-launch: error: " << (full ? what : first_line) << "\n";
-  if (!full) std::cerr << "perf-launch: (SHARDBENCH_DEBUG=1 shows the full error text)\n";
+  shardbench::print_line(std::cerr, "error: " + (full ? what : first_line));
+  if (!full) shardbench::print_line(std::cerr, "(SHARDBENCH_DEBUG=1 shows the full error text)");
 }
 
 }  // namespace
@@ -107,8 +108,7 @@ int main(int argc, char** argv) {
     }
 
     // Workers resolve the same argv again; only the launcher reports forced values once.
-    for (const std::string& notice : resolved.notices)
-      std::cerr << "perf-launch: " << notice << "\n";
+    for (const std::string& notice : resolved.notices) print_line(std::cerr, notice);
     // --executor slurm: this process only writes and submits the job; its srun tasks come back
     // here as workers (SLURM_PROCID and a step id in their environment).
     if (slurm) return run_slurm_executor(resolved, words);
@@ -127,13 +127,13 @@ int main(int argc, char** argv) {
     o.cpu_scheduling = cpu_scheduling_of(config);
     o.usable_cpus = usable_cpus();
     if (const std::string notice = shared_gpu_notice(o.ranks_per_gpu, o.nproc); !notice.empty())
-      std::cerr << "perf-launch: " << notice << "\n";
+      print_line(std::cerr, notice);
     return launch_local_workers(o);
   } catch (const HelpRequested& help) {
     std::cout << help.what();
     return 0;
   } catch (const UsageError& error) {
-    std::cerr << "perf-launch: error: " << error.what() << "\n";
+    print_line(std::cerr, std::string("error: ") + error.what());
     return 2;
   } catch (const std::exception& error) {
     // Anything else reaching the top after resolution (a library's exception) failed the run:

@@ -1,5 +1,6 @@
 #include "harness/measure/device_peaks.hpp"
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 
@@ -9,9 +10,17 @@ namespace shardbench {
 namespace {
 
 // Dense peaks: the bf16 values are throughput.cpp's (torchtitan's get_peak_flops, NVIDIA's
-// sparse datasheet figures halved); fp8 dense is twice bf16 dense on these parts; HBM bandwidth
-// from NVIDIA's product pages (docs/projection.md, "Another GPU type").
-const std::array<DevicePeaks, 4> kPeaks = {{
+// sparse datasheet figures halved); fp8 dense is twice bf16 dense on the Hopper and Blackwell
+// parts, and 0 on the A100, which has no FP8 tensor cores; HBM bandwidth from NVIDIA's product
+// pages (docs/projection.md, "Another GPU type"). The A100's two memory sizes differ in bandwidth
+// and capacity, so each has a row; "a100" is the 80 GB SXM part.
+const std::array<DevicePeaks, 6> kPeaks = {{
+    {"a100", 312, 0, 2.039, 80,
+     "NVIDIA A100 datasheet: 312 TF bf16 dense (624 with sparsity), no FP8; A100 80GB SXM: HBM2e "
+     "at 2,039 GB/s"},
+    {"a100_40gb", 312, 0, 1.555, 40,
+     "NVIDIA A100 datasheet: 312 TF bf16 dense (624 with sparsity), no FP8; A100 40GB: HBM2 at "
+     "1,555 GB/s"},
     {"h100", 989, 1979, 3.35, 80,
      "NVIDIA H100 SXM datasheet: 1979 TF bf16 and 3958 TF fp8 with sparsity, 80 GB HBM3 at 3.35 "
      "TB/s"},
@@ -41,9 +50,20 @@ const DevicePeaks& device_peaks(const std::string& name) {
 
 std::string peak_table_name(const std::string& device_name) {
   const std::string n = to_lower(device_name);
+  // A row matches when every '_'-separated part of its name is in the device's name
+  // ("a100_40gb" in "NVIDIA A100-SXM4-40GB"); the longest matching row wins.
+  const auto matches = [&](const std::string& row) {
+    size_t start = 0;
+    while (start <= row.size()) {
+      const size_t end = std::min(row.find('_', start), row.size());
+      if (n.find(row.substr(start, end - start)) == std::string::npos) return false;
+      start = end + 1;
+    }
+    return true;
+  };
   std::string found;
   for (const auto& p : kPeaks) {
-    if (n.find(p.name) != std::string::npos && p.name.size() > found.size()) found = p.name;
+    if (matches(p.name) && p.name.size() > found.size()) found = p.name;
   }
   return found;
 }

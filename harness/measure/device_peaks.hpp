@@ -13,9 +13,9 @@ namespace shardbench {
 
 // A GPU type's peaks, with where each number comes from.
 struct DevicePeaks {
-  std::string name;         // "h100", "h200", "b200", "gb200"
+  std::string name;         // "a100", "a100_40gb", "h100", "h200", "b200", "gb200"
   double bf16_tflops = 0;   // dense
-  double fp8_tflops = 0;    // dense
+  double fp8_tflops = 0;    // dense; 0: no FP8 tensor cores (A100)
   double hbm_tbps = 0;      // HBM bandwidth, TB/s
   double memory_gib = 0;    // HBM capacity: the datasheet's GB, which are binary (GiB)
   std::string source;
@@ -24,7 +24,8 @@ struct DevicePeaks {
 const DevicePeaks& device_peaks(const std::string& name);
 std::vector<std::string> device_peak_names();
 // The table's name found in a device's name ("NVIDIA H200" -> "h200"; the longest match, so
-// "GB200" is not "b200"), or empty when none is.
+// "GB200" is not "b200"; a row's '_'-separated parts are matched apart, so "NVIDIA
+// A100-SXM4-40GB" -> "a100_40gb"), or empty when none is.
 std::string peak_table_name(const std::string& device_name);
 // The memory of one GPU of `device` in bytes (its memory_gib), or nullopt for a device outside the
 // table (cpu). The allocator gets slightly less: the driver and the CUDA context keep some.

@@ -12,42 +12,8 @@ namespace shardbench {
 
 namespace {
 
-void check(const MoeFlopsDims& d, int64_t seq) {
-  const std::pair<const char*, int64_t> fields[] = {
-      {"num_layers", d.num_layers},
-      {"hidden_size", d.hidden_size},
-      {"ffn_hidden_size", d.ffn_hidden_size},
-      {"num_attention_heads", d.num_attention_heads},
-      {"num_query_groups", d.num_query_groups},
-      {"kv_channels", d.kv_channels},
-      {"q_lora_rank", d.q_lora_rank},
-      {"kv_lora_rank", d.kv_lora_rank},
-      {"qk_head_dim", d.qk_head_dim},
-      {"qk_pos_emb_head_dim", d.qk_pos_emb_head_dim},
-      {"v_head_dim", d.v_head_dim},
-      {"num_moe_experts", d.num_moe_experts},
-      {"moe_ffn_hidden_size", d.moe_ffn_hidden_size},
-      {"moe_router_topk", d.moe_router_topk},
-      {"moe_shared_expert_intermediate_size", d.moe_shared_expert_intermediate_size},
-      {"first_k_dense_replace", d.first_k_dense_replace},
-      {"mtp_num_layers", d.mtp_num_layers},
-      {"padded_vocab_size", d.padded_vocab_size},
-      {"seq_length", seq}};
-  for (const auto& [field, value] : fields) {
-    if (value < 0) {
-      throw std::invalid_argument(std::string("moe_flops: ") + field + "=" + std::to_string(value) +
-                                  ": accepted 0 or more");
-    }
-  }
-  if (d.num_moe_experts > 0 && d.first_k_dense_replace > d.num_layers) {
-    throw std::invalid_argument(
-        "moe_flops: first_k_dense_replace=" + std::to_string(d.first_k_dense_replace) +
-        ": at most num_layers=" + std::to_string(d.num_layers));
-  }
-  if (d.num_moe_experts > 0 && d.moe_router_topk > d.num_moe_experts) {
-    throw std::invalid_argument("moe_flops: moe_router_topk=" + std::to_string(d.moe_router_topk) +
-                                ": at most num_moe_experts=" + std::to_string(d.num_moe_experts));
-  }
+[[noreturn]] void refuse(const std::string& field, int64_t value, const std::string& accepted) {
+  throw std::invalid_argument(field + "=" + std::to_string(value) + ": accepted " + accepted);
 }
 
 int64_t moe_decoder_layers(const MoeFlopsDims& d) {
@@ -55,6 +21,48 @@ int64_t moe_decoder_layers(const MoeFlopsDims& d) {
 }
 
 }  // namespace
+
+void check_moe_dims(const MoeFlopsDims& d, MoeDimsUse use) {
+  const bool built = use == MoeDimsUse::kModel;
+  // Each field with the least value it takes: every count is 0 or more for the formula, and
+  // the model built from the dims needs at least one of each that sizes a weight.
+  const struct {
+    const char* field;
+    int64_t value;
+    int64_t least_built;
+  } fields[] = {
+      {"model.num_layers", d.num_layers, 1},
+      {"model.hidden_size", d.hidden_size, 1},
+      {"model.ffn_hidden_size", d.ffn_hidden_size, 0},
+      {"model.num_attention_heads", d.num_attention_heads, 1},
+      {"model.num_query_groups", d.num_query_groups, 0},
+      {"model.kv_channels", d.kv_channels, 0},
+      {"model.q_lora_rank", d.q_lora_rank, 0},
+      {"model.kv_lora_rank", d.kv_lora_rank, 0},
+      {"model.qk_head_dim", d.qk_head_dim, 0},
+      {"model.qk_pos_emb_head_dim", d.qk_pos_emb_head_dim, 0},
+      {"model.v_head_dim", d.v_head_dim, 0},
+      {"model.num_moe_experts", d.num_moe_experts, 1},
+      {"model.moe_ffn_hidden_size", d.moe_ffn_hidden_size, 1},
+      {"model.moe_router_topk", d.moe_router_topk, 1},
+      {"model.moe_shared_expert_intermediate_size", d.moe_shared_expert_intermediate_size, 0},
+      {"first_k_dense_replace (model.moe_layer_freq)", d.first_k_dense_replace, 0},
+      {"model.mtp_num_layers", d.mtp_num_layers, 0},
+      {"model.vocab_size (padded)", d.padded_vocab_size, 1}};
+  for (const auto& f : fields) {
+    const int64_t least = built ? f.least_built : 0;
+    if (f.value < least) refuse(f.field, f.value, least == 0 ? "0 or more" : "1 or more");
+  }
+  if (d.num_moe_experts == 0) return;  // every layer dense
+  if (d.moe_router_topk > d.num_moe_experts) {
+    refuse("model.moe_router_topk", d.moe_router_topk,
+           "at most model.num_moe_experts=" + std::to_string(d.num_moe_experts));
+  }
+  if (d.first_k_dense_replace > d.num_layers) {
+    refuse("first_k_dense_replace (model.moe_layer_freq)", d.first_k_dense_replace,
+           "0 to model.num_layers=" + std::to_string(d.num_layers));
+  }
+}
 
 int64_t moe_flops_moe_layers(const MoeFlopsDims& d) {
   const int64_t decoder = moe_decoder_layers(d);
@@ -64,7 +72,8 @@ int64_t moe_flops_moe_layers(const MoeFlopsDims& d) {
 }
 
 MoeFlopsPerToken moe_flops_per_token(const MoeFlopsDims& d, int64_t seq) {
-  check(d, seq);
+  check_moe_dims(d, MoeDimsUse::kFormula);
+  if (seq < 0) refuse("seq_length", seq, "0 or more");
   // 3 GEMMs per weight (forward, input gradient, weight gradient) x 2 FLOPs per multiply-add.
   constexpr double kPasses = 3, kFma = 2, k6 = kPasses * kFma;
   const double h = static_cast<double>(d.hidden_size);

@@ -68,6 +68,15 @@ struct MoeFlopsPerToken {
 // negative or inconsistent (first_k_dense_replace > num_layers, top-k > experts).
 MoeFlopsPerToken moe_flops_per_token(const MoeFlopsDims& dims, int64_t seq);
 
+// Who reads the dims: the FLOPs formula takes any count of 0 or more (0 experts: every layer
+// dense); a model built from them (moe_memory.hpp's counts and activations) needs at least one
+// layer, head, expert and so on.
+enum class MoeDimsUse { kFormula, kModel };
+
+// Throws std::invalid_argument naming the field (model.*), its value and what is accepted: a
+// count below what `use` takes, top-k above the experts, more dense layers than layers.
+void check_moe_dims(const MoeFlopsDims& dims, MoeDimsUse use);
+
 // The FLOPs of one iteration over `batch` sequences of `seq` tokens (the global batch): what
 // TFLOP/s per GPU divides by the iteration time and the world size. A double: DeepSeek-V3's
 // global batches exceed int64.

@@ -15,26 +15,7 @@ namespace {
 }
 
 void check(const MoeFlopsDims& d, int ep) {
-  const std::pair<const char*, int64_t> positive[] = {
-      {"model.num_layers", d.num_layers},
-      {"model.hidden_size", d.hidden_size},
-      {"model.num_attention_heads", d.num_attention_heads},
-      {"model.num_moe_experts", d.num_moe_experts},
-      {"model.moe_ffn_hidden_size", d.moe_ffn_hidden_size},
-      {"model.moe_router_topk", d.moe_router_topk},
-      {"model.vocab_size (padded)", d.padded_vocab_size}};
-  for (const auto& [field, value] : positive) {
-    if (value < 1) refuse(field, value, "1 or more");
-  }
-  if (d.moe_router_topk > d.num_moe_experts) {
-    refuse("model.moe_router_topk", d.moe_router_topk,
-           "at most model.num_moe_experts=" + std::to_string(d.num_moe_experts));
-  }
-  if (d.first_k_dense_replace < 0 || d.first_k_dense_replace > d.num_layers) {
-    refuse("first_k_dense_replace (model.moe_layer_freq)", d.first_k_dense_replace,
-           "0 to model.num_layers=" + std::to_string(d.num_layers));
-  }
-  if (d.mtp_num_layers < 0) refuse("model.mtp_num_layers", d.mtp_num_layers, "0 or more");
+  check_moe_dims(d, MoeDimsUse::kModel);
   if (ep < 1 || d.num_moe_experts % ep != 0) {
     refuse("model.expert_model_parallel_size", ep,
            "a divisor of model.num_moe_experts=" + std::to_string(d.num_moe_experts));

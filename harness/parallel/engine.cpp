@@ -63,6 +63,14 @@ DataParallelEngine::DataParallelEngine(const ModelSpec& model, EngineOptions opt
   leaves_.resize(specs_.size());
   build_groups();
   for (auto& g : groups_) allocate_and_init(*g);
+  if (options_.optimizer_device_scalars) {
+    optimizer_scalars_ = at::zeros({static_cast<int64_t>(groups_.size()), kAdamScalarElems},
+                                   at::TensorOptions().device(options_.device).dtype(at::kFloat));
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      groups_[i]->optimizer->use_device_scalars(
+          optimizer_scalars_.select(0, static_cast<int64_t>(i)));
+    }
+  }
   // Without manual registration the pool is registered as soon as the buffers exist, as
   // Megatron's DDP does when it allocates them; segments the pool grows later (gathered units,
   // reduce-scatter inputs) are registered as they appear.

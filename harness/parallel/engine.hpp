@@ -121,6 +121,12 @@ struct EngineOptions {
   // double buffer, generalised to the schedule's peak). Gathering a unit whose buffer another
   // unit still holds throws std::logic_error: the gather schedule changed after the first step.
   bool stable_unit_weights = false;
+  // optimizer.optimizer_cuda_graph (docs/cuda-graphs.md): every group's AdamW reads the step's
+  // learning rate and bias corrections from one device tensor (FlatAdamW::use_device_scalars)
+  // that stage_optimizer_step writes, so that the rest of the optimizer step
+  // (optimizer_step_on_device) reads no per-step host value and can be captured in a CUDA graph
+  // and replayed. The learning rate is then fp32 on every AdamW path (flat_adamw.hpp).
+  bool optimizer_device_scalars = false;
 };
 
 // The engine's communicators. world, all_gather and reduce_scatter span the engine's
@@ -263,8 +269,19 @@ class DataParallelEngine final : public ModuleHooks {
   // (torch_profiler.hpp); checkpointing calls it before it reads the buffers.
   void wait_in_flight();
   // Clips, runs AdamW on this rank's main weights, refreshes the compute weights and zeroes the
-  // gradients. Returns the global gradient norm before clipping (a device scalar).
+  // gradients. Returns the global gradient norm before clipping (a device scalar). With
+  // options().optimizer_device_scalars: stage_optimizer_step(lr), then optimizer_step_on_device().
   at::Tensor optimizer_step(double lr);
+  // The optimizer step in two parts (options().optimizer_device_scalars only). The host part
+  // counts the step in every group's AdamW and writes the step's learning rate and bias
+  // corrections into the device tensor the groups read: one copy from pinned host memory on the
+  // current stream, ordered before whatever runs next on it. The device part is the rest of
+  // optimizer_step (gradient norm with its collectives, clipping, AdamW, the compute weights'
+  // refresh, grad zeroing, the parameter syncs): it reads no host value that changes from step to
+  // step, so the optimizer CUDA graph (harness/engine/step_graph.hpp) captures it once and
+  // replays it after each stage_optimizer_step.
+  void stage_optimizer_step(double lr);
+  at::Tensor optimizer_step_on_device();
 
   // The full fp32 main weights, one tensor per parameter spec (collective over the DP group);
   // under tensor parallelism each is this TP rank's part (tp_part_indices).
@@ -389,6 +406,9 @@ class DataParallelEngine final : public ModuleHooks {
   void setup_comms();
   // The global gradient norm before clipping (a device scalar; collective).
   at::Tensor global_grad_norm();
+  // optimizer_step's work after the step's scalars: at learning rate `lr`, or (nullopt) with
+  // the AdamW scalars the last stage_optimizer_step wrote to the device.
+  at::Tensor update_weights(std::optional<double> lr);
   // Every distinct communicator the groups' buffers are used with (NCCL user-buffer
   // registration).
   std::vector<ProcessGroup*> communicators() const;
@@ -522,6 +542,9 @@ class DataParallelEngine final : public ModuleHooks {
   int64_t peak_temp_bytes_ = 0;
   PhaseTimer* comm_timer_ = nullptr;
   UnitTimer* unit_timer_ = nullptr;
+  // options().optimizer_device_scalars: every group's AdamScalars on the device, one row per
+  // group in group order (FlatAdamW::use_device_scalars views its row).
+  at::Tensor optimizer_scalars_;
   GradChecker grad_checker_{false, false};
 };
 

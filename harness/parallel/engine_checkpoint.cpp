@@ -19,8 +19,9 @@ std::vector<DataParallelEngine::StateBuffer> DataParallelEngine::checkpoint_stat
     out.push_back({g.index, "exp_avg_sq", g.optimizer->exp_avg_sq(), sharded});
     // With fp32 compute the main weights are the compute weights. Otherwise the compute copy is
     // saved as written (not re-rounded from the main weights on load), so a resumed run sees
-    // the very bits the uninterrupted run would, whichever kernel rounded them.
-    if (!g.main_aliases_model) {
+    // the very bits the uninterrupted run would, whichever kernel rounded them. FSDP2 keeps no
+    // compute copy between steps: each gather casts the main weights again (copy-in).
+    if (!g.main_aliases_model && !g.layout.per_param_dim0) {
       out.push_back({g.index, "model_weights", refresh_target(g),
                      g.spec.model_weights_sharded || g.spec.main_weights_sharded});
     }

@@ -612,6 +612,43 @@ at::Tensor DataParallelEngine::global_grad_norm() {
 }
 
 at::Tensor DataParallelEngine::optimizer_step(double lr) {
+  if (options_.optimizer_device_scalars) {
+    stage_optimizer_step(lr);
+    return optimizer_step_on_device();
+  }
+  return update_weights(lr);
+}
+
+void DataParallelEngine::stage_optimizer_step(double lr) {
+  if (!options_.optimizer_device_scalars) {
+    throw std::logic_error("stage_optimizer_step needs EngineOptions::optimizer_device_scalars");
+  }
+  at::NoGradGuard no_grad;
+  // A fresh pinned block each step: the caching host allocator keeps it until the asynchronous
+  // copy has read it, so the host never writes over values a pending copy still reads.
+  const bool pinned = options_.device.is_cuda();
+  at::Tensor host = at::empty(optimizer_scalars_.sizes(),
+                              at::TensorOptions().dtype(at::kFloat).pinned_memory(pinned));
+  float* row = host.data_ptr<float>();
+  for (auto& g : groups_) {
+    const AdamScalars s = g->optimizer->next_scalars(lr, options_.adam);
+    row[0] = s.lr;
+    row[1] = s.bias_correction1;
+    row[2] = s.bias_correction2;
+    row += kAdamScalarElems;
+  }
+  optimizer_scalars_.copy_(host, /*non_blocking=*/pinned);
+}
+
+at::Tensor DataParallelEngine::optimizer_step_on_device() {
+  if (!options_.optimizer_device_scalars) {
+    throw std::logic_error(
+        "optimizer_step_on_device needs EngineOptions::optimizer_device_scalars");
+  }
+  return update_weights(std::nullopt);
+}
+
+at::Tensor DataParallelEngine::update_weights(std::optional<double> lr) {
   at::NoGradGuard no_grad;
   at::Tensor norm = global_grad_norm();
   std::optional<at::Tensor> grad_scale;
@@ -621,10 +658,13 @@ at::Tensor DataParallelEngine::optimizer_step(double lr) {
     grad_scale = ((norm + 1e-6) / options_.clip_grad).clamp_min(1.0).reshape({1});
   }
   AdamWHyper hyper = options_.adam;
-  hyper.lr = lr;
+  if (lr) hyper.lr = *lr;
   for (auto& gp : groups_) {
     auto& g = *gp;
-    const bool written = g.optimizer->step(g.owned_grad, hyper, grad_scale, g.owned_model);
+    // Device scalars: the learning rate and step count come from the device (staged).
+    const bool written =
+        lr ? g.optimizer->step(g.owned_grad, hyper, grad_scale, g.owned_model)
+           : g.optimizer->step_on_device(g.owned_grad, hyper, grad_scale, g.owned_model);
     refresh_model_weights(g, written);
     g.grad.zero_();
   }

@@ -78,43 +78,105 @@ void FlatAdamW::view_grads(const at::Tensor& grad32) {
 bool FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
                      const std::optional<at::Tensor>& grad_scale, const at::Tensor& model_out) {
   at::NoGradGuard no_grad;
+  if (scalars_.defined()) {
+    const AdamScalars s = next_scalars(hyper.lr, hyper);
+    scalars_.copy_(at::tensor({s.lr, s.bias_correction1, s.bias_correction2}, at::kFloat));
+    return step_on_device(grad, hyper, grad_scale, model_out);
+  }
   ++step_;
 #ifdef SHARDBENCH_CUDA_KERNELS
   if (tiles_.defined()) {
-    const bool grad_ok = grad.is_contiguous() && grad.numel() == main_.numel() &&
-                         (grad.scalar_type() == at::kFloat || grad.scalar_type() == at::kBFloat16);
-    if (!grad_ok) {
-      throw std::invalid_argument(
-          "FlatAdamW: the kernel path needs a contiguous fp32 or bf16 "
-          "grad of the main weights' size");
-    }
-    const bool write_model = model_out.defined() && model_out.scalar_type() == at::kBFloat16 &&
-                             model_out.is_contiguous() && model_out.numel() == main_.numel();
-    kernels::AdamStep h;
-    h.lr = static_cast<float>(hyper.lr);
-    h.beta1 = static_cast<float>(hyper.beta1);
-    h.beta2 = static_cast<float>(hyper.beta2);
-    h.eps = static_cast<float>(hyper.eps);
-    h.weight_decay = static_cast<float>(hyper.weight_decay);
-    h.bias_correction1 = static_cast<float>(1.0 - std::pow(hyper.beta1, double(step_)));
-    h.bias_correction2 = static_cast<float>(1.0 - std::pow(hyper.beta2, double(step_)));
-    at::Tensor scale;
-    if (grad_scale) scale = grad_scale->to(at::kFloat).contiguous();
-    kernels::adamw_flat(
-        static_cast<const kernels::AdamTile*>(tiles_.data_ptr()), num_tiles_,
-        main_.data_ptr<float>(), grad.data_ptr(),
-        grad.scalar_type() == at::kBFloat16 ? kernels::DType::kBFloat16 : kernels::DType::kFloat32,
-        exp_avg_.data_ptr<float>(), exp_avg_sq_.data_ptr<float>(), h,
-        scale.defined() ? scale.data_ptr<float>() : nullptr,
-        write_model ? model_out.data_ptr() : nullptr,
-        at::cuda::getCurrentCUDAStream(main_.device().index()).stream());
-    return write_model;
+    const AdamScalars s{static_cast<float>(hyper.lr),
+                        static_cast<float>(1.0 - std::pow(hyper.beta1, double(step_))),
+                        static_cast<float>(1.0 - std::pow(hyper.beta2, double(step_)))};
+    return step_kernel(grad, hyper, s, grad_scale, model_out, nullptr);
   }
 #endif
-  (void)model_out;
+  return step_aten(grad, hyper, grad_scale, at::Tensor());
+}
+
+void FlatAdamW::use_device_scalars(at::Tensor scalars) {
+  at::NoGradGuard no_grad;
+  if (!scalars.defined() || scalars.scalar_type() != at::kFloat || scalars.dim() != 1 ||
+      scalars.numel() != kAdamScalarElems || !scalars.is_contiguous() ||
+      scalars.device() != main_.device()) {
+    throw std::invalid_argument(
+        "FlatAdamW::use_device_scalars: accepted: a contiguous 1-D fp32 tensor of " +
+        std::to_string(kAdamScalarElems) + " elements on the main weights' device (" +
+        main_.device().str() + ")");
+  }
+  scalars_ = std::move(scalars);
+  scalar_lr_ = scalars_.select(0, 0);
+  device_step_ = at::full({}, static_cast<double>(step_), main_.options().dtype(at::kFloat));
+}
+
+AdamScalars FlatAdamW::next_scalars(double lr, const AdamWHyper& hyper) {
+  ++step_;
+  // The kernel path's arguments, computed as step() computes them.
+  return {static_cast<float>(lr), static_cast<float>(1.0 - std::pow(hyper.beta1, double(step_))),
+          static_cast<float>(1.0 - std::pow(hyper.beta2, double(step_)))};
+}
+
+bool FlatAdamW::step_on_device(const at::Tensor& grad, const AdamWHyper& hyper,
+                               const std::optional<at::Tensor>& grad_scale,
+                               const at::Tensor& model_out) {
+  if (!scalars_.defined()) {
+    throw std::logic_error("FlatAdamW::step_on_device needs use_device_scalars first");
+  }
+  at::NoGradGuard no_grad;
+#ifdef SHARDBENCH_CUDA_KERNELS
+  if (tiles_.defined()) {
+    // The arguments' scalars are not read: the kernel takes them from scalars_ when it runs.
+    return step_kernel(grad, hyper, AdamScalars{}, grad_scale, model_out,
+                       scalars_.data_ptr<float>());
+  }
+#endif
+  return step_aten(grad, hyper, grad_scale, scalar_lr_);
+}
+
+bool FlatAdamW::step_kernel(const at::Tensor& grad, const AdamWHyper& hyper,
+                            const AdamScalars& scalars, const std::optional<at::Tensor>& grad_scale,
+                            const at::Tensor& model_out, const float* step_scalars) {
+#ifdef SHARDBENCH_CUDA_KERNELS
+  const bool grad_ok = grad.is_contiguous() && grad.numel() == main_.numel() &&
+                       (grad.scalar_type() == at::kFloat || grad.scalar_type() == at::kBFloat16);
+  if (!grad_ok) {
+    throw std::invalid_argument(
+        "FlatAdamW: the kernel path needs a contiguous fp32 or bf16 "
+        "grad of the main weights' size");
+  }
+  const bool write_model = model_out.defined() && model_out.scalar_type() == at::kBFloat16 &&
+                           model_out.is_contiguous() && model_out.numel() == main_.numel();
+  kernels::AdamStep h;
+  h.lr = scalars.lr;
+  h.beta1 = static_cast<float>(hyper.beta1);
+  h.beta2 = static_cast<float>(hyper.beta2);
+  h.eps = static_cast<float>(hyper.eps);
+  h.weight_decay = static_cast<float>(hyper.weight_decay);
+  h.bias_correction1 = scalars.bias_correction1;
+  h.bias_correction2 = scalars.bias_correction2;
+  at::Tensor scale;
+  if (grad_scale) scale = grad_scale->to(at::kFloat).contiguous();
+  kernels::adamw_flat(
+      static_cast<const kernels::AdamTile*>(tiles_.data_ptr()), num_tiles_, main_.data_ptr<float>(),
+      grad.data_ptr(),
+      grad.scalar_type() == at::kBFloat16 ? kernels::DType::kBFloat16 : kernels::DType::kFloat32,
+      exp_avg_.data_ptr<float>(), exp_avg_sq_.data_ptr<float>(), h,
+      scale.defined() ? scale.data_ptr<float>() : nullptr,
+      write_model ? model_out.data_ptr() : nullptr,
+      at::cuda::getCurrentCUDAStream(main_.device().index()).stream(), step_scalars);
+  return write_model;
+#else
+  (void)grad, (void)hyper, (void)scalars, (void)grad_scale, (void)model_out, (void)step_scalars;
+  throw std::logic_error("FlatAdamW: built without shardbench's CUDA kernels");
+#endif
+}
+
+bool FlatAdamW::step_aten(const at::Tensor& grad, const AdamWHyper& hyper,
+                          const std::optional<at::Tensor>& grad_scale, const at::Tensor& lr) {
   const at::Tensor grad32 = grad.scalar_type() == at::kFloat ? grad : grad.to(at::kFloat);
   if (exp_avg_.scalar_type() != at::kFloat || exp_avg_sq_.scalar_type() != at::kFloat) {
-    step_low_precision_moments(grad32, hyper, grad_scale);
+    step_low_precision_moments(grad32, hyper, grad_scale, lr);
     return false;
   }
   view_grads(grad32);
@@ -125,9 +187,15 @@ bool FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
     // increments them before calling it).
     at::_foreach_add_(c.steps, 1);
     const double wd = cls == 1 ? 0.0 : hyper.weight_decay;
-    at::_fused_adamw_(c.params, c.grads, c.avgs, c.avg_sqs, {}, c.steps, hyper.lr, hyper.beta1,
-                      hyper.beta2, wd, hyper.eps, /*amsgrad=*/false, /*maximize=*/false, grad_scale,
-                      /*found_inf=*/std::nullopt);
+    if (lr.defined()) {
+      at::_fused_adamw_(c.params, c.grads, c.avgs, c.avg_sqs, {}, c.steps, lr, hyper.beta1,
+                        hyper.beta2, wd, hyper.eps, /*amsgrad=*/false, /*maximize=*/false,
+                        grad_scale, /*found_inf=*/std::nullopt);
+    } else {
+      at::_fused_adamw_(c.params, c.grads, c.avgs, c.avg_sqs, {}, c.steps, hyper.lr, hyper.beta1,
+                        hyper.beta2, wd, hyper.eps, /*amsgrad=*/false, /*maximize=*/false,
+                        grad_scale, /*found_inf=*/std::nullopt);
+    }
   }
   if (grad32.data_ptr() != grad.data_ptr()) {
     // A converted copy: drop the views rather than keep the copy alive until the next step.
@@ -141,9 +209,14 @@ bool FlatAdamW::step(const at::Tensor& grad, const AdamWHyper& hyper,
 // The same fused AdamW, on fp32 copies of each chunk of the moments, written back rounded to
 // their dtype: the update is computed in fp32 and only the stored moments lose precision, as
 // Transformer Engine's FusedAdam does with bf16 exp_avg / exp_avg_sq.
+// With device scalars (`lr` defined) the step count is the device counter device_step_,
+// advanced here rather than built from the host's count.
 void FlatAdamW::step_low_precision_moments(const at::Tensor& grad32, const AdamWHyper& hyper,
-                                           const std::optional<at::Tensor>& grad_scale) {
-  const at::Tensor step = at::full({}, static_cast<double>(step_), main_.options());
+                                           const std::optional<at::Tensor>& grad_scale,
+                                           const at::Tensor& lr) {
+  if (lr.defined()) device_step_.add_(1);
+  const at::Tensor step =
+      lr.defined() ? device_step_ : at::full({}, static_cast<double>(step_), main_.options());
   for (const auto& seg : segments_) {
     const double wd = seg.no_weight_decay ? 0.0 : hyper.weight_decay;
     for (int64_t off = 0; off < seg.numel; off += kLowPrecisionChunkElems) {
@@ -153,10 +226,17 @@ void FlatAdamW::step_low_precision_moments(const at::Tensor& grad32, const AdamW
       at::Tensor avg_sq = exp_avg_sq_.narrow(0, start, len);
       at::Tensor avg32 = avg.to(at::kFloat);
       at::Tensor avg_sq32 = avg_sq.to(at::kFloat);
-      at::_fused_adamw_({main_.narrow(0, start, len)}, {grad32.narrow(0, start, len)}, {avg32},
-                        {avg_sq32}, {}, {step}, hyper.lr, hyper.beta1, hyper.beta2, wd, hyper.eps,
-                        /*amsgrad=*/false, /*maximize=*/false, grad_scale,
-                        /*found_inf=*/std::nullopt);
+      if (lr.defined()) {
+        at::_fused_adamw_({main_.narrow(0, start, len)}, {grad32.narrow(0, start, len)}, {avg32},
+                          {avg_sq32}, {}, {step}, lr, hyper.beta1, hyper.beta2, wd, hyper.eps,
+                          /*amsgrad=*/false, /*maximize=*/false, grad_scale,
+                          /*found_inf=*/std::nullopt);
+      } else {
+        at::_fused_adamw_({main_.narrow(0, start, len)}, {grad32.narrow(0, start, len)}, {avg32},
+                          {avg_sq32}, {}, {step}, hyper.lr, hyper.beta1, hyper.beta2, wd, hyper.eps,
+                          /*amsgrad=*/false, /*maximize=*/false, grad_scale,
+                          /*found_inf=*/std::nullopt);
+      }
       avg.copy_(avg32);
       avg_sq.copy_(avg_sq32);
     }
@@ -170,6 +250,7 @@ void FlatAdamW::set_steps_taken(int64_t steps) {
   for (ClassViews& c : classes_) {
     for (auto& t : c.steps) t.fill_(static_cast<double>(steps));
   }
+  if (device_step_.defined()) device_step_.fill_(static_cast<double>(steps));
 }
 
 int64_t FlatAdamW::state_bytes() const {

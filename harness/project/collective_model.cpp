@@ -18,6 +18,14 @@ constexpr double kNcclRingStepNetUs = 14.0;
 
 const std::vector<Interconnect>& interconnect_table() {
   static const std::vector<Interconnect> table = {
+      // NVIDIA: A100 SXM, "third-generation NVLink ... 600 gigabytes per second (GB/s)" per GPU
+      // bidirectional (A100 datasheet), 12 links. NCCL models it as 12 links x 20.0 GB/s =
+      // 240 GB/s (src/graph/topo.h, SM80_NVLINK_BW); one node of 8 A100-SXM-80GB measured
+      // 232.54 GB/s all_reduce busbw (NVIDIA/nccl-tests#175), within 3.2% of it.
+      {"nvlink3", "NVLink 3 (A100 SXM, NVSwitch)", 300.0, 12 * 20.0 / 300.0, false,
+       kNcclRingStepNvlinkUs,
+       "NVIDIA A100 datasheet (600 GB/s bidirectional); NCCL topo.h SM80_NVLINK_BW; "
+       "NVIDIA/nccl-tests#175 (232.5 GB/s busbw on 8 A100s)"},
       // NVIDIA: "fourth-generation NVLink ... 900 gigabytes per second (GB/s) bidirectional per
       // GPU" (nvidia.com data-center/nvlink, H100 and H200 SXM). NCCL models it as 18 links x
       // 20.6 GB/s = 370.8 GB/s (src/graph/topo.h, SM90_NVLINK_BW); NCCL's maintainer: "with the
@@ -34,6 +42,11 @@ const std::vector<Interconnect>& interconnect_table() {
       {"nvlink5", "NVLink 5 (B200, GB200 NVL72)", 900.0, 18 * 40.1 / 900.0, true,
        kNcclRingStepNvlinkUs,
        "NVIDIA NVLink page (1.8 TB/s bidirectional); NCCL topo.h SM100_NVLINK_BW (assumed)"},
+      // One 200 Gb/s HDR InfiniBand (or 200 Gb/s RoCE) port per GPU (DGX A100: 8 x ConnectX-6)
+      // = 25 GB/s. NVIDIA (NVIDIA/nccl#812, quoted in NVIDIA/nccl#1576): "On an Nvidia DGX-A100
+      // system we have 8x200Gbit/s IB cards and we measure 192GB/s AllReduce BusBW"; 24 / 25.
+      {"ib_hdr", "InfiniBand HDR (or RoCE), 200 Gb/s per GPU", 25.0, 24.0 / 25.0, false,
+       kNcclRingStepNetUs, "ConnectX-6 HDR 200 Gb/s; NVIDIA/nccl#812 (192 GB/s busbw, 8 NICs)"},
       // One 400 Gb/s ConnectX-7 NDR port per GPU (DGX/HGX H100, H200, B200 compute fabric) =
       // 50 GB/s. NVIDIA (NVIDIA/nccl-tests#290): "For NDR @ 400Gbps you should see 46-48GB/s
       // per NIC" with NCCL_ALGO=RING; 47 / 50.

@@ -25,7 +25,7 @@ namespace shardbench {
 // (1e9 B/s), the unit of busbw; vendors quote NVLink bidirectional, so NVLink peaks are half
 // the quoted figure.
 struct Interconnect {
-  std::string_view name;           // "nvlink4", "nvlink5", "ib_ndr", "ib_xdr"
+  std::string_view name;           // "nvlink3", "nvlink4", "nvlink5", "ib_hdr", "ib_ndr", ...
   std::string_view description;    // the hardware it stands for
   double peak_gbps = 0;            // vendor peak, per GPU per direction
   double achievable_fraction = 0;  // ring busbw NCCL reaches / peak
@@ -36,7 +36,7 @@ struct Interconnect {
   double achievable_gbps() const { return peak_gbps * achievable_fraction; }
 };
 
-// NVLink 4, NVLink 5, InfiniBand NDR and XDR (docs/projection.md, "Interconnect table").
+// NVLink 3, 4 and 5, InfiniBand HDR, NDR and XDR (docs/projection.md, "Interconnect table").
 const std::vector<Interconnect>& interconnect_table();
 
 // The table row named `name`; throws std::invalid_argument naming the accepted names.

@@ -112,6 +112,16 @@ KernelClassTimes kernel_class_times(const json& kernels, const std::string& wher
 
 
 ClassRatios datasheet_ratios(const DevicePeaks& from, const DevicePeaks& to, bool fp8_gemms) {
+  if (fp8_gemms) {
+    // An FP8 run's GEMMs have no counterpart on a part without FP8 tensor cores (the A100).
+    for (const DevicePeaks* d : {&from, &to}) {
+      if (!(d->fp8_tflops > 0)) {
+        throw std::invalid_argument("-g " + to.name + ": the run's GEMMs are FP8 and " + d->name +
+                                    " has no FP8 tensor cores (no fp8 peak); accepted: a bf16 "
+                                    "run, or a target with FP8 (h100, h200, b200, gb200)");
+      }
+    }
+  }
   ClassRatios r;
   r.gemm = fp8_gemms ? from.fp8_tflops / to.fp8_tflops : from.bf16_tflops / to.bf16_tflops;
   r.attention = from.bf16_tflops / to.bf16_tflops;

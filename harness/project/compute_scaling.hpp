@@ -45,7 +45,8 @@ struct ClassRatios {
   double gemm = 1, attention = 1, memory = 1, optimizer = 1;
 };
 // From the datasheets: GEMMs by the dense peak (fp8 for an FP8 run's GEMMs), attention by the
-// bf16 peak, memory-bound kernels and the optimizer by the HBM bandwidth.
+// bf16 peak, memory-bound kernels and the optimizer by the HBM bandwidth. Throws
+// std::invalid_argument for FP8 GEMMs when either device has no fp8 peak (the A100).
 ClassRatios datasheet_ratios(const DevicePeaks& from, const DevicePeaks& to, bool fp8_gemms);
 
 // Measured ratios (perf-project --calibrate): the kernel summaries of one reference run profiled

@@ -100,8 +100,8 @@ CollectiveModel collective_model_for(const Options& o, const std::string& spec) 
   }
   if (spec.empty()) {
     throw InputError(
-        "no interconnect; accepted: --interconnect INTRA[,INTER] (nvlink4, nvlink5, ib_ndr, "
-        "ib_xdr) or --collectives BENCH.json");
+        "no interconnect; accepted: --interconnect INTRA[,INTER] (nvlink3, nvlink4, nvlink5, "
+        "ib_hdr, ib_ndr, ib_xdr) or --collectives BENCH.json");
   }
   const size_t comma = spec.find(',');
   const std::string intra = spec.substr(0, comma);
@@ -569,11 +569,11 @@ int perf_project_main(const std::vector<std::string>& args, std::ostream& out, s
                  "Ranks per node (default: all on one); also -gn");
   app.add_option("-g,--gpu", o.device,
                  "Target device: the measured one (cpu, h100, h200), or with --kernels another GPU "
-                 "type (h100, h200, b200, gb200)")
+                 "type (a100, a100_40gb, h100, h200, b200, gb200)")
       ->required();
   app.add_option("--interconnect", o.interconnects,
-                 "INTRA[,INTER] from the interconnect table (nvlink4, nvlink5, ib_ndr, ib_xdr); "
-                 "with --sweep repeated or ';'-separated")
+                 "INTRA[,INTER] from the interconnect table (nvlink3, nvlink4, nvlink5, ib_hdr, "
+                 "ib_ndr, ib_xdr); with --sweep repeated or ';'-separated")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--sweep", o.sweep,

@@ -113,7 +113,7 @@ std::vector<std::string> split_interconnect_specs(const std::vector<std::string>
       if (item.empty()) {
         throw std::invalid_argument("--interconnect '" + o +
                                     "': an empty spec; accepted: INTRA[,INTER] specs separated "
-                                    "by ';' (nvlink4, nvlink5, ib_ndr, ib_xdr)");
+                                    "by ';' (nvlink3, nvlink4, nvlink5, ib_hdr, ib_ndr, ib_xdr)");
       }
       specs.push_back(item);
       any = true;
@@ -121,7 +121,7 @@ std::vector<std::string> split_interconnect_specs(const std::vector<std::string>
     if (!any || o.back() == ';') {
       throw std::invalid_argument("--interconnect '" + o +
                                   "': an empty spec; accepted: INTRA[,INTER] specs separated by "
-                                  "';' (nvlink4, nvlink5, ib_ndr, ib_xdr)");
+                                  "';' (nvlink3, nvlink4, nvlink5, ib_hdr, ib_ndr, ib_xdr)");
     }
   }
   return specs;

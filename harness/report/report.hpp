@@ -22,9 +22,10 @@ namespace shardbench {
 // 1.1: "comparisons" (every FSDP run against DDP; Torch FSDP2 runs, wrapper "torch_fsdp2").
 // 1.2: runs[].context_parallel and the steps' phases.cp_exchange (context parallelism).
 // 1.3: runs[].cuda_graph and the steps' phases.graph (CUDA graphs, docs/cuda-graphs.md).
-// 1.4: runs[].cuda_graph for per-layer scopes: scope "attn", "mlp" or "attn,mlp", with "scopes"
+// 1.4: runs[].cuda_graph.optimizer_captured and .single_mempool (the optimizer graph).
+// 1.5: runs[].cuda_graph for per-layer scopes: scope "attn", "mlp" or "attn,mlp", with "scopes"
 //      and "stable_weight_buffer_bytes" (docs/cuda-graphs.md, "Per-layer scopes").
-inline constexpr const char* kReportSchemaVersion = "1.4";
+inline constexpr const char* kReportSchemaVersion = "1.5";
 
 struct ReportOptions {
   WarmupRule warmup;

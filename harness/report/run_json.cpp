@@ -601,7 +601,9 @@ json run_to_json(const RunRecord& run, const WarmupRule& warmup) {
                        {"capture_iteration", g.capture_iteration},
                        {"capture_ms", number_or_null(g.capture_ms)},
                        {"graph_pool_bytes", g.graph_pool_bytes},
-                       {"replays", g.replays}};
+                       {"replays", g.replays},
+                       {"optimizer_captured", g.optimizer_captured},
+                       {"single_mempool", g.single_mempool}};
     if (!g.scopes.empty()) {
       nlohmann::json scopes = nlohmann::json::array();
       for (const CudaGraphScopeRecord& s : g.scopes) {

@@ -208,6 +208,12 @@ struct CudaGraphRecord {
   // (DataParallelEngine::stable_unit_buffer_bytes; 0 where the weights are persistent anyway).
   std::vector<CudaGraphScopeRecord> scopes;
   std::optional<int64_t> stable_weight_buffer_bytes;
+  // optimizer.optimizer_cuda_graph (the whole-step graph only): the optimizer step is captured
+  // too (a second graph replayed after the first every step); capture_ms and graph_pool_bytes
+  // then cover both captures.
+  bool optimizer_captured = false;
+  // model.cuda_graph_use_single_mempool: the optimizer graph shares the first graph's pool.
+  bool single_mempool = true;
 };
 
 struct RunRecord {

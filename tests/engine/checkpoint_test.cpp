@@ -17,12 +17,12 @@
 
 #include "harness/engine/mock_data.hpp"
 #include "harness/engine/train_step.hpp"
-#include "harness/parallel/checkpoint.hpp"
 #include "harness/measure/sharding.hpp"
+#include "harness/parallel/checkpoint.hpp"
+#include "tests/engine/case_strategy.hpp"
 #include "tests/engine/rank_threads.hpp"
 #include "tests/engine/reference_training.hpp"
 #include "workloads/llama/llama_model.hpp"
-#include "tests/engine/case_strategy.hpp"
 
 namespace shardbench {
 namespace {
@@ -65,6 +65,9 @@ struct Case {
   int64_t mbs;
   int64_t bucket_elems = 0;
   at::ScalarType compute_dtype = at::kFloat;
+  // EngineOptions::optimizer_device_scalars (the optimizer CUDA graph's AdamW): the step count
+  // lives in device counters too, which a load must set.
+  bool device_scalars = false;
 };
 
 std::string format_of(const Case& c) {
@@ -77,6 +80,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                   "_ws" + std::to_string(c.world);
   if (c.bucket_elems) n += "_bucket" + std::to_string(c.bucket_elems);
   if (c.compute_dtype == at::kBFloat16) n += "_bf16";
+  if (c.device_scalars) n += "_device_scalars";
   return n;
 }
 
@@ -95,6 +99,7 @@ EngineOptions options_for(const Case& c) {
   o.seed = kSeed;
   o.adam.lr = kLr;
   o.adam.weight_decay = 0.1;
+  o.optimizer_device_scalars = c.device_scalars;
   return o;
 }
 
@@ -203,8 +208,10 @@ TEST_P(CheckpointResume, LossesAndWeightsContinueExactly) {
   EXPECT_EQ(static_cast<int64_t>(fs::file_size(iter_dir / kCheckpointMetadataFile)),
             saved.metadata_bytes);
   // Which buffers are sharded follows the strategy table.
-  const std::string row =
-      std::string(c.wrapper) == "ddp" ? (c.distopt ? "ddp_distopt" : "ddp") : c.strategy;
+  const std::string wrapper = c.wrapper;
+  const std::string row = wrapper == "ddp"           ? (c.distopt ? "ddp_distopt" : "ddp")
+                          : wrapper == "torch_fsdp2" ? wrapper
+                                                     : c.strategy;
   const ShardingSpec& spec = sharding_spec(row);
   for (const auto& g : meta["layout"]["groups"]) {
     EXPECT_EQ(g["padded_elems"].get<int64_t>(), g["shard_elems"].get<int64_t>() * c.world);
@@ -220,19 +227,26 @@ TEST_P(CheckpointResume, LossesAndWeightsContinueExactly) {
 
 INSTANTIATE_TEST_SUITE_P(
     Gloo, CheckpointResume,
-    ::testing::Values(Case{"ddp", "ddp", false, 2, 8, 2},
-                      Case{"ddp", "ddp", false, 2, 8, 2, 1000},  // several buckets
-                      Case{"ddp", "ddp", true, 2, 8, 2},
-                      Case{"megatron_fsdp", "no_shard", false, 2, 8, 2},
-                      Case{"megatron_fsdp", "optim", false, 2, 8, 2},
-                      Case{"megatron_fsdp", "optim_grads", false, 2, 8, 2},
-                      Case{"megatron_fsdp", "optim_grads_params", false, 2, 8, 2},
-                      Case{"megatron_fsdp", "optim_grads_params", false, 4, 16, 2},
-                      Case{"ddp", "ddp", true, 4, 8, 2, 1000},
-                      // Separate compute weights: saved as written, restored as they were.
-                      Case{"ddp", "ddp", true, 2, 8, 2, 0, at::kBFloat16},
-                      Case{"megatron_fsdp", "optim_grads_params", false, 2, 8, 2, 0,
-                           at::kBFloat16}),
+    ::testing::Values(
+        Case{"ddp", "ddp", false, 2, 8, 2},
+        Case{"ddp", "ddp", false, 2, 8, 2, 1000},  // several buckets
+        Case{"ddp", "ddp", true, 2, 8, 2}, Case{"megatron_fsdp", "no_shard", false, 2, 8, 2},
+        Case{"megatron_fsdp", "optim", false, 2, 8, 2},
+        Case{"megatron_fsdp", "optim_grads", false, 2, 8, 2},
+        Case{"megatron_fsdp", "optim_grads_params", false, 2, 8, 2},
+        Case{"megatron_fsdp", "optim_grads_params", false, 4, 16, 2},
+        Case{"ddp", "ddp", true, 4, 8, 2, 1000},
+        // Separate compute weights: saved as written, restored as they were.
+        Case{"ddp", "ddp", true, 2, 8, 2, 0, at::kBFloat16},
+        Case{"megatron_fsdp", "optim_grads_params", false, 2, 8, 2, 0, at::kBFloat16},
+        // FSDP2 keeps no compute copy between steps: bf16 saves the main
+        // weights only, and each gather casts them again.
+        Case{"torch_fsdp2", "reshard_after_forward", false, 2, 8, 2},
+        Case{"torch_fsdp2", "reshard_after_forward", false, 2, 8, 2, 0, at::kBFloat16},
+        // The optimizer graph's AdamW (learning rate and step count on the
+        // device): the loaded step count reaches its device counters.
+        Case{"ddp", "ddp", true, 2, 8, 2, 0, at::kFloat, true},
+        Case{"megatron_fsdp", "optim_grads_params", false, 2, 8, 2, 0, at::kBFloat16, true}),
     case_name);
 
 // ---- refusals -------------------------------------------------------------------------------

@@ -387,6 +387,56 @@ TEST_F(PerfProject, ComputeScalesToAnotherGpuTypeByKernelClass) {
       << same_device.output;
 }
 
+// The A100 rows (issue 42's published points past 64 GPUs): the CPU report relabelled as an H200
+// run, projected to 16 A100s in nodes of 8 over NVLink 3 and HDR. Compute scales by 989 / 312 for
+// the GEMMs and 4.8 / 2.039 for the rest; the first all-gather crosses two nodes, so the ring is
+// bound by the node's 8 x 24 = 192 GB/s (below NVLink 3's 240) with alpha = 8.4 + 14 x 3.4 + 14 =
+// 70 us. An FP8 run is refused: the A100 has no FP8 tensor cores.
+TEST_F(PerfProject, ProjectsToA100sOverNvlink3AndHdrAndRefusesFp8There) {
+  nlohmann::json report = read_json((dir_ / "ws1.json").string());
+  for (auto& run : report["runs"]) run["identity"]["device"] = "NVIDIA H200";
+  const std::string h200 = (dir_ / "a100_from_h200.json").string();
+  write_json(h200, report);
+  const std::string kernels = (dir_ / "a100.kernels.json").string();
+  write_json(kernels, {{"kind", "device_activities"},
+                       {"rows",
+                        {{{"name", "nvjet_sm90_gemm"}, {"us_per_step", 700.0}},
+                         {{"name", "elementwise_kernel"}, {"us_per_step", 300.0}}}}});
+  const std::string label = report["runs"][0]["label"];
+  const std::string out = (dir_ / "a100.json").string();
+  const auto r = project(h200 + " --run " + label + " -ng 16 -gn 8 -g a100 --kernels " + kernels +
+                         " --interconnect nvlink3,ib_hdr -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json run = read_json(out)["runs"][0];
+  EXPECT_NEAR(run["compute_scaling"]["module_factor"].get<double>(),
+              (700 * 989.0 / 312 + 300 * 4.8 / 2.039) / 1000, 1e-12);
+  EXPECT_NEAR(run["compute_scaling"]["optimizer_factor"].get<double>(), 4.8 / 2.039, 1e-12);
+  EXPECT_EQ(run["identity"]["projected_device"], "a100");
+  EXPECT_EQ(run["memory"]["projected_peak"]["device_memory_bytes"], int64_t{80} << 30);
+  const nlohmann::json& gather = run["collectives"][0];
+  ASSERT_EQ(gather["op"], "all_gather") << gather.dump();
+  const double bytes = gather["bytes"].get<double>();
+  EXPECT_NEAR(gather["end_ms"].get<double>() - gather["start_ms"].get<double>(),
+              (70e-6 + bytes * 15 / 16 / 192e9) * 1e3, 1e-9);
+  // The 40 GB part has its own bandwidth and capacity.
+  const auto r40 = project(h200 + " --run " + label + " -ng 16 -gn 8 -g a100_40gb --kernels " +
+                           kernels + " --interconnect nvlink3,ib_hdr -o " + out);
+  ASSERT_EQ(r40.exit_code, 0) << r40.output;
+  EXPECT_NEAR(read_json(out)["runs"][0]["compute_scaling"]["optimizer_factor"].get<double>(),
+              4.8 / 1.555, 1e-12);
+  EXPECT_EQ(read_json(out)["runs"][0]["memory"]["projected_peak"]["device_memory_bytes"],
+            int64_t{40} << 30);
+  // An FP8 run to the A100: one line naming the device, exit 2.
+  for (auto& run_json : report["runs"]) run_json["identity"]["fp8"] = "hybrid";
+  const std::string fp8 = (dir_ / "a100_fp8.json").string();
+  write_json(fp8, report);
+  const auto refused = project(fp8 + " --run " + label + " -ng 16 -gn 8 -g a100 --kernels " +
+                               kernels + " --interconnect nvlink3,ib_hdr");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.output.find("a100 has no FP8 tensor cores"), std::string::npos)
+      << refused.output;
+}
+
 // docs/projection.md "Sweep": every cell of the sweep is the single-target projection of the same
 // report at the same world size and interconnect, number for number.
 TEST_F(PerfProject, SweepEntriesEqualSingleTargetProjections) {

@@ -6,8 +6,15 @@
 // persistent buffers they are gathered into. Each case runs perf-launch twice, eagerly and
 // graphed, with the same seed; every run of the two reports (the requested wrapper, the DDP
 // baseline with the distributed optimizer and its post-step parameter gather, FSDP2 where
-// compared) must report the same loss and gradient norm at every step, bit for bit. Timings
-// mean nothing here.
+// compared) must report the same loss and gradient norm at every step, bit for bit (the
+// whole-step graph: and the same unit and parameter all-gathers). Timings mean nothing here.
+//
+// The opt_ cases capture the optimizer step too (optimizer.optimizer_cuda_graph, whole-step graph
+// only): the gradient norm's all-reduces, AdamW and the distributed optimizer's parameter sync
+// replay as well. The learning rate changes every step (warm-up) through values fp32 holds
+// exactly, so that ATen's fused AdamW, which reads the captured step's tensor learning rate as
+// fp32, matches the eager run's double bit for bit (tests/gpu/cuda_graph_gpu_test.cpp covers
+// other learning rates).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -35,7 +42,8 @@ constexpr int kWarmup = 2;
 const std::string kModel =
     "-m llama -mr llama3_bench_1p5b -g h200 model.num_layers=2 model.vocab_size=8192 -sl 256 "
     "-gb 8 -mb 1 -ms " +
-    std::to_string(kIters) + " shardbench.hang_timeout_s=120 ";
+    std::to_string(kIters) +
+    " shardbench.hang_timeout_s=120 optimizer.lr=0.0009765625 optimizer.lr_warmup_iters=8 ";
 const std::string kGraphs =
     "--cuda_graph_impl local --cuda_graph_scope full_iteration "
     "model.cuda_graph_warmup_steps=" +
@@ -44,12 +52,15 @@ const std::string kLayerGraphs =
     "--cuda_graph_impl local --cuda_graph_scope attn,mlp model.cuda_graph_warmup_steps=" +
     std::to_string(kWarmup) + " ";
 const std::string kFp32 = "shardbench.compute_dtype=fp32 ";
+const std::string kOptimizerGraph = "optimizer.optimizer_cuda_graph=true ";
 constexpr int kLayers = 2;  // model.num_layers in kModel
 
-// One case: a name and perf-launch's arguments beyond the model's.
+// One case: a name and perf-launch's arguments beyond the model's; `optimizer`: the graphed run
+// captures the optimizer step too.
 struct GraphCase {
-  const char* name;
+  std::string name;
   std::string args;
+  bool optimizer = false;
 };
 
 const std::vector<GraphCase>& graph_cases() {
@@ -68,6 +79,16 @@ const std::vector<GraphCase>& graph_cases() {
                  "ddp.suggested_communication_unit_size=1000000"});
     c.push_back({"plain_ddp_fp32", kFp32 + "ddp.use_distributed_optimizer=false "
                                            "optimizer.use_distributed_optimizer=false"});
+    // The same with the optimizer captured.
+    const size_t n = c.size();
+    for (size_t i = 0; i < n; ++i) c.push_back({"opt_" + c[i].name, c[i].args, true});
+    // The distributed optimizer's parameter all-gather launched and waited inside the
+    // optimizer graph (no overlap with the next forward).
+    c.push_back({"opt_distopt_no_overlap",
+                 kFp32 + "ddp.use_distributed_optimizer=true "
+                         "optimizer.use_distributed_optimizer=true ddp.overlap_param_gather=false "
+                         "optimizer.overlap_param_gather=false",
+                 true});
     return c;
   }();
   return cases;
@@ -112,11 +133,12 @@ class SharedGpuGraphs : public ::testing::TestWithParam<std::tuple<int, int>> {
   void TearDown() override { testing_util::remove_tree(dir_); }
 
   // Eager and graphed runs of `args`; every run matches bit for bit.
-  void expect_graph_matches_eager(const std::string& name, const std::string& args) {
+  void expect_graph_matches_eager(const std::string& name, const std::string& args,
+                                  bool optimizer) {
     const int world = std::get<0>(GetParam());
     const auto eager = launch_shared_gpu(dir_ / (name + "_eager.json"), kModel, world, args);
-    const auto graphed =
-        launch_shared_gpu(dir_ / (name + "_graphed.json"), kModel, world, kGraphs + args);
+    const auto graphed = launch_shared_gpu(dir_ / (name + "_graphed.json"), kModel, world,
+                                           kGraphs + (optimizer ? kOptimizerGraph : "") + args);
     ASSERT_EQ(eager.exit_code, 0) << name << "\n" << eager.output;
     ASSERT_EQ(graphed.exit_code, 0) << name << "\n" << graphed.output;
     ASSERT_FALSE(eager.report.is_null() || graphed.report.is_null()) << name;
@@ -131,6 +153,13 @@ class SharedGpuGraphs : public ::testing::TestWithParam<std::tuple<int, int>> {
       const json& g = g_runs[r].at("cuda_graph");
       EXPECT_EQ(g.at("capture_iteration"), kWarmup + 1) << what;
       EXPECT_EQ(g.at("replays"), kIters - kWarmup) << what;
+      EXPECT_EQ(g.at("optimizer_captured"), optimizer) << what;
+      EXPECT_EQ(g.at("single_mempool"), true) << what;
+      // The host's counters grow with every replay as they do with every eager step.
+      for (const char* gathers : {"unit_all_gather", "param_sync_all_gather"}) {
+        EXPECT_EQ(g_runs[r].value(gathers, json()), e_runs[r].value(gathers, json()))
+            << what << ": " << gathers;
+      }
       // Replayed steps time the graph; eager warm-up steps their phases.
       const json& steps = g_runs[r].at("steps");
       EXPECT_TRUE(steps.at(0).at("phases_ms").contains("forward")) << what;
@@ -162,6 +191,7 @@ class SharedGpuGraphs : public ::testing::TestWithParam<std::tuple<int, int>> {
       ASSERT_TRUE(g_runs[r].contains("cuda_graph")) << what;
       const json& g = g_runs[r].at("cuda_graph");
       EXPECT_EQ(g.at("scope"), "attn,mlp") << what;
+      EXPECT_EQ(g.at("optimizer_captured"), false) << what;
       EXPECT_EQ(g.at("capture_iteration"), kWarmup + 1) << what;
       EXPECT_EQ(g.at("replays"), kIters - kWarmup) << what;
       ASSERT_EQ(g.at("scopes").size(), 2u) << what;
@@ -203,7 +233,7 @@ INSTANTIATE_TEST_SUITE_P(
 // the case compares them) replays bit for bit like its eager run.
 TEST_P(SharedGpuGraphs, GraphedRunsMatchEagerBitForBit) {
   const GraphCase& c = graph_cases()[static_cast<size_t>(std::get<1>(GetParam()))];
-  expect_graph_matches_eager(c.name, c.args);
+  expect_graph_matches_eager(c.name, c.args, c.optimizer);
 }
 
 INSTANTIATE_TEST_SUITE_P(

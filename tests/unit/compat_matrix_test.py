@@ -194,6 +194,17 @@ def fake_checks(tmp, schema):
     cells = {(tuple(c["rows"]), c["column"]): c for c in m["cells"]}
     check(all(c["timing_note"] is None and c["world"] == 1 for c in m["cells"]),
           "cuda world 1: no cell carries a timing note")
+    # Where each invocation's time went: a cell that trained printed its steps' lines; a refused
+    # one never got to a step.
+    trained = [c for c in m["cells"] if c["status"] == "trains"]
+    refused = [c for c in m["cells"] if c["status"] == "refused"]
+    check(trained and refused and all(len(c["timeline"]) == len(c["commands"]) for c in trained)
+          and all(t["to_first_step_s"] is not None and t["steps_s"] >= 0
+                  for c in trained for t in c["timeline"])
+          and all(c["timeline"][0]["to_first_step_s"] is None for c in refused)
+          and "where an invocation's time went" in r.stderr,
+          "cuda world 1: each invocation's timeline (steps seen where the cell trained, none "
+          "where refused), and the medians in the log: %r" % [c.get("timeline") for c in m["cells"]][:3])
     ub = cells.get((("nccl_ub",), "ddp"), {})
     check(ub.get("status") == "refused" and "ddp.disable_symmetric_registration=true"
           in " ".join(ub.get("commands", [])),
@@ -304,10 +315,11 @@ def fake_checks(tmp, schema):
         check(ws1["world"] == 1 and ws1["gpu"] == "h200" and ws1["time_budget_s"] == 150
               and [x["id"] for x in ws1["skipped_rows"]] == ["tp_sp"] and sh["world"] == 2
               and sh["time_budget_s"] == 210 and len(sh["cells"]) == 4
+              and ws1["jobs"] == 8 and sh["jobs"] == 4
               and "## One GPU, world size 1" in md and "## 2 ranks sharing one GPU" in md
               and "with 8 cells at a time other cells' kernels shared the GPU" in md,
               "scripts/gpu_compat_matrix: world 1 (-g h200, TP skipped; 8 cells at a time, said) "
-              "and 2 ranks sharing, each with its time budget, on one page")
+              "and 2 ranks sharing (4 cells at a time), each with its time budget, on one page")
     r = subprocess.run([os.path.join(ROOT, "scripts", "gpu_compat_matrix")], capture_output=True,
                        text=True, timeout=60, env=dict(os.environ, GPU="h100", GRIDS="1 3"))
     check(r.returncode == 2 and "GRIDS='1 3'" in r.stderr and "accepted: 1, shared" in r.stderr,
@@ -333,12 +345,29 @@ def fake_checks(tmp, schema):
           "an on_device key that is no device exits 2 naming it: %r" % r.stderr.strip())
 
 
+def error_line_checks():
+    # A ranks-sharing cell's log (an H100 run, results/h100/compat_matrix_2026-12-06): the
+    # banner line says "failure handling", the error is the NCCL line after it.
+    from importlib.machinery import SourceFileLoader
+    cm = SourceFileLoader("compat_matrix", os.path.join(ROOT, "scripts", "compat_matrix")).load_module()
+    log = ("perf-launch: functional run: shardbench.ranks_per_gpu=2, 2 ranks on 1 GPU(s), NCCL over "
+           "loopback sockets; step times and TFLOP/s below are not performance numbers (losses, "
+           "memory per rank and failure handling are real)\n"
+           " iteration        1/       3 | lm loss: 1.2E+01 | number of nan iterations:   0 |\n"
+           "perf-launch: rank 1: NCCL error in: NCCLUtils.cpp:93, unhandled cuda error\n"
+           "Cuda failure 'out of memory'\n")
+    got = cm.first_error_line(log)
+    check(got == "perf-launch: rank 1: NCCL error in: NCCLUtils.cpp:93, unhandled cuda error",
+          "the first error line skips the functional-run banner: %r" % got)
+
+
 def main():
     if len(sys.argv) not in (1, 2):
         print(__doc__)
         return 2
     with open(SCHEMA) as f:
         schema = json.load(f)
+    error_line_checks()
     tmp = tempfile.mkdtemp(prefix="compat_matrix_test.")
     try:
         fake_checks(tmp, schema)

@@ -2,7 +2,8 @@
 """scripts/graph_gap on hand-made reports: an eager and a graphed run, each with its profiler
 folder, give the table's step time, phase, busy time without NCCL's kernels, host gap, memory,
 capture time and pool; a run with per-layer graphs (scope attn,mlp) takes its forward and
-backward phases; a run without a kernel summary has no gap; a folder with no report exits 2.
+backward phases; a graphed run with the optimizer captured says so (a 1.3 report, without the
+field, does not); a run without a kernel summary has no gap; a folder with no report exits 2.
 Python 3 standard library; under a second."""
 import json
 import os
@@ -16,7 +17,7 @@ SCRIPT = ROOT / "scripts" / "graph_gap"
 failures = []
 
 
-def report(path, graph, scope=None):
+def report(path, graph, scope=None, optimizer_captured=None):
     phases = {"graph": 80.0, "optimizer": 9.0} if graph and not scope else \
         {"forward": 30.0, "backward": 55.0, "optimizer": 9.0}
     run = {"label": "ddp", "identity": {"recipe": "r", "world_size": 1},
@@ -31,6 +32,8 @@ def report(path, graph, scope=None):
         run["cuda_graph"] = {"capture_ms": 50.0, "graph_pool_bytes": 3 * 2 ** 20}
         if scope:
             run["cuda_graph"]["scope"] = scope
+        if optimizer_captured is not None:
+            run["cuda_graph"]["optimizer_captured"] = optimizer_captured
     path.write_text(json.dumps({"runs": [run]}))
 
 
@@ -46,7 +49,8 @@ with tempfile.TemporaryDirectory() as d:
     report(d / "r_ddp-eager_ws1.json", graph=False)
     report(d / "r_ddp-graph_ws1.json", graph=True)
     report(d / "r_ddp-noprof_ws1.json", graph=False)
-    report(d / "r_ddp-layers_ws1.json", graph=True, scope="attn,mlp")
+    report(d / "r_ddp-layers_ws1.json", graph=True, scope="attn,mlp", optimizer_captured=False)
+    report(d / "r_ddp-optgraph_ws1.json", graph=True, optimizer_captured=True)
     kernels(d / "profile_ddp-eager", [("gemm", 90000.0), ("ncclDevKernel_AllReduce", 5000.0)])
     kernels(d / "profile_ddp-graph", [("gemm", 91000.0), ("Memcpy HtoD", 500.0)])
     out = subprocess.run([sys.executable, str(SCRIPT), str(d), "--json", str(d / "t.json")],
@@ -69,13 +73,20 @@ with tempfile.TemporaryDirectory() as d:
                 noprof["graph"]:
             failures.append("a run without a profile: %r" % noprof)
         layers = rows["r_ddp-layers_ws1.json"]
-        if layers["phase_ms"] != 85.0 or layers["scope"] != "attn,mlp":
+        if layers["phase_ms"] != 85.0 or layers["scope"] != "attn,mlp" or \
+                layers["optimizer_graph"] or layers["optimizer_ms"] != 9.0:
             failures.append("per-layer graphs: %r" % layers)
-        if "| r_ddp-graph_ws1.json | full_iteration | 92.00 | 80.00 | 91.50 | 0.50 | 98.00 | " \
-                "6.50 |" not in out.stdout:
+        if "| r_ddp-graph_ws1.json | full_iteration | 92.00 | 80.00 | 9.00 | 91.50 | 0.50 | " \
+                "98.00 | 6.50 |" not in out.stdout:
             failures.append("table row: " + out.stdout)
-        if "| r_ddp-layers_ws1.json | attn,mlp | 92.00 | 85.00 |" not in out.stdout:
+        if "| r_ddp-layers_ws1.json | attn,mlp | 92.00 | 85.00 | 9.00 |" not in out.stdout:
             failures.append("per-layer table row: " + out.stdout)
+        optgraph = rows["r_ddp-optgraph_ws1.json"]
+        if not optgraph["optimizer_graph"] or graph["optimizer_graph"] or \
+                optgraph["optimizer_ms"] != 9.0:
+            failures.append("the optimizer graph: %r, %r" % (optgraph, graph))
+        if "| r_ddp-optgraph_ws1.json | step+opt | 92.00 |" not in out.stdout:
+            failures.append("optimizer graph row: " + out.stdout)
     empty = Path(tempfile.mkdtemp())
     out = subprocess.run([sys.executable, str(SCRIPT), str(empty)], capture_output=True, text=True)
     if out.returncode != 2 or "no reports" not in out.stderr:

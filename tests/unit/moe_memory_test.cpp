@@ -146,6 +146,24 @@ TEST(MoeMemory, ExpertParallelSizeMustDivideTheExperts) {
   }
 }
 
+// The counts build a model: a field that sizes a weight needs at least 1, where the FLOPs
+// formula takes 0 (no experts: every layer dense).
+TEST(MoeMemory, RefusesDimsNoModelIsBuiltFrom) {
+  MoeFlopsDims dims = moe_flops_dims(moe_bench_3b_dims());
+  dims.num_moe_experts = 0;
+  EXPECT_NO_THROW(moe_flops_per_token(dims, 128));
+  try {
+    moe_param_counts(dims, 1);
+    ADD_FAILURE() << "0 experts accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "model.num_moe_experts=0: accepted 1 or more");
+  }
+  dims = moe_flops_dims(moe_bench_3b_dims());
+  dims.mtp_num_layers = -1;
+  EXPECT_THROW(moe_param_counts(dims, 1), std::invalid_argument);
+  EXPECT_THROW(moe_flops_per_token(dims, 128), std::invalid_argument);
+}
+
 // results/h100/moe_fused_oom_2026-12-06 (its README has the commands): one H100 80GB, world
 // size 1, bf16. Each report's runs against the estimate of the same run from the same command at
 // the run's own micro-batch (the DDP run of moe_bench_3b_ws1_mbs2_before.json ran at micro-batch

@@ -40,12 +40,41 @@ TEST(MeasureCollectiveModel, TableRowsFromTheirSources) {
     EXPECT_FALSE(row.source.empty()) << row.name;
   }
   try {
-    interconnect("nvlink3");
-    FAIL() << "nvlink3 accepted";
+    interconnect("nvlink2");
+    FAIL() << "nvlink2 accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(),
-                 "interconnect 'nvlink3': expected one of nvlink4, nvlink5, ib_ndr, ib_xdr");
+                 "interconnect 'nvlink2': expected one of nvlink3, nvlink4, nvlink5, ib_hdr, "
+                 "ib_ndr, ib_xdr");
   }
+}
+
+// The A100 rows (issue 42's published runs past 64 GPUs are A100 clusters): NVLink 3 at 600 GB/s
+// bidirectional, halved; NCCL's 12 x 20.0 GB/s achievable; one 200 Gb/s HDR port per GPU = 25
+// GB/s, 24 GB/s achieved (NVIDIA: 192 GB/s all-reduce busbw over a DGX A100's 8 NICs).
+TEST(MeasureCollectiveModel, A100RowsAndTheirBound) {
+  EXPECT_DOUBLE_EQ(interconnect("nvlink3").peak_gbps, 600.0 / 2);
+  EXPECT_NEAR(interconnect("nvlink3").achievable_gbps(), 240.0, 1e-9);
+  EXPECT_DOUBLE_EQ(interconnect("ib_hdr").peak_gbps, 200.0 / 8);
+  EXPECT_NEAR(interconnect("ib_hdr").achievable_gbps(), 24.0, 1e-9);
+  EXPECT_FALSE(interconnect("nvlink3").fraction_assumed);
+  EXPECT_FALSE(interconnect("ib_hdr").fraction_assumed);
+  const CollectiveModel a100 = table_model(interconnect("nvlink3"), interconnect("ib_hdr"));
+  // One node of 8: NVLink's 240 GB/s. all_gather of 1 GiB: 7 steps, alpha = 8.4 + 7 * 3.4 =
+  // 32.2 us, 7/8 GiB on the wire.
+  CollectiveTime t = collective_time(a100, CollectiveOp::kAllGather, kGiB, make_placement(8, 8));
+  EXPECT_NEAR(t.bandwidth_gbps, 240.0, 1e-9);
+  EXPECT_NEAR(t.seconds, 32.2e-6 + 7.0 / 8 * kGiB / 240e9, 1e-12);  // 3.9470 ms
+  // 128 ranks on 16 nodes of 8: the node's 8 NICs give 8 * 24 = 192 GB/s, below NVLink's 240,
+  // so the network bounds the ring (unlike nvlink4 + ib_ndr, where 376 > 370.8). 127 steps, 15
+  // across nodes: alpha = 8.4 + 112 * 3.4 + 15 * 14 = 599.2 us.
+  t = collective_time(a100, CollectiveOp::kReduceScatter, kGiB, make_placement(128, 8));
+  EXPECT_EQ(t.nodes, 16);
+  EXPECT_EQ(t.intra_steps, 112);
+  EXPECT_EQ(t.inter_steps, 15);
+  EXPECT_NEAR(t.alpha_s, 599.2e-6, 1e-12);
+  EXPECT_NEAR(t.bandwidth_gbps, 192.0, 1e-9);
+  EXPECT_NEAR(t.seconds, 599.2e-6 + 127.0 / 128 * kGiB / 192e9, 1e-12);  // 6.1482 ms
 }
 
 TEST(MeasureCollectiveModel, RingStepsAndWireBytes) {

@@ -97,6 +97,37 @@ TEST(ComputeScaling, CalibratedRatiosComeFromTheReferenceRunClassByClass) {
   EXPECT_DOUBLE_EQ(j["class_ratios"]["memory_bound"].get<double>(), 1.25);
 }
 
+// The A100 rows (issue 42: the published runs past 64 GPUs are on A100s): 312 dense bf16
+// TFLOP/s, no FP8, 2.039 TB/s (80 GB SXM) or 1.555 TB/s (40 GB). From the H200 (989, 4.8 TB/s):
+// GEMMs and attention by 989 / 312, memory-bound kernels and the optimizer by 4.8 / 2.039.
+TEST(ComputeScaling, H200ToA100ByTheDatasheets) {
+  const KernelClassTimes t = kernel_class_times(summary({{"nvjet_a", 600},
+                                                         {"cudnn_sdpa_fprop", 200},
+                                                         {"elementwise_add", 200},
+                                                         {"adamw_kernel", 80}}),
+                                                "k.json");
+  const ComputeScale s = compute_scale(t, device_peaks("h200"), device_peaks("a100"), false);
+  EXPECT_NEAR(s.module_factor, (800 * 989.0 / 312 + 200 * 4.8 / 2.039) / 1000, 1e-12);  // 3.0068
+  EXPECT_NEAR(s.optimizer_factor, 4.8 / 2.039, 1e-12);
+  const ComputeScale s40 = compute_scale(t, device_peaks("h200"), device_peaks("a100_40gb"), false);
+  EXPECT_NEAR(s40.module_factor, (800 * 989.0 / 312 + 200 * 4.8 / 1.555) / 1000, 1e-12);
+  EXPECT_NEAR(s40.optimizer_factor, 4.8 / 1.555, 1e-12);
+  // An FP8 run's GEMMs have no A100 counterpart: refused, naming the device.
+  try {
+    compute_scale(t, device_peaks("h200"), device_peaks("a100"), true);
+    FAIL() << "FP8 GEMMs scaled to an A100";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("a100 has no FP8 tensor cores"), std::string::npos)
+        << e.what();
+  }
+  // The device names the driver reports map to the rows, the 40 GB part to its own.
+  EXPECT_EQ(peak_table_name("NVIDIA A100-SXM4-80GB"), "a100");
+  EXPECT_EQ(peak_table_name("NVIDIA A100-SXM4-40GB"), "a100_40gb");
+  EXPECT_EQ(peak_table_name("NVIDIA GB200"), "gb200");
+  EXPECT_EQ(peak_table_name("NVIDIA H100 80GB HBM3"), "h100");
+  EXPECT_EQ(device_memory_bytes("a100_40gb"), int64_t{40} << 30);
+}
+
 TEST(ComputeScaling, OneGpusMemoryIsTheDatasheetsInGiB) {
   EXPECT_EQ(device_memory_bytes("h200"), int64_t{141} << 30);
   EXPECT_EQ(device_memory_bytes("H100"), int64_t{80} << 30);
@@ -120,7 +151,8 @@ TEST(ComputeScaling, BadSummariesAndDevicesAreNamed) {
     device_peaks("mi300x");
     FAIL() << "an unknown device was accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("accepted: h100, h200, b200, gb200"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("accepted: a100, a100_40gb, h100, h200, b200, gb200"),
+              std::string::npos)
         << e.what();
   }
 }

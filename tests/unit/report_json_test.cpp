@@ -91,7 +91,7 @@ json three_wrapper_report() {
 
 TEST(ReportJson, TopLevelAndRunFields) {
   const json report = comparison_report();
-  EXPECT_EQ(report["schema_version"], "1.4");
+  EXPECT_EQ(report["schema_version"], "1.5");
   ASSERT_EQ(report["runs"].size(), 2u);
   const json& fsdp = report["runs"][0];
   EXPECT_EQ(fsdp["status"], "ok");
@@ -385,7 +385,8 @@ TEST(ReportJson, ConformsToSchemaFile) {
 }
 
 // The CUDA graph record: the whole-step graph (schema 1.3) and the per-layer scopes with their
-// counts and the engine's persistent weight buffers (1.4), each written and conforming.
+// counts and the engine's persistent weight buffers (1.5), each written and conforming; a
+// per-layer record says its optimizer step was not captured (1.4's field).
 TEST(ReportJson, CudaGraphRecordsConformToSchema) {
   const json schema = load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
   RunRecord full = synthetic_run("ddp", "ddp", 100, 100);
@@ -406,6 +407,7 @@ TEST(ReportJson, CudaGraphRecordsConformToSchema) {
                                   {"forward_replays", 28},
                                   {"backward_replays", 28}}));
   EXPECT_EQ(g["stable_weight_buffer_bytes"], 4096);
+  EXPECT_EQ(g["optimizer_captured"], false);
   // The whole-step graph writes neither per-layer field.
   EXPECT_FALSE(report["runs"][1]["cuda_graph"].contains("scopes"));
   EXPECT_FALSE(report["runs"][1]["cuda_graph"].contains("stable_weight_buffer_bytes"));
@@ -466,6 +468,43 @@ TEST(ReportJson, ActivationOffloadOnlyWhenItRan) {
   const std::vector<std::string> errors =
       check_against_schema(build_report(EnvironmentInfo{}, runs), schema);
   EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+}
+
+// runs[].cuda_graph (schema 1.3) with whether the optimizer step is captured and in which pool
+// (1.4), held to the schema: a record without them, or with another type, is refused.
+TEST(ReportJson, CudaGraphSaysWhetherTheOptimizerIsCaptured) {
+  const json schema = load_schema(std::string(source_dir()) + "/" + kReportSchemaRelativePath);
+  RunRecord plain = synthetic_run("ddp", "ddp", 100, 100);
+  EXPECT_FALSE(run_to_json(plain).contains("cuda_graph"));
+  RunRecord graphed = synthetic_run("megatron_fsdp", "optim_grads_params", 80, 50);
+  CudaGraphRecord g;
+  g.impl = "local";
+  g.scope = "full_iteration";
+  g.warmup_steps = 3;
+  g.capture_iteration = 4;
+  g.capture_ms = 61.5;
+  g.graph_pool_bytes = 1 << 20;
+  g.replays = 7;
+  g.optimizer_captured = true;
+  g.single_mempool = false;
+  graphed.cuda_graph = g;
+  const json j = run_to_json(graphed)["cuda_graph"];
+  EXPECT_EQ(j["optimizer_captured"], true);
+  EXPECT_EQ(j["single_mempool"], false);
+  EXPECT_EQ(j["replays"], 7);
+  const std::vector<RunRecord> runs = {graphed, plain};
+  const json report = build_report(EnvironmentInfo{}, runs);
+  const std::vector<std::string> errors = check_against_schema(report, schema);
+  EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+  json missing = report;
+  missing["runs"][0]["cuda_graph"].erase("optimizer_captured");
+  EXPECT_FALSE(check_against_schema(missing, schema).empty());
+  json wrong = report;
+  wrong["runs"][0]["cuda_graph"]["single_mempool"] = "yes";
+  EXPECT_FALSE(check_against_schema(wrong, schema).empty());
+  // The eager optimizer (the default) is said too.
+  graphed.cuda_graph->optimizer_captured = false;
+  EXPECT_EQ(run_to_json(graphed)["cuda_graph"]["optimizer_captured"], false);
 }
 
 TEST(ReportJson, UnitTimingOnlyWhenMeasured) {

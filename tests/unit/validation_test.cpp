@@ -5,6 +5,7 @@
 
 #include "harness/config/errors.hpp"
 #include "harness/config/validate.hpp"
+#include "tests/resolve_error.hpp"
 
 namespace shardbench {
 namespace {
@@ -614,6 +615,92 @@ TEST(Validation, CudaGraphsRefuseWhatAGraphCannotCapture) {
     EXPECT_TRUE(contains(error, k.expected)) << error;
     EXPECT_TRUE(contains(error, "accepted")) << error;
   }
+}
+
+// optimizer.optimizer_cuda_graph (Megatron's OptimizerConfig field, default false): captured as
+// the second graph of the whole-step graph, so it needs that graph; everything the whole-step
+// graph refuses stays refused with the optimizer captured too.
+TEST(Validation, OptimizerCudaGraphNeedsTheWholeStepGraph) {
+  ConfigContainer c = whole_step_graph_config();
+  EXPECT_FALSE(c.optimizer.optimizer_cuda_graph);
+  EXPECT_TRUE(c.model.cuda_graph_use_single_mempool);
+  c.optimizer.optimizer_cuda_graph = true;
+  EXPECT_EQ(error_of(c), "(no error)");
+  c.model.cuda_graph_use_single_mempool = false;  // the optimizer graph in a pool of its own
+  EXPECT_EQ(error_of(c), "(no error)");
+
+  ConfigContainer eager = valid_config();
+  eager.optimizer.optimizer_cuda_graph = true;
+  EXPECT_EQ(error_of(eager),
+            "optimizer.optimizer_cuda_graph=true with model.cuda_graph_impl=none and "
+            "model.cuda_graph_scope=[]: shardbench captures the optimizer step as the second "
+            "graph of the whole-step graph (its warm-up, stream and memory pool), and an eager "
+            "forward would wait outside any graph for the parameter all-gathers the optimizer "
+            "graph launches; an optimizer graph alone is not implemented (accepted: "
+            "model.cuda_graph_impl=local with cuda_graph_scope=[full_iteration], or "
+            "optimizer.optimizer_cuda_graph=false)");
+
+  const std::vector<std::function<void(ConfigContainer&)>> refused = {
+      [](ConfigContainer& k) { k.shardbench.device = "cpu"; },
+      [](ConfigContainer& k) { k.optimizer.optimizer_cpu_offload = true; },
+      [](ConfigContainer& k) { k.ddp.check_for_large_grads = true; },
+      [](ConfigContainer& k) { k.mixed_precision.fp8 = "e4m3"; },
+      [](ConfigContainer& k) { k.train.empty_unused_memory_level = 2; },
+  };
+  for (const auto& set : refused) {
+    ConfigContainer k = whole_step_graph_config();
+    k.optimizer.optimizer_cuda_graph = true;
+    set(k);
+    const std::string error = error_of(k);
+    EXPECT_TRUE(contains(error,
+                         "with model.cuda_graph_impl=local and "
+                         "cuda_graph_scope=[full_iteration]: "))
+        << error;
+  }
+}
+
+// With per-layer scopes there is no whole-step graph to add the optimizer graph to: the layers'
+// parts replay inside an otherwise eager step, so the optimizer graph stays refused with every
+// per-layer scope list, and the rest of the refusal is the one without graphs.
+TEST(Validation, OptimizerCudaGraphIsRefusedWithPerLayerScopes) {
+  ConfigContainer c = layer_graph_config();
+  c.optimizer.optimizer_cuda_graph = true;
+  EXPECT_EQ(error_of(c),
+            "optimizer.optimizer_cuda_graph=true with model.cuda_graph_impl=local and "
+            "model.cuda_graph_scope=[attn,mlp]: shardbench captures the optimizer step as the "
+            "second graph of the whole-step graph (its warm-up, stream and memory pool), and an "
+            "eager forward would wait outside any graph for the parameter all-gathers the "
+            "optimizer graph launches; an optimizer graph alone is not implemented, and the "
+            "per-layer attn and mlp graphs replay inside an otherwise eager step, with no "
+            "whole-step graph to add it to (accepted: model.cuda_graph_impl=local with "
+            "cuda_graph_scope=[full_iteration], or optimizer.optimizer_cuda_graph=false)");
+  for (const StringList& scope : {StringList{"attn"}, StringList{"mlp"}}) {
+    ConfigContainer k = layer_graph_config();
+    k.model.cuda_graph_scope = scope;
+    k.optimizer.optimizer_cuda_graph = true;
+    const std::string error = error_of(k);
+    EXPECT_TRUE(contains(error, "model.cuda_graph_scope=[" + scope[0] + "]: ")) << error;
+    EXPECT_TRUE(contains(error,
+                         "the per-layer attn and mlp graphs replay inside an otherwise "
+                         "eager step"))
+        << error;
+  }
+  // The eager optimizer step with per-layer graphs stays accepted, whatever the pool knob says
+  // (only the optimizer graph reads it).
+  c.optimizer.optimizer_cuda_graph = false;
+  EXPECT_EQ(error_of(c), "(no error)");
+  c.model.cuda_graph_use_single_mempool = false;
+  EXPECT_EQ(error_of(c), "(no error)");
+}
+
+// The knob is an ordinary key=value override (Megatron-Bridge's perf launcher has no flag for
+// it), refused at resolution before any worker starts.
+TEST(Validation, OptimizerCudaGraphOverrideIsResolvedAndRefusedWithoutGraphs) {
+  EXPECT_TRUE(contains(testing_util::resolve_error({"optimizer.optimizer_cuda_graph=true"}),
+                       "optimizer.optimizer_cuda_graph=true with model.cuda_graph_impl=none"));
+  EXPECT_EQ(testing_util::resolve_error({"optimizer.optimizer_cuda_graph=false",
+                                         "model.cuda_graph_use_single_mempool=false"}),
+            "");
 }
 
 TEST(Validation, ShardbenchDeviceAndBackend) {
