@@ -460,6 +460,12 @@ void layer_graph_rules(const ConfigContainer& c, int64_t num_gpus) {
   if (is_cpu_run(c.shardbench)) {
     refuse("shardbench.device=cpu", "CUDA graphs need a GPU (accepted: a CUDA device)");
   }
+  if (!m.cuda_graph_use_single_mempool) {
+    // Megatron-LM reads it for the whole-step and optimizer graphs; per-layer graphs here always
+    // share one pool, so false would be ignored.
+    refuse("model.cuda_graph_use_single_mempool=false",
+           "shardbench captures every layer's graphs into one memory pool (accepted: true)");
+  }
   if (m.num_moe_experts) {
     refuse("model.num_moe_experts=" + std::to_string(*m.num_moe_experts),
            "the MoE model's layers are not split into attn and mlp graphs (its dropless token "

@@ -685,12 +685,15 @@ TEST(Validation, OptimizerCudaGraphIsRefusedWithPerLayerScopes) {
                          "eager step"))
         << error;
   }
-  // The eager optimizer step with per-layer graphs stays accepted, whatever the pool knob says
-  // (only the optimizer graph reads it).
+  // The eager optimizer step with per-layer graphs stays accepted; the layers' graphs always
+  // share one pool, so the pool knob's false is refused rather than ignored.
   c.optimizer.optimizer_cuda_graph = false;
   EXPECT_EQ(error_of(c), "(no error)");
   c.model.cuda_graph_use_single_mempool = false;
-  EXPECT_EQ(error_of(c), "(no error)");
+  EXPECT_EQ(error_of(c),
+            "model.cuda_graph_use_single_mempool=false with model.cuda_graph_impl=local and "
+            "cuda_graph_scope=[attn,mlp]: shardbench captures every layer's graphs into one memory "
+            "pool (accepted: true)");
 }
 
 // The knob is an ordinary key=value override (Megatron-Bridge's perf launcher has no flag for
