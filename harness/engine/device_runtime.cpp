@@ -50,6 +50,13 @@ AllocatorSnapshot allocator_snapshot(const at::Device& device, const std::string
   return s;
 }
 
+int64_t allocator_reserved_bytes(const at::Device& device) {
+  if (!device.is_cuda()) return 0;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+      .current;
+}
+
 void empty_allocator_cache(const at::Device& device) {
   if (!device.is_cuda()) return;
   c10::cuda::CUDACachingAllocator::emptyCache();

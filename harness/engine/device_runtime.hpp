@@ -20,6 +20,9 @@ void synchronize_device(const at::Device& device);
 // Caching-allocator statistics of `device` (CUDA only; zeros elsewhere).
 AllocatorSnapshot allocator_snapshot(const at::Device& device, const std::string& when, int rank);
 void reset_allocator_peaks(const at::Device& device);
+// Bytes the caching allocator holds from the driver now (CUDA only; 0 elsewhere): what a CUDA
+// graph's capture adds to it is the graph's pool.
+int64_t allocator_reserved_bytes(const at::Device& device);
 // The device's whole memory (cudaDeviceProp::totalGlobalMem); 0 on CPU.
 int64_t device_total_bytes(const at::Device& device);
 // torch.cuda.empty_cache(): returns the caching allocator's unused blocks to the driver (no-op

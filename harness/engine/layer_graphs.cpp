@@ -16,18 +16,13 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "harness/engine/device_runtime.hpp"
 #include "harness/engine/train_step_phases.hpp"
 #include "harness/measure/nvtx.hpp"
 
 namespace shardbench {
 
 namespace {
-
-int64_t reserved_bytes(at::Device device) {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-  return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
-      .current;
-}
 
 class CudaGraphBackend final : public GraphBackend {
  public:
@@ -43,7 +38,7 @@ class CudaGraphBackend final : public GraphBackend {
     }
     // Nothing still queued may run into the capture's window.
     at::cuda::device_synchronize();
-    const int64_t before = reserved_bytes(device_);
+    const int64_t before = allocator_reserved_bytes(device_);
     auto graph = std::make_unique<at::cuda::CUDAGraph>();
     // Thread-local mode: autograd's device thread launches the backward into the capture while
     // the communicators' watchdog threads keep querying their own events.
@@ -59,7 +54,7 @@ class CudaGraphBackend final : public GraphBackend {
       throw;
     }
     graph->capture_end();
-    pool_bytes_ += reserved_bytes(device_) - before;
+    pool_bytes_ += allocator_reserved_bytes(device_) - before;
     graphs_.push_back(std::move(graph));
     id = graphs_.size() - 1;
     return outputs;

@@ -10,18 +10,13 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "harness/engine/device_runtime.hpp"
 #include "harness/engine/train_step_phases.hpp"
 #include "harness/measure/nvtx.hpp"
 
 namespace shardbench {
 
 namespace {
-
-int64_t reserved_bytes(at::Device device) {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-  return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
-      .current;
-}
 
 // Captures `work` into `graph` on the current stream, allocating from `pool` ({0, 0}: a pool of
 // its own). Thread-local mode: autograd's device thread launches backward kernels into the
@@ -113,7 +108,7 @@ StepOutputs StepGraph::Impl::optimizer_graph_step(const TrainableModel& model,
     }
     counters_after = engine.step_counters();
     rec.capture_ms += ms_since(t0);
-    rec.graph_pool_bytes = reserved_bytes(device) - reserved_before;
+    rec.graph_pool_bytes = allocator_reserved_bytes(device) - reserved_before;
   }
   {
     nvtx::Range range(kOptimizerLabel);
@@ -162,7 +157,7 @@ StepOutputs StepGraph::step(const TrainableModel& model, DataParallelEngine& eng
     // before the capture and waited inside it cannot be captured).
     engine.wait_in_flight();
     at::cuda::device_synchronize();
-    s.reserved_before = reserved_bytes(s.device);
+    s.reserved_before = allocator_reserved_bytes(s.device);
     const auto t0 = std::chrono::steady_clock::now();
     s.counters_before = engine.step_counters();
     {
@@ -174,7 +169,7 @@ StepOutputs StepGraph::step(const TrainableModel& model, DataParallelEngine& eng
     s.counters_after = engine.step_counters();
     s.rec.capture_ms = ms_since(t0);
     s.rec.capture_iteration = index + 1;
-    s.rec.graph_pool_bytes = reserved_bytes(s.device) - s.reserved_before;
+    s.rec.graph_pool_bytes = allocator_reserved_bytes(s.device) - s.reserved_before;
   } else {
     // The captured step's host code ran once; its counters grow with every replay.
     engine.add_replayed_step(s.counters_before, s.counters_after);
