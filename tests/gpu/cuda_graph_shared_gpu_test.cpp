@@ -63,22 +63,32 @@ struct GraphCase {
   bool optimizer = false;
 };
 
+// The cases both graph kinds run: each Megatron FSDP strategy with the DDP baseline (distributed
+// optimizer) and FSDP2, the double buffer in bf16, and plain DDP in fp32. `no_fusion_where`:
+// extra arguments for the cases whose grads are sharded over the ranks (the per-layer graphs turn
+// the megatron_fsdp set's gradient-accumulation fusion off there: validation refuses it,
+// layer_graph_rules).
+std::vector<GraphCase> wrapper_cases(const std::string& no_fusion_where) {
+  std::vector<GraphCase> c;
+  for (const char* strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
+    const bool sharded_grads = std::string(strategy).rfind("optim_grads", 0) == 0;
+    c.push_back({strategy, kFp32 + (sharded_grads ? no_fusion_where : "") +
+                               "--use_megatron_fsdp true --compare_wrappers torch_fsdp2 "
+                               "model.init_model_with_meta_device=false "
+                               "ddp.data_parallel_sharding_strategy=" +
+                               std::string(strategy)});
+  }
+  c.push_back({"bf16_double_buffer", "--use_megatron_fsdp true ddp.fsdp_double_buffer=true " +
+                                         no_fusion_where +
+                                         "ddp.suggested_communication_unit_size=1000000"});
+  c.push_back({"plain_ddp_fp32", kFp32 + "ddp.use_distributed_optimizer=false "
+                                         "optimizer.use_distributed_optimizer=false"});
+  return c;
+}
+
 const std::vector<GraphCase>& graph_cases() {
   static const std::vector<GraphCase> cases = [] {
-    std::vector<GraphCase> c;
-    // Each Megatron FSDP strategy, with the DDP baseline (distributed optimizer) and FSDP2.
-    for (const char* strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
-      c.push_back({strategy, kFp32 +
-                                 "--use_megatron_fsdp true --compare_wrappers torch_fsdp2 "
-                                 "model.init_model_with_meta_device=false "
-                                 "ddp.data_parallel_sharding_strategy=" +
-                                 std::string(strategy)});
-    }
-    c.push_back({"bf16_double_buffer",
-                 "--use_megatron_fsdp true ddp.fsdp_double_buffer=true "
-                 "ddp.suggested_communication_unit_size=1000000"});
-    c.push_back({"plain_ddp_fp32", kFp32 + "ddp.use_distributed_optimizer=false "
-                                           "optimizer.use_distributed_optimizer=false"});
+    std::vector<GraphCase> c = wrapper_cases("");
     // The same with the optimizer captured.
     const size_t n = c.size();
     for (size_t i = 0; i < n; ++i) c.push_back({"opt_" + c[i].name, c[i].args, true});
@@ -100,23 +110,7 @@ const std::vector<GraphCase>& graph_cases() {
 // with and without the distributed optimizer, the fusion on in bf16.
 const std::vector<GraphCase>& layer_graph_cases() {
   static const std::vector<GraphCase> cases = [] {
-    std::vector<GraphCase> c;
-    for (const char* strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
-      const std::string sharded_grads = std::string(strategy).rfind("optim_grads", 0) == 0
-                                            ? "model.gradient_accumulation_fusion=false "
-                                            : "";
-      c.push_back({strategy, kFp32 + sharded_grads +
-                                 "--use_megatron_fsdp true --compare_wrappers torch_fsdp2 "
-                                 "model.init_model_with_meta_device=false "
-                                 "ddp.data_parallel_sharding_strategy=" +
-                                 std::string(strategy)});
-    }
-    c.push_back({"bf16_double_buffer",
-                 "--use_megatron_fsdp true ddp.fsdp_double_buffer=true "
-                 "model.gradient_accumulation_fusion=false "
-                 "ddp.suggested_communication_unit_size=1000000"});
-    c.push_back({"plain_ddp_fp32", kFp32 + "ddp.use_distributed_optimizer=false "
-                                           "optimizer.use_distributed_optimizer=false"});
+    std::vector<GraphCase> c = wrapper_cases("model.gradient_accumulation_fusion=false ");
     c.push_back({"ddp_bf16_wgrad_fusion", "model.gradient_accumulation_fusion=true"});
     return c;
   }();
