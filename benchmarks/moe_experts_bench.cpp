@@ -21,7 +21,12 @@
 //
 // Run (GPU): build/benchmarks/moe_experts_bench --benchmark_repetitions=3
 //      --benchmark_out=moe_experts.json --benchmark_out_format=json
+// With MOE_BENCH_PROFILE_DIR set, BM_MoeBlock also records two of its iterations with the torch
+// profiler after timing (outside the timed loop): <dir>/moe_block_flat<f>_fused<u>_rank0.trace.json
+// and .kernels.json, for scripts/profile_ops to attribute the block's device time to its ops.
 #include <benchmark/benchmark.h>
+
+#include <cstdlib>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -29,6 +34,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "harness/engine/device_runtime.hpp"
+#include "harness/measure/torch_profiler.hpp"
 #include "workloads/moe/moe_fused_ops.hpp"
 #include "workloads/moe/moe_model.hpp"
 #include "workloads/moe/moe_models.hpp"
@@ -72,11 +78,12 @@ void BM_GroupedExperts(benchmark::State& state) {
   const at::Tensor offs = cumulative_ends(experts, each);
   time_on_gpu(state, [&] {
     const at::Tensor g = at::_grouped_mm(x, fc1.transpose(1, 2), offs);
-    benchmark::DoNotOptimize(at::_grouped_mm(g.narrow(1, 0, kWidth).contiguous(),
-                                             fc2.transpose(1, 2), offs));
+    benchmark::DoNotOptimize(
+        at::_grouped_mm(g.narrow(1, 0, kWidth).contiguous(), fc2.transpose(1, 2), offs));
   });
   const double flops = 2.0 * static_cast<double>(each * experts) * kHidden * 3 * kWidth;
-  state.counters["TFLOPs"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOPs"] =
+      benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_DenseSameFlops(benchmark::State& state) {
@@ -93,7 +100,8 @@ void BM_DenseSameFlops(benchmark::State& state) {
     benchmark::DoNotOptimize(at::matmul(g.narrow(1, 0, kWidth).contiguous(), fc2.t()));
   });
   const double flops = 2.0 * static_cast<double>(rows) * kHidden * 3 * kWidth;
-  state.counters["TFLOPs"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOPs"] =
+      benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // The moe_bench_3b model cut to its first MoE layer: that layer's block, bf16 weights.
@@ -136,11 +144,23 @@ void BM_MoeBlock(benchmark::State& state) {
   model.set_fused_kernels(fused);
   const at::Tensor h = at::randn({d.seq_length, d.hidden}, kBf16).requires_grad_(true);
   const at::Tensor probe = at::randn({d.seq_length, d.hidden}, kBf16);
-  time_on_gpu(state, [&] {
+  auto block = [&] {
     (model.moe_block(w.layers[static_cast<size_t>(layer)].moe, h, layer, 1.0) * probe)
         .sum()
         .backward();
-  });
+  };
+  time_on_gpu(state, block);
+  if (const char* dir = std::getenv("MOE_BENCH_PROFILE_DIR")) {
+    const std::string stem = "moe_block_flat" + std::to_string(state.range(0)) + "_fused" +
+                             std::to_string(state.range(1));
+    TorchProfilerWindow window(true, 1, 2, true, true, false, torch_profiler_files(dir, stem, 0));
+    for (int64_t step = 1; step <= 2; ++step) {
+      window.before_step(step);
+      block();
+      at::cuda::getCurrentCUDAStream().synchronize();
+      window.after_step(step);
+    }
+  }
   const bool view = experts_back_to_back(w.layers[static_cast<size_t>(layer)].moe.fc1);
   state.SetLabel(std::string(to_string(model.experts_path(at::kBFloat16))) +
                  (view ? ", weights viewed" : ", weights stacked") +
