@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 
 #include "harness/config/context_parallel.hpp"
 #include "harness/config/errors.hpp"
@@ -363,9 +364,25 @@ void cuda_graph_scope_rules(const ConfigContainer& c) {
   }
 }
 
+// Where any CUDA graph (whole-step or per layer) can run at all: on a GPU, and, with more than
+// one rank, over NCCL, whose collectives are kernels on a stream a graph captures. gloo runs its
+// collectives on host threads, outside any stream, so a replay would skip them.
+// `refuse(setting, why)` adds the graph kind's own prefix.
+void graph_device_rules(const ConfigContainer& c, int64_t num_gpus,
+                        const std::function<void(const std::string&, const std::string&)>& refuse) {
+  if (is_cpu_run(c.shardbench)) {
+    refuse("shardbench.device=cpu", "CUDA graphs need a GPU (accepted: a CUDA device)");
+  }
+  if (num_gpus > 1 && backend_choice(c.shardbench) == BackendChoice::kGloo) {
+    refuse("shardbench.backend=gloo on " + std::to_string(num_gpus) + " ranks",
+           "gloo runs its collectives on host threads, outside the stream a graph captures, so "
+           "a replay would skip them (accepted: nccl or auto on GPUs, or one rank)");
+  }
+}
+
 // CUDA graphs (docs/cuda-graphs.md): Megatron-Bridge's scope rules, then what shardbench's
-// whole-step graph cannot capture, each refused with its reason.
-void cuda_graph_rules(const ConfigContainer& c) {
+// whole-step graph cannot capture, each refused with its reason. `num_gpus`: the run's ranks.
+void cuda_graph_rules(const ConfigContainer& c, int64_t num_gpus) {
   const auto& m = c.model;
   const std::string scope = "[" + join(m.cuda_graph_scope, ",") + "]";
   if (!uses_cuda_graphs(c)) {
@@ -382,9 +399,7 @@ void cuda_graph_rules(const ConfigContainer& c) {
   const auto refuse = [&](const std::string& setting, const std::string& why) {
     fail(setting + " with " + head + "and cuda_graph_scope=[full_iteration]: " + why);
   };
-  if (is_cpu_run(c.shardbench)) {
-    refuse("shardbench.device=cpu", "CUDA graphs need a GPU (accepted: a CUDA device)");
-  }
+  graph_device_rules(c, num_gpus, refuse);
   if (m.num_moe_experts) {
     refuse("model.num_moe_experts=" + std::to_string(*m.num_moe_experts),
            "the dropless token dispatch sizes its exchanges from counts read on the host every "
@@ -457,9 +472,7 @@ void layer_graph_rules(const ConfigContainer& c, int64_t num_gpus) {
   };
   const std::string untested =
       " is not covered by the per-layer graph parity tests yet (accepted: ";
-  if (is_cpu_run(c.shardbench)) {
-    refuse("shardbench.device=cpu", "CUDA graphs need a GPU (accepted: a CUDA device)");
-  }
+  graph_device_rules(c, num_gpus, refuse);
   if (!m.cuda_graph_use_single_mempool) {
     // Megatron-LM reads it for the whole-step and optimizer graphs; per-layer graphs here always
     // share one pool, so false would be ignored.
@@ -870,7 +883,7 @@ std::vector<std::string> validate_config(ConfigContainer& config, Provenance& pr
   precision_aware_optimizer_rules(config);
   fp8_param_gather_rules(config);
   gradient_accumulation_fusion_rules(config);
-  cuda_graph_rules(config);
+  cuda_graph_rules(config, context.num_gpus);
   layer_graph_rules(config, context.num_gpus);
   optimizer_cuda_graph_rules(config);
   deterministic_rules(config, context);

@@ -506,6 +506,8 @@ TEST(Validation, LayerGraphsRefuseWhatTheirGraphsCannotCapture) {
   const std::vector<Case> cases = {
       {[](ConfigContainer& c) { c.shardbench.device = "cpu"; },
        "shardbench.device=cpu" + with + "CUDA graphs need a GPU (accepted: a CUDA device)"},
+      {[](ConfigContainer& c) { c.shardbench.backend = "gloo"; },
+       "shardbench.backend=gloo on 8 ranks" + with + "gloo runs its collectives on host threads"},
       {[](ConfigContainer& c) { c.model.num_moe_experts = 8; },
        "model.num_moe_experts=8" + with + "the MoE model's layers are not split"},
       {[](ConfigContainer& c) { c.optimizer.optimizer_cpu_offload = true; },
@@ -580,6 +582,9 @@ TEST(Validation, CudaGraphsRefuseWhatAGraphCannotCapture) {
       {[](ConfigContainer& c) { c.shardbench.device = "cpu"; },
        "shardbench.device=cpu with model.cuda_graph_impl=local and "
        "cuda_graph_scope=[full_iteration]: CUDA graphs need a GPU"},
+      {[](ConfigContainer& c) { c.shardbench.backend = "gloo"; },
+       "shardbench.backend=gloo on 8 ranks with model.cuda_graph_impl=local and "
+       "cuda_graph_scope=[full_iteration]: gloo runs its collectives on host threads"},
       {[](ConfigContainer& c) { c.model.num_moe_experts = 8; },
        "model.num_moe_experts=8 with model.cuda_graph_impl=local"},
       {[](ConfigContainer& c) {
@@ -614,6 +619,11 @@ TEST(Validation, CudaGraphsRefuseWhatAGraphCannotCapture) {
     const std::string error = error_of(c);
     EXPECT_TRUE(contains(error, k.expected)) << error;
     EXPECT_TRUE(contains(error, "accepted")) << error;
+  }
+  // gloo on one GPU rank has no collective to skip: both kinds of graph take it.
+  for (ConfigContainer c : {whole_step_graph_config(), layer_graph_config()}) {
+    c.shardbench.backend = "gloo";
+    EXPECT_EQ(error_of(c, context({}, 1)), "(no error)");
   }
 }
 
