@@ -725,17 +725,28 @@ bool experts_back_to_back(const std::vector<at::Tensor>& weights) {
 
 at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x,
                                    const at::Tensor& probs,
-                                   const std::vector<int64_t>& rows_per_expert) const {
+                                   const std::vector<int64_t>& rows_per_expert,
+                                   const at::Tensor& device_counts) const {
   nvtx::Range range(kExpertsLabel);
   const int64_t f = dims_.moe_ffn_hidden;
   if (experts_path(x.scalar_type()) == MoeExpertsPath::kGroupedMm && x.size(0) > 0) {
     // One grouped GEMM per linear over every local expert: x [R, h] x [e, h, 2F] with int32
     // cumulative row ends. The stacked weights (a view or a copy) keep every expert in the graph.
-    std::vector<int32_t> ends(rows_per_expert.size());
-    int64_t end = 0;
-    for (size_t i = 0; i < ends.size(); ++i)
-      ends[i] = static_cast<int32_t>(end += rows_per_expert[i]);
-    const at::Tensor offs = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(x.device());
+    at::Tensor offs;
+    if (device_counts.defined()) {
+      offs = device_counts.cumsum(0).to(at::kInt);
+    } else {
+      // From pinned memory without blocking the host (the caching host allocator keeps the
+      // block until the copy has read it).
+      const bool pinned = x.is_cuda();
+      at::Tensor ends = at::empty({static_cast<int64_t>(rows_per_expert.size())},
+                                  at::TensorOptions().dtype(at::kInt).pinned_memory(pinned));
+      int64_t end = 0;
+      for (size_t i = 0; i < rows_per_expert.size(); ++i) {
+        ends.data_ptr<int32_t>()[i] = static_cast<int32_t>(end += rows_per_expert[i]);
+      }
+      offs = ends.to(x.device(), /*non_blocking=*/pinned);
+    }
     const at::Tensor g =
         at::_grouped_mm(x.contiguous(), stacked_experts(w.fc1, main_grads_).transpose(1, 2), offs);
     const at::Tensor act = weighted_swiglu(g, probs, f, fused_kernels_).contiguous();
@@ -768,6 +779,22 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   at::Tensor counts = routing.routing_map.sum(0);  // [E] kept tokens per expert
   stats.tokens_per_expert_kept =
       stats.tokens_per_expert_kept.defined() ? stats.tokens_per_expert_kept + counts : counts;
+  // Dropless on one EP rank into the grouped GEMM, every token has exactly k rows and the GEMM
+  // reads its row ends from the device: no host sync (docs/moe.md, "Permute and unpermute").
+  if (!ep_ && !capacity_factor_ && experts_path(h.scalar_type()) == MoeExpertsPath::kGroupedMm) {
+    const int64_t rows = t * dims_.router_topk;
+    const at::Tensor nz = at::nonzero_static(routing.routing_map.t(), rows);
+    const at::Tensor expert_of_row = nz.select(1, 0), token_of_row = nz.select(1, 1);
+    const TokenRows tr =
+        token_rows(routing.routing_map, expert_of_row, token_of_row, rows, dims_.router_topk);
+    const at::Tensor x =
+        DispatchRowsFn::apply(h, token_of_row, tr.row_of_slot, tr.slots, tr.padded);
+    const at::Tensor p =
+        routing.probs.reshape(-1).index_select(0, token_of_row * e_all + expert_of_row);
+    const at::Tensor y = local_experts(w, x, p, {}, counts);
+    nvtx::Range range(kCombineLabel);
+    return CombineRowsFn::apply(y, token_of_row, tr.row_of_slot, t, tr.slots, tr.padded);
+  }
   // The one host sync: every EP rank's counts ([ep, E]), for the split sizes.
   std::vector<int64_t> all_counts;
   {

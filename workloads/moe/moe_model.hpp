@@ -276,8 +276,11 @@ class MoeModel final : public TrainableModel {
   at::Tensor routed_experts(const MoeBlockWeights& w, const at::Tensor& h,
                             const MoeRouting& routing, int64_t layer) const;
   // x [R, h] in local-expert-major order, probs [R] fp32, rows_per_expert: the local experts'.
+  // `device_counts` (the grouped GEMM only): the local experts' row counts as a device tensor
+  // instead, rows_per_expert empty, so that nothing waits for the host.
   at::Tensor local_experts(const MoeBlockWeights& w, const at::Tensor& x, const at::Tensor& probs,
-                           const std::vector<int64_t>& rows_per_expert) const;
+                           const std::vector<int64_t>& rows_per_expert,
+                           const at::Tensor& device_counts = {}) const;
   // Router score and top-k selection (probs, routing map) without dropping or aux loss.
   std::pair<at::Tensor, at::Tensor> select(const at::Tensor& logits, int64_t layer) const;
   at::Tensor aux_loss(const at::Tensor& logits, int64_t seq_length) const;
