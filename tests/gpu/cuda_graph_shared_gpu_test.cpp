@@ -208,20 +208,27 @@ class SharedGpuGraphs : public ::testing::TestWithParam<std::tuple<int, int>> {
 
 class SharedGpuLayerGraphs : public SharedGpuGraphs {};
 
+// Both suites' parameters: 2 and 4 ranks, each case of the list, named ws<N>_<case>.
+auto world_sizes_and_cases(const std::vector<GraphCase>& cases) {
+  return ::testing::Combine(::testing::Values(2, 4),
+                            ::testing::Range(0, static_cast<int>(cases.size())));
+}
+
+template <const std::vector<GraphCase>& (*Cases)()>
+std::string case_test_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+  return "ws" + std::to_string(std::get<0>(info.param)) + "_" +
+         Cases()[static_cast<size_t>(std::get<1>(info.param))].name;
+}
+
 // Every run of the case's report replays its layers' graphs bit for bit like its eager run.
 TEST_P(SharedGpuLayerGraphs, AttnMlpGraphedRunsMatchEagerBitForBit) {
   const GraphCase& c = layer_graph_cases()[static_cast<size_t>(std::get<1>(GetParam()))];
   expect_layer_graphs_match_eager(c.name, c.args);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    WorldSizeAndCase, SharedGpuLayerGraphs,
-    ::testing::Combine(::testing::Values(2, 4),
-                       ::testing::Range(0, static_cast<int>(layer_graph_cases().size()))),
-    [](const auto& info) {
-      return "ws" + std::to_string(std::get<0>(info.param)) + "_" +
-             layer_graph_cases()[static_cast<size_t>(std::get<1>(info.param))].name;
-    });
+INSTANTIATE_TEST_SUITE_P(WorldSizeAndCase, SharedGpuLayerGraphs,
+                         world_sizes_and_cases(layer_graph_cases()),
+                         case_test_name<layer_graph_cases>);
 
 // Every run of the case's report (the requested wrapper, and the DDP baseline and FSDP2 where
 // the case compares them) replays bit for bit like its eager run.
@@ -230,14 +237,8 @@ TEST_P(SharedGpuGraphs, GraphedRunsMatchEagerBitForBit) {
   expect_graph_matches_eager(c.name, c.args, c.optimizer);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    WorldSizeAndCase, SharedGpuGraphs,
-    ::testing::Combine(::testing::Values(2, 4),
-                       ::testing::Range(0, static_cast<int>(graph_cases().size()))),
-    [](const auto& info) {
-      return "ws" + std::to_string(std::get<0>(info.param)) + "_" +
-             graph_cases()[static_cast<size_t>(std::get<1>(info.param))].name;
-    });
+INSTANTIATE_TEST_SUITE_P(WorldSizeAndCase, SharedGpuGraphs, world_sizes_and_cases(graph_cases()),
+                         case_test_name<graph_cases>);
 
 }  // namespace
 }  // namespace shardbench
