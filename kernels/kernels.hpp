@@ -53,6 +53,13 @@ void weighted_swiglu_backward(const void* d_out, const void* gate_up, const floa
                               void* d_gate_up, float* d_probs, DType dtype, int64_t rows,
                               int64_t ffn, Stream stream);
 
+// ---- the MoE combine's sum over each token's slots (moe_slots.cu) -----------------------------
+// out[t, :] = sum over s < slots of rows[row_of_slot[t * slots + s], :], fp32 sums rounded once
+// to `dtype`; a slot naming a row outside [0, n_rows) is empty (adds nothing). rows [n_rows,
+// hidden], out [tokens, hidden], row_of_slot int64 [tokens * slots], all contiguous.
+void sum_slots(const void* rows, const int64_t* row_of_slot, void* out, DType dtype, int64_t tokens,
+               int64_t slots, int64_t hidden, int64_t n_rows, Stream stream);
+
 // ---- rotary embedding fused with the split of the fused qkv projection ------------------------
 // qkv: [tokens, (heads + 2 * kv_heads) * head_dim] contiguous, token t at position t % seq.
 // Writes q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim] rotated (rotate-half

@@ -13,9 +13,9 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "harness/engine/device_runtime.hpp"
+#include "tests/moe_test_dims.hpp"
 #include "workloads/llama/fused_ops.hpp"
 #include "workloads/moe/moe_fused_ops.hpp"
-#include "tests/moe_test_dims.hpp"
 #include "workloads/moe/moe_model.hpp"
 
 namespace shardbench {
@@ -195,7 +195,8 @@ TEST(MoeFusedOpsGpuBlock, KernelOnMatchesKernelOff) {
     MoeModel model(d, MoeRouterSettings{}, kCuda);
     model.set_fused_kernels(fused);
     EXPECT_EQ(model.fused_kernel_names(at::kBFloat16),
-              fused ? std::vector<std::string>{"weighted_swiglu"} : std::vector<std::string>{});
+              fused ? std::vector<std::string>{"weighted_swiglu", "sum_slots"}
+                    : std::vector<std::string>{});
     for (const at::Tensor& t : params) t.mutable_grad() = at::Tensor();
     const at::Tensor h = h0.clone().requires_grad_(true);
     const at::Tensor out = model.moe_block(b, h, 1, 1.0);
@@ -212,6 +213,61 @@ TEST(MoeFusedOpsGpuBlock, KernelOnMatchesKernelOff) {
     ASSERT_TRUE(on[i].defined() && off[i].defined()) << "tensor " << i;
     EXPECT_LT(rel_err(on[i], off[i]), 2e-2) << "tensor " << i << " (0 out, 1 d h, 2 d router)";
   }
+}
+
+}  // namespace
+}  // namespace shardbench
+
+namespace shardbench {
+namespace {
+
+// The combine's sum over each token's slots (moe_fused::sum_slots) against ATen's gather and sum:
+// fp32 within 1e-6 relative, bf16 within one rounding (both sum in fp32 and round once; the order
+// of the fp32 sums may differ), on the vectorised path (hidden a multiple of 8) and the scalar
+// one, with empty slots (a row index past the rows) and none, and zero tokens.
+TEST(MoeFusedOpsGpuSlots, SumSlotsMatchesGatherAndSum) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (int64_t hidden : {64, 2048, 13}) {
+      for (bool empty_slots : {false, true}) {
+        for (int64_t tokens : {0, 1, 37}) {
+          const int64_t slots = 4, n_rows = tokens * slots - (empty_slots ? tokens : 0);
+          const std::string what = std::string(c10::toString(dtype)) + " hidden " +
+                                   std::to_string(hidden) + " tokens " + std::to_string(tokens) +
+                                   (empty_slots ? " with empty slots" : "");
+          at::manual_seed(11 + hidden + tokens);
+          const at::Tensor rows = at::randn({n_rows, hidden}, on_gpu(dtype));
+          // Each row once, in shuffled order; empty slots name row n_rows.
+          at::Tensor row_of_slot = at::full({tokens * slots}, n_rows, on_gpu(at::kLong));
+          const at::Tensor filled =
+              at::randperm(tokens * slots, on_gpu(at::kLong)).narrow(0, 0, n_rows);
+          row_of_slot.index_copy_(0, filled, at::arange(n_rows, on_gpu(at::kLong)));
+          ASSERT_TRUE(moe_fused::supports_sum_slots(rows, row_of_slot)) << what;
+          const at::Tensor got = moe_fused::sum_slots(rows, row_of_slot, tokens, slots);
+          const at::Tensor padded = at::cat({rows, at::zeros({1, hidden}, rows.options())});
+          const at::Tensor want = padded.to(at::kFloat)
+                                      .index_select(0, row_of_slot)
+                                      .view({tokens, slots, hidden})
+                                      .sum(1);
+          ASSERT_EQ(got.sizes(), (std::vector<int64_t>{tokens, hidden})) << what;
+          ASSERT_EQ(got.scalar_type(), dtype) << what;
+          if (dtype == at::kFloat) {
+            EXPECT_LT(rel_err(got, want), 1e-6) << what;
+          } else {
+            // The fp32 sum rounded once to bf16: within half a bf16 step of the exact sum.
+            const at::Tensor err = (got.to(at::kFloat) - want).abs();
+            const at::Tensor bound = want.abs() * (1.0 / 256) + 1e-5;
+            EXPECT_TRUE(err.le(bound).all().item<bool>()) << what;
+          }
+        }
+      }
+    }
+  }
+  // Refused where it cannot run: int rows, a CPU tensor.
+  const at::Tensor idx = at::zeros({4}, on_gpu(at::kLong));
+  EXPECT_FALSE(moe_fused::supports_sum_slots(at::zeros({4, 8}, on_gpu(at::kInt)), idx));
+  EXPECT_FALSE(moe_fused::supports_sum_slots(at::zeros({4, 8}), idx));
 }
 
 }  // namespace

@@ -22,7 +22,28 @@ bool supports(const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn) {
          probs.numel() == gate_up.numel() / (2 * ffn);
 }
 
+bool supports_sum_slots(const at::Tensor& rows, const at::Tensor& row_of_slot) {
+  if (!rows.defined() || !row_of_slot.defined() || !fused::supports(rows)) return false;
+  return rows.dim() == 2 && rows.is_contiguous() && row_of_slot.scalar_type() == at::kLong &&
+         row_of_slot.is_contiguous() && row_of_slot.device() == rows.device();
+}
+
 #ifdef SHARDBENCH_CUDA_KERNELS
+
+at::Tensor sum_slots(const at::Tensor& rows, const at::Tensor& row_of_slot, int64_t tokens,
+                     int64_t slots) {
+  if (!supports_sum_slots(rows, row_of_slot) || row_of_slot.numel() != tokens * slots) {
+    throw std::invalid_argument(
+        "fused op: sum_slots needs contiguous 2-D bf16 or fp32 CUDA rows and int64 row_of_slot of "
+        "tokens * slots entries on the same device");
+  }
+  at::Tensor out = at::empty({tokens, rows.size(1)}, rows.options());
+  kernels::sum_slots(rows.data_ptr(), row_of_slot.data_ptr<int64_t>(), out.data_ptr(),
+                     fused::kdtype(rows), tokens, slots, rows.size(1), rows.size(0),
+                     fused::stream_of(rows));
+  return out;
+}
+
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -77,6 +98,10 @@ at::Tensor weighted_swiglu(const at::Tensor& gate_up, const at::Tensor& probs, i
 #else  // no kernels built: callers check supports() first
 
 at::Tensor weighted_swiglu(const at::Tensor&, const at::Tensor&, int64_t) {
+  throw std::logic_error("shardbench was built without its CUDA kernels (no nvcc at configure)");
+}
+
+at::Tensor sum_slots(const at::Tensor&, const at::Tensor&, int64_t, int64_t) {
   throw std::logic_error("shardbench was built without its CUDA kernels (no nvcc at configure)");
 }
 

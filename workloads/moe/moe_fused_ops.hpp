@@ -27,4 +27,16 @@ bool supports(const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn);
 // supports() is false.
 at::Tensor weighted_swiglu(const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn);
 
+// True when sum_slots() takes (rows, row_of_slot): the kernels built, rows a contiguous 2-D bf16
+// or fp32 CUDA tensor, row_of_slot a contiguous int64 tensor on the same device.
+bool supports_sum_slots(const at::Tensor& rows, const at::Tensor& row_of_slot);
+
+// The combine's sum over each token's slots: [tokens, hidden] with row t the sum of
+// rows[row_of_slot[t * slots + s]] over s < slots, a slot naming a row outside rows empty. fp32
+// sums rounded once. Not an autograd function (the dispatch and combine functions of the MoE
+// model call it in their forward and backward). Throws std::invalid_argument where
+// supports_sum_slots() is false.
+at::Tensor sum_slots(const at::Tensor& rows, const at::Tensor& row_of_slot, int64_t tokens,
+                     int64_t slots);
+
 }  // namespace shardbench::moe_fused

@@ -182,10 +182,16 @@ struct TokenRows {
   int64_t tokens = 0;
   int64_t slots = 0;
   bool padded = false;  // some slot is empty: row_of_slot names row R
+  bool fused = false;   // the sum over slots may take shardbench's kernel (moe_fused::sum_slots)
 };
 
-// sum over a token's slots of rows[row_of_slot]: [T, h].
+// sum over a token's slots of rows[row_of_slot]: [T, h]. The kernel reads each routed row once;
+// ATen's composition copies the gathered rows (and, with an empty slot, the source plus a zero
+// row) before it sums.
 at::Tensor sum_slots(const at::Tensor& rows, const TokenRows& tr) {
+  if (tr.fused && moe_fused::supports_sum_slots(rows, tr.row_of_slot)) {
+    return moe_fused::sum_slots(rows, tr.row_of_slot, tr.tokens, tr.slots);
+  }
   const at::Tensor src =
       tr.padded ? at::cat({rows, at::zeros({1, rows.size(1)}, rows.options())}) : rows;
   return src.index_select(0, tr.row_of_slot).view({tr.tokens, tr.slots, rows.size(1)}).sum(1);
@@ -194,19 +200,28 @@ at::Tensor sum_slots(const at::Tensor& rows, const TokenRows& tr) {
 struct DispatchRowsFn : torch::autograd::Function<DispatchRowsFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
                             const at::Tensor& token_of_row, const at::Tensor& row_of_slot,
-                            int64_t slots, bool padded) {
+                            int64_t slots, bool padded, bool fused) {
     ctx->save_for_backward({token_of_row, row_of_slot});
     ctx->saved_data["slots"] = slots;
     ctx->saved_data["padded"] = padded;
+    ctx->saved_data["fused"] = fused;
     ctx->saved_data["tokens"] = h.size(0);
     return h.index_select(0, token_of_row);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    TokenRows tr{saved[0], saved[1], ctx->saved_data["tokens"].toInt(),
-                 ctx->saved_data["slots"].toInt(), ctx->saved_data["padded"].toBool()};
-    return {sum_slots(grads[0].contiguous(), tr), at::Tensor(), at::Tensor(), at::Tensor(),
+    TokenRows tr{saved[0],
+                 saved[1],
+                 ctx->saved_data["tokens"].toInt(),
+                 ctx->saved_data["slots"].toInt(),
+                 ctx->saved_data["padded"].toBool(),
+                 ctx->saved_data["fused"].toBool()};
+    return {sum_slots(grads[0].contiguous(), tr),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
             at::Tensor()};
   }
 };
@@ -214,14 +229,16 @@ struct DispatchRowsFn : torch::autograd::Function<DispatchRowsFn> {
 struct CombineRowsFn : torch::autograd::Function<CombineRowsFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& rows,
                             const at::Tensor& token_of_row, const at::Tensor& row_of_slot,
-                            int64_t tokens, int64_t slots, bool padded) {
+                            int64_t tokens, int64_t slots, bool padded, bool fused) {
     ctx->save_for_backward({token_of_row});
-    return sum_slots(rows, TokenRows{token_of_row, row_of_slot, tokens, slots, padded});
+    return sum_slots(rows.contiguous(),
+                     TokenRows{token_of_row, row_of_slot, tokens, slots, padded, fused});
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const at::Tensor token_of_row = ctx->get_saved_variables()[0];
     return {grads[0].index_select(0, token_of_row),
+            at::Tensor(),
             at::Tensor(),
             at::Tensor(),
             at::Tensor(),
@@ -244,7 +261,7 @@ TokenRows token_rows(const at::Tensor& routing_map, const at::Tensor& expert_of_
                                                      0, token_of_row * e + expert_of_row);
   at::Tensor row_of_slot = at::full({t * slots}, rows, token_of_row.options());
   row_of_slot.index_copy_(0, slot, at::arange(rows, token_of_row.options()));
-  return {token_of_row, row_of_slot, t, slots, rows < t * slots};
+  return {token_of_row, row_of_slot, t, slots, rows < t * slots, false};
 }
 
 // Rows cut in chunk order `from` (sizes[c]) and put together in the order `order` lists.
@@ -767,6 +784,7 @@ std::vector<std::string> MoeModel::fused_kernel_names(at::ScalarType dtype) cons
   std::vector<std::string> names;
   if (!fused_kernels_ || !fused::supports(dtype, device_)) return names;
   names.push_back("weighted_swiglu");
+  names.push_back("sum_slots");
   if (fused_cross_entropy_) names.push_back("cross_entropy");
   return names;
 }
@@ -788,12 +806,13 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
     const TokenRows tr =
         token_rows(routing.routing_map, expert_of_row, token_of_row, rows, dims_.router_topk);
     const at::Tensor x =
-        DispatchRowsFn::apply(h, token_of_row, tr.row_of_slot, tr.slots, tr.padded);
+        DispatchRowsFn::apply(h, token_of_row, tr.row_of_slot, tr.slots, tr.padded, fused_kernels_);
     const at::Tensor p =
         routing.probs.reshape(-1).index_select(0, token_of_row * e_all + expert_of_row);
     const at::Tensor y = local_experts(w, x, p, {}, counts);
     nvtx::Range range(kCombineLabel);
-    return CombineRowsFn::apply(y, token_of_row, tr.row_of_slot, t, tr.slots, tr.padded);
+    return CombineRowsFn::apply(y, token_of_row, tr.row_of_slot, t, tr.slots, tr.padded,
+                                fused_kernels_);
   }
   // The one host sync: every EP rank's counts ([ep, E]), for the split sizes.
   std::vector<int64_t> all_counts;
@@ -824,7 +843,7 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
           : std::optional<TokenRows>(token_rows(routing.routing_map, expert_of_row, token_of_row,
                                                 rows, dims_.router_topk));
   at::Tensor x = slots ? DispatchRowsFn::apply(h, token_of_row, slots->row_of_slot, slots->slots,
-                                               slots->padded)
+                                               slots->padded, fused_kernels_)
                        : h.index_select(0, token_of_row);
   at::Tensor p = routing.probs.reshape(-1).index_select(0, token_of_row * e_all + expert_of_row);
   at::Tensor y;
@@ -877,8 +896,8 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   // Unpermute: each token sums its k experts' rows (the probs were applied in the experts).
   nvtx::Range range(kCombineLabel);
   if (slots) {
-    return CombineRowsFn::apply(y, token_of_row, slots->row_of_slot, t, slots->slots,
-                                slots->padded);
+    return CombineRowsFn::apply(y, token_of_row, slots->row_of_slot, t, slots->slots, slots->padded,
+                                fused_kernels_);
   }
   return at::zeros({t, h.size(1)}, y.options()).index_add(0, token_of_row, y);
 }
