@@ -481,6 +481,39 @@ TEST(MoeTokenDropping, PadToCapacityGivesEveryExpertCapacityRows) {
   EXPECT_TRUE(at::equal(r.routing_map.sum(0), at::full({d.num_experts}, 4, at::kLong)));
 }
 
+// Padded to capacity, the grouped-GEMM path routes its E x capacity rows without reading the
+// counts on the host; it computes what the loop path (which reads them) does: output, input
+// gradient and every expert's weight gradient.
+TEST(MoeTokenDropping, PaddedGroupedMmMatchesTheLoop) {
+  const MoeDims d = test_dims();
+  MoeRouterSettings s;
+  s.load_balancing = MoeLoadBalancing::kNone;
+  auto run = [&](MoeExpertsPath path) {
+    Block b = make_block(d, 33);
+    MoeModel model(d, s, at::kCPU);
+    model.force_experts_path(path);
+    model.set_token_dropping(0.5, MoeDropPolicy::kProbs, /*pad_to_capacity=*/true);
+    const at::Tensor out = model.moe_block(b.w, b.h, 1, 1.0);
+    (out * randn(out.sizes().vec(), 34)).sum().backward();
+    std::vector<at::Tensor> r{out.detach(), b.h.grad()};
+    for (const at::Tensor& w : b.w.fc1) r.push_back(w.grad());
+    for (const at::Tensor& w : b.w.fc2) r.push_back(w.grad());
+    return r;
+  };
+  const auto loop = run(MoeExpertsPath::kLoop);
+  std::vector<at::Tensor> grouped;
+  try {
+    grouped = run(MoeExpertsPath::kGroupedMm);
+  } catch (const c10::Error& e) {
+    GTEST_SKIP() << "at::_grouped_mm on CPU: " << e.what_without_backtrace();
+  }
+  ASSERT_EQ(grouped.size(), loop.size());
+  for (size_t i = 0; i < loop.size(); ++i) {
+    ASSERT_TRUE(grouped[i].defined() && loop[i].defined()) << "tensor " << i;
+    EXPECT_LT(max_diff(grouped[i], loop[i]), 1e-5) << "tensor " << i << " (0 out, 1 d h)";
+  }
+}
+
 // ---- Expert parallelism ----------------------------------------------------------------------
 
 struct EpCase {

@@ -596,13 +596,17 @@ at::Tensor MoeModel::aux_loss(const at::Tensor& logits, int64_t seq_length) cons
   return (p * c).sum() * (double(e) * coeff / (double(k) * s * s)) / double(b);
 }
 
+int64_t MoeModel::expert_capacity(int64_t tokens) const {
+  // get_capacity over T*k routed tokens; an expert never gets more than T.
+  return std::min<int64_t>(
+      tokens, static_cast<int64_t>(std::ceil(double(tokens * dims_.router_topk) /
+                                             double(dims_.num_experts) * *capacity_factor_)));
+}
+
 std::pair<at::Tensor, at::Tensor> MoeModel::drop(const at::Tensor& probs,
                                                  const at::Tensor& map) const {
-  // get_capacity over T*k routed tokens; an expert never gets more than T.
-  const int64_t t = probs.size(0), e = dims_.num_experts;
-  const int64_t capacity =
-      std::min<int64_t>(t, static_cast<int64_t>(std::ceil(double(t * dims_.router_topk) /
-                                                          double(e) * *capacity_factor_)));
+  const int64_t t = probs.size(0);
+  const int64_t capacity = expert_capacity(t);
   at::Tensor key;
   if (drop_policy_ == MoeDropPolicy::kProbs) {
     key = probs;
@@ -797,18 +801,27 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   at::Tensor counts = routing.routing_map.sum(0);  // [E] kept tokens per expert
   stats.tokens_per_expert_kept =
       stats.tokens_per_expert_kept.defined() ? stats.tokens_per_expert_kept + counts : counts;
-  // Dropless on one EP rank into the grouped GEMM, every token has exactly k rows and the GEMM
-  // reads its row ends from the device: no host sync (docs/moe.md, "Permute and unpermute").
-  if (!ep_ && !capacity_factor_ && experts_path(h.scalar_type()) == MoeExpertsPath::kGroupedMm) {
-    const int64_t rows = t * dims_.router_topk;
+  // On one EP rank into the grouped GEMM, the number of routed rows is known before the router
+  // runs: T x k dropless (each token's k experts), E x capacity padded to capacity (each expert
+  // exactly its capacity). The GEMM reads its row ends from the device: no host sync
+  // (docs/moe.md, "No host sync on one EP rank"). Dropping without padding keeps a number of rows
+  // only the counts tell.
+  if (!ep_ && (!capacity_factor_ || pad_to_capacity_) &&
+      experts_path(h.scalar_type()) == MoeExpertsPath::kGroupedMm) {
+    const int64_t rows = pad_to_capacity_ ? e_all * expert_capacity(t) : t * dims_.router_topk;
     const at::Tensor nz = at::nonzero_static(routing.routing_map.t(), rows);
     const at::Tensor expert_of_row = nz.select(1, 0), token_of_row = nz.select(1, 1);
+    const at::Tensor p =
+        routing.probs.reshape(-1).index_select(0, token_of_row * e_all + expert_of_row);
+    if (pad_to_capacity_) {  // a token may fill more than k rows: gather and index_add
+      const at::Tensor y = local_experts(w, h.index_select(0, token_of_row), p, {}, counts);
+      nvtx::Range range(kCombineLabel);
+      return at::zeros({t, h.size(1)}, y.options()).index_add(0, token_of_row, y);
+    }
     const TokenRows tr =
         token_rows(routing.routing_map, expert_of_row, token_of_row, rows, dims_.router_topk);
     const at::Tensor x =
         DispatchRowsFn::apply(h, token_of_row, tr.row_of_slot, tr.slots, tr.padded, fused_kernels_);
-    const at::Tensor p =
-        routing.probs.reshape(-1).index_select(0, token_of_row * e_all + expert_of_row);
     const at::Tensor y = local_experts(w, x, p, {}, counts);
     nvtx::Range range(kCombineLabel);
     return CombineRowsFn::apply(y, token_of_row, tr.row_of_slot, t, tr.slots, tr.padded,

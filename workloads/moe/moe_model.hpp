@@ -285,6 +285,8 @@ class MoeModel final : public TrainableModel {
   std::pair<at::Tensor, at::Tensor> select(const at::Tensor& logits, int64_t layer) const;
   at::Tensor aux_loss(const at::Tensor& logits, int64_t seq_length) const;
   std::pair<at::Tensor, at::Tensor> drop(const at::Tensor& probs, const at::Tensor& map) const;
+  // Tokens each expert keeps out of `tokens` under the capacity factor (set).
+  int64_t expert_capacity(int64_t tokens) const;
   int64_t moe_index(int64_t layer) const { return layer - dims_.first_k_dense_replace; }
   // The MTP losses on the final-normed decoder output `hidden` [B, S, h]: the scaled sum, fp32,
   // with grad; adds each layer's unscaled loss to mtp_losses_.
