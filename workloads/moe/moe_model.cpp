@@ -793,6 +793,35 @@ std::vector<std::string> MoeModel::fused_kernel_names(at::ScalarType dtype) cons
   return names;
 }
 
+// On one EP rank into the grouped GEMM, the number of routed rows is known before the router
+// runs: T x k dropless (each token's k experts), E x capacity padded to capacity (each expert
+// exactly its capacity). The GEMM reads its row ends from the device: no host sync (docs/moe.md,
+// "No host sync on one EP rank"). Dropping without padding keeps a number of rows only the counts
+// tell, and expert parallelism needs them on the host: routed_experts reads them there.
+at::Tensor MoeModel::routed_experts_without_sync(const MoeBlockWeights& w, const at::Tensor& h,
+                                                 const MoeRouting& routing,
+                                                 const at::Tensor& counts) const {
+  const int64_t t = h.size(0), e_all = dims_.num_experts;
+  const int64_t rows = pad_to_capacity_ ? e_all * expert_capacity(t) : t * dims_.router_topk;
+  const at::Tensor nz = at::nonzero_static(routing.routing_map.t(), rows);
+  const at::Tensor expert_of_row = nz.select(1, 0), token_of_row = nz.select(1, 1);
+  const at::Tensor p =
+      routing.probs.reshape(-1).index_select(0, token_of_row * e_all + expert_of_row);
+  if (pad_to_capacity_) {  // a token may fill more than k rows: gather and index_add
+    const at::Tensor y = local_experts(w, h.index_select(0, token_of_row), p, {}, counts);
+    nvtx::Range range(kCombineLabel);
+    return at::zeros({t, h.size(1)}, y.options()).index_add(0, token_of_row, y);
+  }
+  const TokenRows tr =
+      token_rows(routing.routing_map, expert_of_row, token_of_row, rows, dims_.router_topk);
+  const at::Tensor x =
+      DispatchRowsFn::apply(h, token_of_row, tr.row_of_slot, tr.slots, tr.padded, fused_kernels_);
+  const at::Tensor y = local_experts(w, x, p, {}, counts);
+  nvtx::Range range(kCombineLabel);
+  return CombineRowsFn::apply(y, token_of_row, tr.row_of_slot, t, tr.slots, tr.padded,
+                              fused_kernels_);
+}
+
 at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& h,
                                     const MoeRouting& routing, int64_t layer) const {
   const int64_t t = h.size(0), e_all = dims_.num_experts;
@@ -801,31 +830,9 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   at::Tensor counts = routing.routing_map.sum(0);  // [E] kept tokens per expert
   stats.tokens_per_expert_kept =
       stats.tokens_per_expert_kept.defined() ? stats.tokens_per_expert_kept + counts : counts;
-  // On one EP rank into the grouped GEMM, the number of routed rows is known before the router
-  // runs: T x k dropless (each token's k experts), E x capacity padded to capacity (each expert
-  // exactly its capacity). The GEMM reads its row ends from the device: no host sync
-  // (docs/moe.md, "No host sync on one EP rank"). Dropping without padding keeps a number of rows
-  // only the counts tell.
   if (!ep_ && (!capacity_factor_ || pad_to_capacity_) &&
       experts_path(h.scalar_type()) == MoeExpertsPath::kGroupedMm) {
-    const int64_t rows = pad_to_capacity_ ? e_all * expert_capacity(t) : t * dims_.router_topk;
-    const at::Tensor nz = at::nonzero_static(routing.routing_map.t(), rows);
-    const at::Tensor expert_of_row = nz.select(1, 0), token_of_row = nz.select(1, 1);
-    const at::Tensor p =
-        routing.probs.reshape(-1).index_select(0, token_of_row * e_all + expert_of_row);
-    if (pad_to_capacity_) {  // a token may fill more than k rows: gather and index_add
-      const at::Tensor y = local_experts(w, h.index_select(0, token_of_row), p, {}, counts);
-      nvtx::Range range(kCombineLabel);
-      return at::zeros({t, h.size(1)}, y.options()).index_add(0, token_of_row, y);
-    }
-    const TokenRows tr =
-        token_rows(routing.routing_map, expert_of_row, token_of_row, rows, dims_.router_topk);
-    const at::Tensor x =
-        DispatchRowsFn::apply(h, token_of_row, tr.row_of_slot, tr.slots, tr.padded, fused_kernels_);
-    const at::Tensor y = local_experts(w, x, p, {}, counts);
-    nvtx::Range range(kCombineLabel);
-    return CombineRowsFn::apply(y, token_of_row, tr.row_of_slot, t, tr.slots, tr.padded,
-                                fused_kernels_);
+    return routed_experts_without_sync(w, h, routing, counts);
   }
   // The one host sync: every EP rank's counts ([ep, E]), for the split sizes.
   std::vector<int64_t> all_counts;
