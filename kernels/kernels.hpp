@@ -60,6 +60,24 @@ void weighted_swiglu_backward(const void* d_out, const void* gate_up, const floa
 void sum_slots(const void* rows, const int64_t* row_of_slot, void* out, DType dtype, int64_t tokens,
                int64_t slots, int64_t hidden, int64_t n_rows, Stream stream);
 
+// ---- the MoE router's softmax top-k (moe_router.cu) ---------------------------------------------
+// Megatron-LM's topk_softmax_with_capacity for the softmax score, one warp per token, fp32:
+// logits [tokens, experts]; writes probs [tokens, experts] (0 off the top k; on it the softmax
+// over the k selected logits, or with `pre_softmax` the all-expert softmax), map [tokens,
+// experts] (true on the top k: of the logits, or of the softmax with pre_softmax; the lower
+// expert index wins a tie) and, unless null, scores [tokens, experts] (the softmax over all
+// experts, which the auxiliary loss reads). Throws std::invalid_argument unless
+// 1 <= k <= experts <= kMaxRouterExperts.
+constexpr int kMaxRouterExperts = 512;
+void router_softmax_topk_forward(const float* logits, float* probs, bool* map, float* scores,
+                                 int64_t tokens, int experts, int k, bool pre_softmax,
+                                 Stream stream);
+// d_logits [tokens, experts] from d_probs and d_scores (either may be null: no gradient), with
+// the softmaxes recomputed from the logits and the selection read from map.
+void router_softmax_topk_backward(const float* logits, const bool* map, const float* d_probs,
+                                  const float* d_scores, float* d_logits, int64_t tokens,
+                                  int experts, bool pre_softmax, Stream stream);
+
 // ---- rotary embedding fused with the split of the fused qkv projection ------------------------
 // qkv: [tokens, (heads + 2 * kv_heads) * head_dim] contiguous, token t at position t % seq.
 // Writes q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim] rotated (rotate-half

@@ -195,8 +195,9 @@ TEST(MoeFusedOpsGpuBlock, KernelOnMatchesKernelOff) {
     MoeModel model(d, MoeRouterSettings{}, kCuda);
     model.set_fused_kernels(fused);
     EXPECT_EQ(model.fused_kernel_names(at::kBFloat16),
-              fused ? std::vector<std::string>{"weighted_swiglu", "sum_slots"}
-                    : std::vector<std::string>{});
+              fused
+                  ? std::vector<std::string>{"weighted_swiglu", "sum_slots", "router_softmax_topk"}
+                  : std::vector<std::string>{});
     for (const at::Tensor& t : params) t.mutable_grad() = at::Tensor();
     const at::Tensor h = h0.clone().requires_grad_(true);
     const at::Tensor out = model.moe_block(b, h, 1, 1.0);
@@ -268,6 +269,73 @@ TEST(MoeFusedOpsGpuSlots, SumSlotsMatchesGatherAndSum) {
   const at::Tensor idx = at::zeros({4}, on_gpu(at::kLong));
   EXPECT_FALSE(moe_fused::supports_sum_slots(at::zeros({4, 8}, on_gpu(at::kInt)), idx));
   EXPECT_FALSE(moe_fused::supports_sum_slots(at::zeros({4, 8}), idx));
+}
+
+}  // namespace
+}  // namespace shardbench
+
+namespace shardbench {
+namespace {
+
+// The router's softmax top-k kernel (moe_fused::router_softmax_topk) against the ATen composition
+// the MoE model runs without it (MoeModel::select for the softmax score, and the aux loss's
+// softmax): the same routing map, probabilities and scores within fp32 rounding, and the same
+// gradient of the logits for random upstream gradients of both, with and without pre-softmax,
+// for expert counts below, at and between multiples of a warp, top-1 to top-8, no tokens to 300.
+TEST(MoeFusedOpsGpuRouter, SoftmaxTopkMatchesTheAtenComposition) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
+  for (bool pre_softmax : {false, true}) {
+    for (int64_t experts : {8, 64, 160, 256}) {
+      for (int64_t k : {1, 2, 8}) {
+        if (k == 1 && !pre_softmax) continue;  // refused by the model: softmax over one value
+        for (int64_t tokens : {0, 1, 300}) {
+          const std::string what = std::string(pre_softmax ? "pre-softmax" : "top-k softmax") +
+                                   ", " + std::to_string(experts) + " experts, top-" +
+                                   std::to_string(k) + ", " + std::to_string(tokens) + " tokens";
+          at::manual_seed(7 + experts + k + tokens);
+          const at::Tensor logits0 = at::randn({tokens, experts}, on_gpu(at::kFloat)) * 2.0;
+          const at::Tensor up_probs = at::randn({tokens, experts}, on_gpu(at::kFloat));
+          const at::Tensor up_scores = at::randn({tokens, experts}, on_gpu(at::kFloat));
+          ASSERT_TRUE(moe_fused::supports_router(logits0, k)) << what;
+          // The kernel.
+          const at::Tensor a = logits0.clone().requires_grad_(true);
+          const moe_fused::RouterOutputs got = moe_fused::router_softmax_topk(a, k, pre_softmax);
+          // ATen: MoeModel::select's softmax branch and the aux loss's softmax.
+          const at::Tensor b = logits0.clone().requires_grad_(true);
+          const at::Tensor scores = at::softmax(b, -1);
+          at::Tensor top, idx;
+          if (pre_softmax) {
+            std::tie(top, idx) = scores.topk(k, 1);
+          } else {
+            std::tie(top, idx) = b.topk(k, 1);
+            top = at::softmax(top, -1);
+          }
+          const at::Tensor probs = at::zeros_like(b).scatter(1, idx, top);
+          const at::Tensor map = at::zeros_like(b, at::kBool).scatter_(1, idx, true);
+          ASSERT_TRUE(at::equal(got.map, map)) << what;
+          EXPECT_LT(rel_err(got.probs, probs), 1e-6) << what;
+          EXPECT_LT(rel_err(got.scores, scores), 1e-6) << what;
+          if (tokens == 0) continue;
+          const auto ga =
+              torch::autograd::grad({got.probs, got.scores}, {a}, {up_probs, up_scores});
+          const auto gb = torch::autograd::grad({probs, scores}, {b}, {up_probs, up_scores},
+                                                /*retain_graph=*/true);
+          EXPECT_LT(rel_err(ga[0], gb[0]), 1e-5) << what;
+          // The probabilities' gradient alone (the scores unused, as without an aux loss).
+          const at::Tensor a2 = logits0.clone().requires_grad_(true);
+          const auto only = moe_fused::router_softmax_topk(a2, k, pre_softmax);
+          const auto ga2 = torch::autograd::grad({only.probs}, {a2}, {up_probs});
+          const auto gb2 = torch::autograd::grad({probs}, {b}, {up_probs});
+          EXPECT_LT(rel_err(ga2[0], gb2[0]), 1e-5) << what;
+        }
+      }
+    }
+  }
+  // Refused where it cannot run: bf16 logits, more experts than the kernel holds, k past them.
+  EXPECT_FALSE(moe_fused::supports_router(at::zeros({4, 8}, on_gpu(at::kBFloat16)), 2));
+  EXPECT_FALSE(moe_fused::supports_router(at::zeros({4, 1024}, on_gpu(at::kFloat)), 2));
+  EXPECT_FALSE(moe_fused::supports_router(at::zeros({4, 8}, on_gpu(at::kFloat)), 9));
 }
 
 }  // namespace

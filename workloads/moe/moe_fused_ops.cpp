@@ -5,6 +5,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "kernels/kernels.hpp"
 #include "workloads/llama/fused_ops.hpp"
 
 #ifdef SHARDBENCH_CUDA_KERNELS
@@ -26,6 +27,12 @@ bool supports_sum_slots(const at::Tensor& rows, const at::Tensor& row_of_slot) {
   if (!rows.defined() || !row_of_slot.defined() || !fused::supports(rows)) return false;
   return rows.dim() == 2 && rows.is_contiguous() && row_of_slot.scalar_type() == at::kLong &&
          row_of_slot.is_contiguous() && row_of_slot.device() == rows.device();
+}
+
+bool supports_router(const at::Tensor& logits, int64_t k) {
+  if (!logits.defined() || !fused::supports(logits)) return false;
+  return logits.scalar_type() == at::kFloat && logits.dim() == 2 && logits.is_contiguous() &&
+         logits.size(1) <= kernels::kMaxRouterExperts && k >= 1 && k <= logits.size(1);
 }
 
 #ifdef SHARDBENCH_CUDA_KERNELS
@@ -89,10 +96,55 @@ struct WeightedSwigluFn : torch::autograd::Function<WeightedSwigluFn> {
   }
 };
 
+struct RouterSoftmaxTopkFn : torch::autograd::Function<RouterSoftmaxTopkFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& logits, int64_t k,
+                               bool pre_softmax) {
+    if (!supports_router(logits, k)) {
+      throw std::invalid_argument(
+          "fused op: router_softmax_topk needs contiguous 2-D fp32 CUDA logits of at most " +
+          std::to_string(kernels::kMaxRouterExperts) + " experts and 1 <= k <= experts (k " +
+          std::to_string(k) + ")");
+    }
+    const int64_t tokens = logits.size(0);
+    const int experts = static_cast<int>(logits.size(1));
+    at::Tensor probs = at::empty_like(logits), scores = at::empty_like(logits);
+    at::Tensor map = at::empty(logits.sizes(), logits.options().dtype(at::kBool));
+    kernels::router_softmax_topk_forward(logits.data_ptr<float>(), probs.data_ptr<float>(),
+                                         map.data_ptr<bool>(), scores.data_ptr<float>(), tokens,
+                                         experts, static_cast<int>(k), pre_softmax,
+                                         stream_of(logits));
+    ctx->save_for_backward({logits, map});
+    ctx->saved_data["pre_softmax"] = pre_softmax;
+    ctx->mark_non_differentiable({map});
+    return {probs, map, scores};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& logits = saved[0];
+    const at::Tensor& map = saved[1];
+    const at::Tensor d_probs = grads[0].defined() ? grads[0].to(at::kFloat).contiguous() : grads[0];
+    const at::Tensor d_scores =
+        grads[2].defined() ? grads[2].to(at::kFloat).contiguous() : grads[2];
+    at::Tensor d_logits = at::empty_like(logits);
+    kernels::router_softmax_topk_backward(
+        logits.data_ptr<float>(), map.data_ptr<bool>(),
+        d_probs.defined() ? d_probs.data_ptr<float>() : nullptr,
+        d_scores.defined() ? d_scores.data_ptr<float>() : nullptr, d_logits.data_ptr<float>(),
+        logits.size(0), static_cast<int>(logits.size(1)), ctx->saved_data["pre_softmax"].toBool(),
+        stream_of(logits));
+    return {d_logits, at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor weighted_swiglu(const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn) {
   return WeightedSwigluFn::apply(gate_up, probs, ffn);
+}
+
+RouterOutputs router_softmax_topk(const at::Tensor& logits, int64_t k, bool pre_softmax) {
+  const variable_list out = RouterSoftmaxTopkFn::apply(logits, k, pre_softmax);
+  return {out[0], out[1], out[2]};
 }
 
 #else  // no kernels built: callers check supports() first
@@ -102,6 +154,10 @@ at::Tensor weighted_swiglu(const at::Tensor&, const at::Tensor&, int64_t) {
 }
 
 at::Tensor sum_slots(const at::Tensor&, const at::Tensor&, int64_t, int64_t) {
+  throw std::logic_error("shardbench was built without its CUDA kernels (no nvcc at configure)");
+}
+
+RouterOutputs router_softmax_topk(const at::Tensor&, int64_t, bool) {
   throw std::logic_error("shardbench was built without its CUDA kernels (no nvcc at configure)");
 }
 

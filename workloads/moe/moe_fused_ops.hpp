@@ -39,4 +39,19 @@ bool supports_sum_slots(const at::Tensor& rows, const at::Tensor& row_of_slot);
 at::Tensor sum_slots(const at::Tensor& rows, const at::Tensor& row_of_slot, int64_t tokens,
                      int64_t slots);
 
+// True when router_softmax_topk() takes (logits, k): the kernels built, logits a contiguous 2-D
+// fp32 CUDA tensor of at most kernels::kMaxRouterExperts experts, 1 <= k <= experts.
+bool supports_router(const at::Tensor& logits, int64_t k);
+
+// The router's softmax top-k (Megatron-LM's topk_softmax_with_capacity for the softmax score,
+// moe_router_pre_softmax as `pre_softmax`) as one autograd function over [tokens, experts] fp32
+// logits: the dense probabilities (0 off each token's top k), the routing map (bool, not
+// differentiable) and the softmax over all experts, which the auxiliary loss reads; gradients
+// flow to the logits from the probabilities and the scores. The lower expert index wins a tie.
+// Throws std::invalid_argument where supports_router() is false.
+struct RouterOutputs {
+  at::Tensor probs, map, scores;
+};
+RouterOutputs router_softmax_topk(const at::Tensor& logits, int64_t k, bool pre_softmax);
+
 }  // namespace shardbench::moe_fused

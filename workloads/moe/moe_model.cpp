@@ -22,6 +22,7 @@
 #include "harness/measure/nvtx.hpp"
 #include "harness/measure/phase_timer.hpp"
 #include "harness/parallel/process_group.hpp"
+#include "kernels/kernels.hpp"
 #include "workloads/llama/fused_ops.hpp"
 #include "workloads/llama/wgrad_linear.hpp"
 #include "workloads/moe/moe_fused_ops.hpp"
@@ -581,9 +582,14 @@ at::Tensor MoeModel::aux_loss(const at::Tensor& logits, int64_t seq_length) cons
     scores = at::sigmoid(logits);
     scores = scores / (scores.sum(-1, true) + 1e-20);
   }
-  const int64_t k = dims_.router_topk, e = dims_.num_experts, t = logits.size(0);
-  const at::Tensor idx = std::get<1>(scores.topk(k, 1));
-  const at::Tensor map = at::zeros_like(scores).scatter_(1, idx, 1.0).detach();
+  const at::Tensor idx = std::get<1>(scores.topk(dims_.router_topk, 1));
+  return aux_loss_of(scores, at::zeros_like(scores).scatter_(1, idx, 1.0), seq_length);
+}
+
+at::Tensor MoeModel::aux_loss_of(const at::Tensor& scores, const at::Tensor& top_map,
+                                 int64_t seq_length) const {
+  const int64_t k = dims_.router_topk, e = dims_.num_experts, t = scores.size(0);
+  const at::Tensor map = top_map.to(at::kFloat).detach();
   const double coeff = router_.aux_loss_coeff;
   if (router_.load_balancing == MoeLoadBalancing::kAuxLoss) {
     // switch_load_balancing_loss_func: coeff * E / (k T^2) * sum_i P_i c_i.
@@ -636,13 +642,28 @@ MoeRouting MoeModel::route(const at::Tensor& h, const at::Tensor& router_weight,
     const at::Tensor random = at::randn(logits.sizes(), balance_generator(), logits.options());
     logits = logits + (random - logits).detach();
   }
-  std::tie(out.probs, out.routing_map) = select(logits, layer);
+  // The softmax score without group-limited routing takes the router kernel where it can run:
+  // probabilities, map and the aux loss's scores from one launch (docs/moe.md, "Router kernel").
+  // Its map is the aux loss's top-k map too: the top k of the softmax are those of the logits.
+  at::Tensor aux_scores, aux_map;
+  if (fused_kernels_ && router_.score_function == MoeRouterScore::kSoftmax &&
+      router_.num_groups == 0 && moe_fused::supports_router(logits, dims_.router_topk)) {
+    moe_fused::RouterOutputs f =
+        moe_fused::router_softmax_topk(logits, dims_.router_topk, router_.pre_softmax);
+    out.probs = router_.topk_scaling_factor ? f.probs * *router_.topk_scaling_factor : f.probs;
+    out.routing_map = f.map;
+    aux_scores = f.scores;
+    aux_map = f.map;
+  } else {
+    std::tie(out.probs, out.routing_map) = select(logits, layer);
+  }
   out.tokens_before_drop = out.routing_map.sum(0);
   if (capacity_factor_) std::tie(out.probs, out.routing_map) = drop(out.probs, out.routing_map);
   const bool training = at::GradMode::is_enabled();
   if (training && router_.load_balancing != MoeLoadBalancing::kNone &&
       router_.aux_loss_coeff > 0.0) {
-    const at::Tensor aux = aux_loss(logits, seq_length);
+    const at::Tensor aux = aux_scores.defined() ? aux_loss_of(aux_scores, aux_map, seq_length)
+                                                : aux_loss(logits, seq_length);
     out.aux_loss = aux.detach();
     out.probs = AuxLossScaler::apply(out.probs, aux, backward_scale);
   }
@@ -789,6 +810,10 @@ std::vector<std::string> MoeModel::fused_kernel_names(at::ScalarType dtype) cons
   if (!fused_kernels_ || !fused::supports(dtype, device_)) return names;
   names.push_back("weighted_swiglu");
   names.push_back("sum_slots");
+  if (router_.score_function == MoeRouterScore::kSoftmax && router_.num_groups == 0 &&
+      dims_.num_experts <= kernels::kMaxRouterExperts) {
+    names.push_back("router_softmax_topk");
+  }
   if (fused_cross_entropy_) names.push_back("cross_entropy");
   return names;
 }

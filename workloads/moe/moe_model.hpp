@@ -288,6 +288,9 @@ class MoeModel final : public TrainableModel {
   // Router score and top-k selection (probs, routing map) without dropping or aux loss.
   std::pair<at::Tensor, at::Tensor> select(const at::Tensor& logits, int64_t layer) const;
   at::Tensor aux_loss(const at::Tensor& logits, int64_t seq_length) const;
+  // The aux loss from the scores over all experts [T, E] and their top-k map (bool or 0/1).
+  at::Tensor aux_loss_of(const at::Tensor& scores, const at::Tensor& top_map,
+                         int64_t seq_length) const;
   std::pair<at::Tensor, at::Tensor> drop(const at::Tensor& probs, const at::Tensor& map) const;
   // Tokens each expert keeps out of `tokens` under the capacity factor (set).
   int64_t expert_capacity(int64_t tokens) const;
