@@ -9,9 +9,10 @@
 // BM_MoeBlock/flat/fused: the moe_bench_3b layer's MoE block (hidden 2048, 64 experts of 768,
 // top-8, 4096 tokens), forward and backward, its weights in separate tensors (flat 0) or back to
 // back in one buffer as the engine places them (flat 1), with ATen's ops (fused 0) or the model's
-// fused kernels as a run takes them (fused 1); BM_MoeBlockExpertsOnly: its two grouped GEMMs with
-// the block's row counts, forward and backward. Their difference is the router, permute and
-// unpermute (the bar: at most 15% of the block).
+// fused kernels as a run takes them (fused 1); BM_MoeBlockExpertsOnly/fused: its experts alone, its
+// two grouped GEMMs with the block's row counts and the weighted SwiGLU between them, forward and
+// backward. The block's time less its experts' (the same fused setting) is the router, permute
+// and unpermute (the bar: at most 15% of the block).
 // BM_WeightedSwiglu/<ffn>/<fused>: the routed experts' probability-weighted SwiGLU on 32768 rows
 // of [gate | up] bf16 with fp32 probs, forward and backward (d gate_up and d probs): shardbench's
 // kernel (1, workloads/moe/moe_fused_ops.hpp) against ATen's composition (0), the model's
@@ -167,26 +168,42 @@ void BM_MoeBlock(benchmark::State& state) {
                  (fused ? ", fused kernels" : ", ATen ops"));
 }
 
+// The block's experts alone, as the block runs them: its two grouped GEMMs over the block's row
+// counts with the probability-weighted SwiGLU between them (shardbench's kernel with fused 1,
+// ATen's composition with 0), forward and backward into the weights' and the rows' gradients.
 void BM_MoeBlockExpertsOnly(benchmark::State& state) {
   if (!cuda_available()) {
     state.SkipWithError("no CUDA device");
     return;
   }
   const MoeDims d = moe_bench_3b_dims();
+  const bool fused = state.range(0) == 1;
   const int64_t rows = d.seq_length * d.router_topk, each = rows / d.num_experts;
+  const int64_t f = d.moe_ffn_hidden;
   const at::Tensor x = at::randn({rows, d.hidden}, kBf16).requires_grad_(true);
-  const at::Tensor fc1 = (at::randn({d.num_experts, 2 * d.moe_ffn_hidden, d.hidden}, kBf16) * 0.02)
-                             .requires_grad_(true);
+  const at::Tensor fc1 =
+      (at::randn({d.num_experts, 2 * f, d.hidden}, kBf16) * 0.02).requires_grad_(true);
   const at::Tensor fc2 =
-      (at::randn({d.num_experts, d.hidden, d.moe_ffn_hidden}, kBf16) * 0.02).requires_grad_(true);
+      (at::randn({d.num_experts, d.hidden, f}, kBf16) * 0.02).requires_grad_(true);
+  const at::Tensor probs = at::rand({rows}, kBf16.dtype(at::kFloat)).requires_grad_(true);
   const at::Tensor offs = cumulative_ends(d.num_experts, each);
   const at::Tensor probe = at::randn({rows, d.hidden}, kBf16);
+  if (fused && !moe_fused::supports(x, probs, f)) {
+    state.SkipWithError("built without the CUDA kernels");
+    return;
+  }
   time_on_gpu(state, [&] {
     const at::Tensor g = at::_grouped_mm(x, fc1.transpose(1, 2), offs);
-    const at::Tensor a = at::silu(g.narrow(1, 0, d.moe_ffn_hidden)) *
-                         g.narrow(1, d.moe_ffn_hidden, d.moe_ffn_hidden);
+    at::Tensor a;
+    if (fused) {
+      a = moe_fused::weighted_swiglu(g, probs, f);
+    } else {  // MoeModel's weighted_swiglu without the kernel
+      const at::Tensor act = at::silu(g.narrow(1, 0, f)) * g.narrow(1, f, f);
+      a = (act.to(at::kFloat) * probs.unsqueeze(-1)).to(at::kBFloat16);
+    }
     (at::_grouped_mm(a.contiguous(), fc2.transpose(1, 2), offs) * probe).sum().backward();
   });
+  state.SetLabel(fused ? "weighted SwiGLU kernel" : "ATen weighted SwiGLU");
 }
 
 void BM_WeightedSwiglu(benchmark::State& state) {
@@ -230,7 +247,12 @@ BENCHMARK(BM_MoeBlock)
     ->ArgsProduct({{0, 1}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_MoeBlockExpertsOnly)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MoeBlockExpertsOnly)
+    ->ArgName("fused")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_WeightedSwiglu)
     ->ArgNames({"ffn", "fused"})
     ->ArgsProduct({{768, 1408}, {0, 1}})
