@@ -194,10 +194,10 @@ TEST(MoeFusedOpsGpuBlock, KernelOnMatchesKernelOff) {
   auto run_block = [&](bool fused) {
     MoeModel model(d, MoeRouterSettings{}, kCuda);
     model.set_fused_kernels(fused);
-    EXPECT_EQ(model.fused_kernel_names(at::kBFloat16),
-              fused
-                  ? std::vector<std::string>{"weighted_swiglu", "sum_slots", "router_softmax_topk"}
-                  : std::vector<std::string>{});
+    const std::vector<std::string> want =
+        fused ? std::vector<std::string>{"weighted_swiglu", "sum_slots", "router_softmax_topk"}
+              : std::vector<std::string>{};
+    EXPECT_EQ(model.fused_kernel_names(at::kBFloat16), want);
     for (const at::Tensor& t : params) t.mutable_grad() = at::Tensor();
     const at::Tensor h = h0.clone().requires_grad_(true);
     const at::Tensor out = model.moe_block(b, h, 1, 1.0);
