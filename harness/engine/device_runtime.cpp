@@ -57,6 +57,23 @@ int64_t allocator_reserved_bytes(const at::Device& device) {
       .current;
 }
 
+void copy_to_device_async(at::Tensor& dst, const at::Tensor& src) {
+  if (!dst.is_cuda() || !src.is_cpu()) {
+    dst.copy_(src);
+    return;
+  }
+  at::Tensor staged = at::empty(src.sizes(), src.options().pinned_memory(true));
+  staged.copy_(src);
+  dst.copy_(staged, /*non_blocking=*/true);
+}
+
+at::Tensor to_device_async(const at::Tensor& src, const at::Device& device) {
+  if (!device.is_cuda() || !src.is_cpu()) return src.to(device);
+  at::Tensor dst = at::empty(src.sizes(), src.options().device(device));
+  copy_to_device_async(dst, src);
+  return dst;
+}
+
 void empty_allocator_cache(const at::Device& device) {
   if (!device.is_cuda()) return;
   c10::cuda::CUDACachingAllocator::emptyCache();

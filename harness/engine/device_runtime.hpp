@@ -25,6 +25,13 @@ void reset_allocator_peaks(const at::Device& device);
 int64_t allocator_reserved_bytes(const at::Device& device);
 // The device's whole memory (cudaDeviceProp::totalGlobalMem); 0 on CPU.
 int64_t device_total_bytes(const at::Device& device);
+// `src` (host memory) into `dst` (on a CUDA device) through a fresh pinned block, without
+// blocking the host: a copy from pageable memory waits for the stream's earlier work before it
+// returns, and the GPU then idles while the host launches what follows. The caching host
+// allocator keeps the block until the copy has read it. Any other pair: a plain copy_.
+void copy_to_device_async(at::Tensor& dst, const at::Tensor& src);
+// `src` on `device` the same way (a fresh device tensor); `src` itself where it is there already.
+at::Tensor to_device_async(const at::Tensor& src, const at::Device& device);
 // torch.cuda.empty_cache(): returns the caching allocator's unused blocks to the driver (no-op
 // on CPU).
 void empty_allocator_cache(const at::Device& device);

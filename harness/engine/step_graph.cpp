@@ -148,18 +148,9 @@ StepOutputs StepGraph::step(const TrainableModel& model, DataParallelEngine& eng
   } else if (s.static_batch.sizes() != in.global_batch.sizes()) {
     throw std::invalid_argument("CUDA graph replay: the global batch changed shape");
   }
-  // Through a fresh pinned block, copied without blocking the host: a copy from pageable memory
-  // waits for the stream (the previous step's work) before the host can launch the replay, and
-  // the GPU then idles while it does. The caching host allocator keeps the block until the copy
-  // has read it.
-  if (in.global_batch.is_cpu()) {
-    at::Tensor staged =
-        at::empty(in.global_batch.sizes(), in.global_batch.options().pinned_memory(true));
-    staged.copy_(in.global_batch);
-    s.static_batch.copy_(staged, /*non_blocking=*/true);
-  } else {
-    s.static_batch.copy_(in.global_batch);
-  }
+  // Without blocking the host, so that it launches the replay while the previous step's work
+  // still runs.
+  copy_to_device_async(s.static_batch, in.global_batch);
   StepInputs graph_in = in;
   graph_in.global_batch = s.static_batch;
 

@@ -68,17 +68,19 @@ at::Tensor forward_backward(const TrainableModel& model, DataParallelEngine& eng
   std::optional<at::Tensor> cp_positions;
   if (cp > 1) {
     const int64_t seq = in.global_batch.size(1) - 1;
-    cp_positions =
-        at::tensor(cp_local_positions(seq, cp, engine.context_parallel_rank()), at::kLong)
-            .to(engine.options().device);
+    cp_positions = to_device_async(
+        at::tensor(cp_local_positions(seq, cp, engine.context_parallel_rank()), at::kLong),
+        engine.options().device);
   }
   const auto device = engine.options().device;
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device).dtype(at::kFloat));
   const CommTimerScope comm_timer(engine, model, phases);
   model.new_step();  // the last optimizer step changed the weights (FP8 copies are per step)
   for (int m = 0; m < num_micro; ++m) {
-    // A batch already on the device (a CUDA graph's static input) is sliced in place.
-    auto rows = microbatch_rows(in.global_batch, m, in.micro_batch, dp, rank).to(device);
+    // A batch already on the device (a CUDA graph's static input) is sliced in place; one on
+    // the host is copied without blocking the host (the GPU would idle while it catches up).
+    auto rows =
+        to_device_async(microbatch_rows(in.global_batch, m, in.micro_batch, dp, rank), device);
     const int64_t seq = rows.size(1) - 1;
     auto tokens = rows.narrow(1, 0, seq);
     auto labels = rows.narrow(1, 1, seq);
