@@ -852,7 +852,10 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   const int64_t t = h.size(0), e_all = dims_.num_experts;
   const int64_t local = e_all / ep_size_, first = static_cast<int64_t>(ep_rank_) * local;
   MoeLayerStats& stats = stats_[static_cast<size_t>(moe_index(layer))];
-  at::Tensor counts = routing.routing_map.sum(0);  // [E] kept tokens per expert
+  // [E] kept tokens per expert: without dropping, the router's count before the drop.
+  at::Tensor counts = capacity_factor_ || !routing.tokens_before_drop.defined()
+                          ? routing.routing_map.sum(0)
+                          : routing.tokens_before_drop;
   stats.tokens_per_expert_kept =
       stats.tokens_per_expert_kept.defined() ? stats.tokens_per_expert_kept + counts : counts;
   if (!ep_ && (!capacity_factor_ || pad_to_capacity_) &&
