@@ -78,6 +78,19 @@ void router_softmax_topk_backward(const float* logits, const bool* map, const fl
                                   const float* d_scores, float* d_logits, int64_t tokens,
                                   int experts, bool pre_softmax, Stream stream);
 
+// ---- the MoE dispatch's routed rows (moe_rows.cu) ------------------------------------------
+// From the routing map [tokens, experts] (bool, contiguous): its true pairs as `rows` rows in
+// expert-major order, tokens ascending inside an expert (at::nonzero's order over the transposed
+// map). token_of_row[r] is row r's token, flat_index[r] its index t * experts + e in the
+// flattened map; with row_of_slot non-null, row_of_slot[t * slots + s] is the row of token t's
+// s-th expert in increasing expert order, `rows` for an empty slot (a token with fewer). Rows
+// past `rows` are not written (the caller's count must be the map's). chunk_counts: scratch of
+// routed_rows_chunks(tokens) x experts ints. Two launches; the same output every run.
+int64_t routed_rows_chunks(int64_t tokens);
+void routed_rows(const bool* map, int64_t tokens, int experts, int64_t rows, int slots,
+                 int* chunk_counts, int64_t* token_of_row, int64_t* flat_index,
+                 int64_t* row_of_slot, Stream stream);
+
 // ---- rotary embedding fused with the split of the fused qkv projection ------------------------
 // qkv: [tokens, (heads + 2 * kv_heads) * head_dim] contiguous, token t at position t % seq.
 // Writes q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim] rotated (rotate-half

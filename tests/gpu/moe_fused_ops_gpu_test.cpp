@@ -195,7 +195,8 @@ TEST(MoeFusedOpsGpuBlock, KernelOnMatchesKernelOff) {
     MoeModel model(d, MoeRouterSettings{}, kCuda);
     model.set_fused_kernels(fused);
     const std::vector<std::string> want =
-        fused ? std::vector<std::string>{"weighted_swiglu", "sum_slots", "router_softmax_topk"}
+        fused ? std::vector<std::string>{"weighted_swiglu", "sum_slots", "routed_rows",
+                                         "router_softmax_topk"}
               : std::vector<std::string>{};
     EXPECT_EQ(model.fused_kernel_names(at::kBFloat16), want);
     for (const at::Tensor& t : params) t.mutable_grad() = at::Tensor();
@@ -336,6 +337,58 @@ TEST(MoeFusedOpsGpuRouter, SoftmaxTopkMatchesTheAtenComposition) {
   EXPECT_FALSE(moe_fused::supports_router(at::zeros({4, 8}, on_gpu(at::kBFloat16)), 2));
   EXPECT_FALSE(moe_fused::supports_router(at::zeros({4, 1024}, on_gpu(at::kFloat)), 2));
   EXPECT_FALSE(moe_fused::supports_router(at::zeros({4, 8}, on_gpu(at::kFloat)), 9));
+}
+
+}  // namespace
+}  // namespace shardbench
+
+namespace shardbench {
+namespace {
+
+// The dispatch's routed rows (moe_fused::routed_rows) against ATen's composition, integer for
+// integer: at::nonzero over the transposed map for the rows' tokens and flat indices, and the
+// running count along each token's experts for its slots (MoeModel's token_rows). Maps with k
+// experts per token and with some pairs dropped (tokens with fewer, so empty slots); expert counts
+// on the scalar (8) and vector (64, 160, 256) paths; token counts around the kernel's chunk of 256.
+TEST(MoeFusedOpsGpuRows, RoutedRowsMatchNonzeroAndTheSlotScan) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
+  const auto longs = on_gpu(at::kLong);
+  for (int64_t experts : {8, 64, 160, 256}) {
+    for (int64_t k : {1, 8}) {
+      for (int64_t tokens : {0, 1, 255, 256, 1000}) {
+        for (bool dropped : {false, true}) {
+          const std::string what = std::to_string(experts) + " experts, top-" + std::to_string(k) +
+                                   ", " + std::to_string(tokens) + " tokens" +
+                                   (dropped ? ", some pairs dropped" : "");
+          at::manual_seed(3 + experts + k + tokens + (dropped ? 1 : 0));
+          const at::Tensor idx =
+              std::get<1>(at::rand({tokens, experts}, on_gpu(at::kFloat)).topk(k, 1));
+          at::Tensor map = at::zeros({tokens, experts}, on_gpu(at::kBool)).scatter_(1, idx, true);
+          if (dropped) map = map.logical_and(at::rand({tokens, experts}, on_gpu(at::kFloat)) < 0.7);
+          const int64_t rows = map.sum().item<int64_t>();
+          ASSERT_TRUE(moe_fused::supports_routed_rows(map)) << what;
+          const moe_fused::RoutedRows got = moe_fused::routed_rows(map, rows, k);
+          const at::Tensor nz = at::nonzero(map.t());
+          const at::Tensor expert_of_row = nz.select(1, 0), token_of_row = nz.select(1, 1);
+          EXPECT_TRUE(at::equal(got.token_of_row, token_of_row)) << what;
+          EXPECT_TRUE(at::equal(got.flat_index, token_of_row * experts + expert_of_row)) << what;
+          const at::Tensor place = map.to(at::kLong).cumsum(1) - 1;
+          const at::Tensor slot = token_of_row * k + place.view({-1}).index_select(
+                                                         0, token_of_row * experts + expert_of_row);
+          const at::Tensor want =
+              at::full({tokens * k}, rows, longs).index_copy_(0, slot, at::arange(rows, longs));
+          EXPECT_TRUE(at::equal(got.row_of_slot, want)) << what;
+          const moe_fused::RoutedRows no_slots = moe_fused::routed_rows(map, rows, 0);
+          EXPECT_FALSE(no_slots.row_of_slot.defined()) << what;
+          EXPECT_TRUE(at::equal(no_slots.token_of_row, token_of_row)) << what;
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(moe_fused::supports_routed_rows(at::zeros({4, 8}, on_gpu(at::kInt))));
+  EXPECT_FALSE(moe_fused::supports_routed_rows(at::zeros({4, 1024}, on_gpu(at::kBool))));
+  EXPECT_FALSE(moe_fused::supports_routed_rows(at::zeros({4, 8}, at::kBool)));
 }
 
 }  // namespace

@@ -35,7 +35,33 @@ bool supports_router(const at::Tensor& logits, int64_t k) {
          logits.size(1) <= kernels::kMaxRouterExperts && k >= 1 && k <= logits.size(1);
 }
 
+bool supports_routed_rows(const at::Tensor& map) {
+  if (!map.defined() || !fused::built() || !map.is_cuda()) return false;
+  return map.scalar_type() == at::kBool && map.dim() == 2 && map.is_contiguous() &&
+         map.size(1) >= 1 && map.size(1) <= kernels::kMaxRouterExperts;
+}
+
 #ifdef SHARDBENCH_CUDA_KERNELS
+
+RoutedRows routed_rows(const at::Tensor& map, int64_t rows, int64_t slots) {
+  if (!supports_routed_rows(map) || rows < 0 || slots < 0) {
+    throw std::invalid_argument(
+        "fused op: routed_rows needs a contiguous 2-D bool CUDA map of at most " +
+        std::to_string(kernels::kMaxRouterExperts) + " experts and rows, slots >= 0");
+  }
+  const int64_t tokens = map.size(0);
+  const auto longs = map.options().dtype(at::kLong);
+  RoutedRows out{at::empty({rows}, longs), at::empty({rows}, longs),
+                 slots > 0 ? at::empty({tokens * slots}, longs) : at::Tensor()};
+  at::Tensor scratch =
+      at::empty({kernels::routed_rows_chunks(tokens), map.size(1)}, map.options().dtype(at::kInt));
+  kernels::routed_rows(map.data_ptr<bool>(), tokens, static_cast<int>(map.size(1)), rows,
+                       static_cast<int>(slots), scratch.data_ptr<int>(),
+                       out.token_of_row.data_ptr<int64_t>(), out.flat_index.data_ptr<int64_t>(),
+                       slots > 0 ? out.row_of_slot.data_ptr<int64_t>() : nullptr,
+                       fused::stream_of(map));
+  return out;
+}
 
 at::Tensor sum_slots(const at::Tensor& rows, const at::Tensor& row_of_slot, int64_t tokens,
                      int64_t slots) {
@@ -158,6 +184,10 @@ at::Tensor sum_slots(const at::Tensor&, const at::Tensor&, int64_t, int64_t) {
 }
 
 RouterOutputs router_softmax_topk(const at::Tensor&, int64_t, bool) {
+  throw std::logic_error("shardbench was built without its CUDA kernels (no nvcc at configure)");
+}
+
+RoutedRows routed_rows(const at::Tensor&, int64_t, int64_t) {
   throw std::logic_error("shardbench was built without its CUDA kernels (no nvcc at configure)");
 }
 

@@ -54,4 +54,17 @@ struct RouterOutputs {
 };
 RouterOutputs router_softmax_topk(const at::Tensor& logits, int64_t k, bool pre_softmax);
 
+// True when routed_rows() takes `map`: the kernels built, a contiguous 2-D bool CUDA tensor of
+// at most kernels::kMaxRouterExperts experts.
+bool supports_routed_rows(const at::Tensor& map);
+
+// The routing map's true pairs as `rows` rows in expert-major order, tokens ascending inside an
+// expert, as at::nonzero over the transposed map lists them: each row's token and its index
+// t * E + e in the flattened map, and with `slots` > 0 each token's slots (kernels::routed_rows;
+// int64 tensors). Throws std::invalid_argument where supports_routed_rows() is false.
+struct RoutedRows {
+  at::Tensor token_of_row, flat_index, row_of_slot;
+};
+RoutedRows routed_rows(const at::Tensor& map, int64_t rows, int64_t slots);
+
 }  // namespace shardbench::moe_fused

@@ -265,6 +265,35 @@ TokenRows token_rows(const at::Tensor& routing_map, const at::Tensor& expert_of_
   return {token_of_row, row_of_slot, t, slots, rows < t * slots, false};
 }
 
+// The routed (token, expert) pairs of `map` [T, E] as `rows` rows in expert-major order, tokens
+// in order inside an expert: each row's token and its index in the flattened [T, E]
+// probabilities, and with `slots` > 0 each token's slots (a token has at most `slots` experts).
+// With `fused`, shardbench's kernel where it runs (moe_fused::routed_rows: two launches); ATen's
+// nonzero over the transposed map and token_rows otherwise. Both give the same integers.
+struct RoutedPairs {
+  at::Tensor token_of_row, flat_index;
+  std::optional<TokenRows> slots;
+};
+
+RoutedPairs routed_pairs(const at::Tensor& map, int64_t rows, int64_t slots, bool fused) {
+  const int64_t t = map.size(0), e = map.size(1);
+  RoutedPairs out;
+  if (fused && moe_fused::supports_routed_rows(map)) {
+    moe_fused::RoutedRows r = moe_fused::routed_rows(map, rows, slots);
+    out.token_of_row = r.token_of_row;
+    out.flat_index = r.flat_index;
+    if (slots > 0) out.slots = TokenRows{r.token_of_row, r.row_of_slot, t, slots, rows < t * slots};
+  } else {
+    const at::Tensor nz = at::nonzero_static(map.t(), rows);
+    const at::Tensor expert_of_row = nz.select(1, 0);
+    out.token_of_row = nz.select(1, 1);
+    out.flat_index = out.token_of_row * e + expert_of_row;
+    if (slots > 0) out.slots = token_rows(map, expert_of_row, out.token_of_row, rows, slots);
+  }
+  if (out.slots) out.slots->fused = fused;
+  return out;
+}
+
 // Rows cut in chunk order `from` (sizes[c]) and put together in the order `order` lists.
 at::Tensor reorder_chunks(const at::Tensor& x, const std::vector<int64_t>& sizes,
                           const std::vector<int64_t>& order) {
@@ -810,6 +839,7 @@ std::vector<std::string> MoeModel::fused_kernel_names(at::ScalarType dtype) cons
   if (!fused_kernels_ || !fused::supports(dtype, device_)) return names;
   names.push_back("weighted_swiglu");
   names.push_back("sum_slots");
+  if (dims_.num_experts <= kernels::kMaxRouterExperts) names.push_back("routed_rows");
   if (router_.score_function == MoeRouterScore::kSoftmax && router_.num_groups == 0 &&
       dims_.num_experts <= kernels::kMaxRouterExperts) {
     names.push_back("router_softmax_topk");
@@ -828,23 +858,21 @@ at::Tensor MoeModel::routed_experts_without_sync(const MoeBlockWeights& w, const
                                                  const at::Tensor& counts) const {
   const int64_t t = h.size(0), e_all = dims_.num_experts;
   const int64_t rows = pad_to_capacity_ ? e_all * expert_capacity(t) : t * dims_.router_topk;
-  const at::Tensor nz = at::nonzero_static(routing.routing_map.t(), rows);
-  const at::Tensor expert_of_row = nz.select(1, 0), token_of_row = nz.select(1, 1);
-  const at::Tensor p =
-      routing.probs.reshape(-1).index_select(0, token_of_row * e_all + expert_of_row);
-  if (pad_to_capacity_) {  // a token may fill more than k rows: gather and index_add
-    const at::Tensor y = local_experts(w, h.index_select(0, token_of_row), p, {}, counts);
+  // Padding to capacity can route a token to every expert: no slots, gather and index_add.
+  const RoutedPairs pairs = routed_pairs(routing.routing_map, rows,
+                                         pad_to_capacity_ ? 0 : dims_.router_topk, fused_kernels_);
+  const at::Tensor p = routing.probs.reshape(-1).index_select(0, pairs.flat_index);
+  if (!pairs.slots) {
+    const at::Tensor y = local_experts(w, h.index_select(0, pairs.token_of_row), p, {}, counts);
     nvtx::Range range(kCombineLabel);
-    return at::zeros({t, h.size(1)}, y.options()).index_add(0, token_of_row, y);
+    return at::zeros({t, h.size(1)}, y.options()).index_add(0, pairs.token_of_row, y);
   }
-  const TokenRows tr =
-      token_rows(routing.routing_map, expert_of_row, token_of_row, rows, dims_.router_topk);
+  const TokenRows& tr = *pairs.slots;
   const at::Tensor x =
-      DispatchRowsFn::apply(h, token_of_row, tr.row_of_slot, tr.slots, tr.padded, fused_kernels_);
+      DispatchRowsFn::apply(h, tr.token_of_row, tr.row_of_slot, tr.slots, tr.padded, tr.fused);
   const at::Tensor y = local_experts(w, x, p, {}, counts);
   nvtx::Range range(kCombineLabel);
-  return CombineRowsFn::apply(y, token_of_row, tr.row_of_slot, t, tr.slots, tr.padded,
-                              fused_kernels_);
+  return CombineRowsFn::apply(y, tr.token_of_row, tr.row_of_slot, t, tr.slots, tr.padded, tr.fused);
 }
 
 at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& h,
@@ -881,19 +909,16 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   };
   int64_t rows = 0;
   for (int64_t x = 0; x < e_all; ++x) rows += count(ep_ ? ep_rank_ : 0, x);
-  // Permute: rows in expert-major order, token order inside an expert.
-  const at::Tensor nz = at::nonzero_static(routing.routing_map.t(), rows);
-  const at::Tensor expert_of_row = nz.select(1, 0), token_of_row = nz.select(1, 1);
-  // Padding to capacity can route a token to every expert; otherwise it has at most k rows.
-  const std::optional<TokenRows> slots =
-      pad_to_capacity_
-          ? std::nullopt
-          : std::optional<TokenRows>(token_rows(routing.routing_map, expert_of_row, token_of_row,
-                                                rows, dims_.router_topk));
+  // Permute: rows in expert-major order, token order inside an expert. Padding to capacity can
+  // route a token to every expert; otherwise it has at most k rows.
+  const RoutedPairs pairs = routed_pairs(routing.routing_map, rows,
+                                         pad_to_capacity_ ? 0 : dims_.router_topk, fused_kernels_);
+  const at::Tensor& token_of_row = pairs.token_of_row;
+  const std::optional<TokenRows>& slots = pairs.slots;
   at::Tensor x = slots ? DispatchRowsFn::apply(h, token_of_row, slots->row_of_slot, slots->slots,
-                                               slots->padded, fused_kernels_)
+                                               slots->padded, slots->fused)
                        : h.index_select(0, token_of_row);
-  at::Tensor p = routing.probs.reshape(-1).index_select(0, token_of_row * e_all + expert_of_row);
+  at::Tensor p = routing.probs.reshape(-1).index_select(0, pairs.flat_index);
   at::Tensor y;
   if (!ep_) {
     y = local_experts(w, x, p, all_counts);
@@ -945,7 +970,7 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   nvtx::Range range(kCombineLabel);
   if (slots) {
     return CombineRowsFn::apply(y, token_of_row, slots->row_of_slot, t, slots->slots, slots->padded,
-                                fused_kernels_);
+                                slots->fused);
   }
   return at::zeros({t, h.size(1)}, y.options()).index_add(0, token_of_row, y);
 }
