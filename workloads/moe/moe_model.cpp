@@ -250,16 +250,17 @@ struct CombineRowsFn : torch::autograd::Function<CombineRowsFn> {
 
 // The slots of each token from a [T, E] routing map with at most `slots` experts per token, for
 // the `rows` routed rows in expert-major order (experts in order, tokens in order inside one;
-// expert_of_row and token_of_row name each row's pair): on the device, no host sync. A pair's
+// token_of_row names each row's token, flat_index its pair's index t * E + e in the flattened
+// map): on the device, no host sync. A pair's
 // slot is its token's first slot plus the pair's place among the token's experts, a scan along
 // each token's row of the map (the inner dimension: ATen's scan along the token dimension runs
 // one thread per expert, 1.4 ms per layer on the MoE bench recipe).
-TokenRows token_rows(const at::Tensor& routing_map, const at::Tensor& expert_of_row,
-                     const at::Tensor& token_of_row, int64_t rows, int64_t slots) {
-  const int64_t t = routing_map.size(0), e = routing_map.size(1);
+TokenRows token_rows(const at::Tensor& routing_map, const at::Tensor& token_of_row,
+                     const at::Tensor& flat_index, int64_t rows, int64_t slots) {
+  const int64_t t = routing_map.size(0);
   const at::Tensor place_in_token = routing_map.to(at::kLong).cumsum(1) - 1;  // [T, E]
-  const at::Tensor slot = token_of_row * slots + place_in_token.view({-1}).index_select(
-                                                     0, token_of_row * e + expert_of_row);
+  const at::Tensor slot =
+      token_of_row * slots + place_in_token.view({-1}).index_select(0, flat_index);
   at::Tensor row_of_slot = at::full({t * slots}, rows, token_of_row.options());
   row_of_slot.index_copy_(0, slot, at::arange(rows, token_of_row.options()));
   return {token_of_row, row_of_slot, t, slots, rows < t * slots, false};
@@ -285,13 +286,30 @@ RoutedPairs routed_pairs(const at::Tensor& map, int64_t rows, int64_t slots, boo
     if (slots > 0) out.slots = TokenRows{r.token_of_row, r.row_of_slot, t, slots, rows < t * slots};
   } else {
     const at::Tensor nz = at::nonzero_static(map.t(), rows);
-    const at::Tensor expert_of_row = nz.select(1, 0);
     out.token_of_row = nz.select(1, 1);
-    out.flat_index = out.token_of_row * e + expert_of_row;
-    if (slots > 0) out.slots = token_rows(map, expert_of_row, out.token_of_row, rows, slots);
+    out.flat_index = out.token_of_row * e + nz.select(1, 0);
+    if (slots > 0) out.slots = token_rows(map, out.token_of_row, out.flat_index, rows, slots);
   }
   if (out.slots) out.slots->fused = fused;
   return out;
+}
+
+// Permute: each routed row's hidden state, h [T, h] gathered into `pairs`' rows.
+at::Tensor permute_rows(const at::Tensor& h, const RoutedPairs& pairs) {
+  if (!pairs.slots) return h.index_select(0, pairs.token_of_row);
+  const TokenRows& tr = *pairs.slots;
+  return DispatchRowsFn::apply(h, tr.token_of_row, tr.row_of_slot, tr.slots, tr.padded, tr.fused);
+}
+
+// Unpermute: each token's sum of its rows of y (the probs were applied in the experts). Without
+// slots (padding to capacity, where a token may fill more than k rows) an index_add.
+at::Tensor unpermute_rows(const at::Tensor& y, const RoutedPairs& pairs, int64_t tokens) {
+  if (!pairs.slots) {
+    return at::zeros({tokens, y.size(1)}, y.options()).index_add(0, pairs.token_of_row, y);
+  }
+  const TokenRows& tr = *pairs.slots;
+  return CombineRowsFn::apply(y, tr.token_of_row, tr.row_of_slot, tokens, tr.slots, tr.padded,
+                              tr.fused);
 }
 
 // Rows cut in chunk order `from` (sizes[c]) and put together in the order `order` lists.
@@ -848,33 +866,6 @@ std::vector<std::string> MoeModel::fused_kernel_names(at::ScalarType dtype) cons
   return names;
 }
 
-// On one EP rank into the grouped GEMM, the number of routed rows is known before the router
-// runs: T x k dropless (each token's k experts), E x capacity padded to capacity (each expert
-// exactly its capacity). The GEMM reads its row ends from the device: no host sync (docs/moe.md,
-// "No host sync on one EP rank"). Dropping without padding keeps a number of rows only the counts
-// tell, and expert parallelism needs them on the host: routed_experts reads them there.
-at::Tensor MoeModel::routed_experts_without_sync(const MoeBlockWeights& w, const at::Tensor& h,
-                                                 const MoeRouting& routing,
-                                                 const at::Tensor& counts) const {
-  const int64_t t = h.size(0), e_all = dims_.num_experts;
-  const int64_t rows = pad_to_capacity_ ? e_all * expert_capacity(t) : t * dims_.router_topk;
-  // Padding to capacity can route a token to every expert: no slots, gather and index_add.
-  const RoutedPairs pairs = routed_pairs(routing.routing_map, rows,
-                                         pad_to_capacity_ ? 0 : dims_.router_topk, fused_kernels_);
-  const at::Tensor p = routing.probs.reshape(-1).index_select(0, pairs.flat_index);
-  if (!pairs.slots) {
-    const at::Tensor y = local_experts(w, h.index_select(0, pairs.token_of_row), p, {}, counts);
-    nvtx::Range range(kCombineLabel);
-    return at::zeros({t, h.size(1)}, y.options()).index_add(0, pairs.token_of_row, y);
-  }
-  const TokenRows& tr = *pairs.slots;
-  const at::Tensor x =
-      DispatchRowsFn::apply(h, tr.token_of_row, tr.row_of_slot, tr.slots, tr.padded, tr.fused);
-  const at::Tensor y = local_experts(w, x, p, {}, counts);
-  nvtx::Range range(kCombineLabel);
-  return CombineRowsFn::apply(y, tr.token_of_row, tr.row_of_slot, t, tr.slots, tr.padded, tr.fused);
-}
-
 at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& h,
                                     const MoeRouting& routing, int64_t layer) const {
   const int64_t t = h.size(0), e_all = dims_.num_experts;
@@ -886,13 +877,15 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
                           : routing.tokens_before_drop;
   stats.tokens_per_expert_kept =
       stats.tokens_per_expert_kept.defined() ? stats.tokens_per_expert_kept + counts : counts;
-  if (!ep_ && (!capacity_factor_ || pad_to_capacity_) &&
-      experts_path(h.scalar_type()) == MoeExpertsPath::kGroupedMm) {
-    return routed_experts_without_sync(w, h, routing, counts);
-  }
-  // The one host sync: every EP rank's counts ([ep, E]), for the split sizes.
+  // On one EP rank into the grouped GEMM, the number of routed rows is known before the router
+  // runs: T x k dropless (each token's k experts), E x capacity padded to capacity (each expert
+  // exactly its capacity), and the GEMM reads its row ends from the device: no host sync
+  // (docs/moe.md, "No host sync on one EP rank"). Otherwise the one host sync: every EP rank's
+  // counts ([ep, E]), for the split sizes and the number of kept rows.
+  const bool on_device = !ep_ && (!capacity_factor_ || pad_to_capacity_) &&
+                         experts_path(h.scalar_type()) == MoeExpertsPath::kGroupedMm;
   std::vector<int64_t> all_counts;
-  {
+  if (!on_device) {
     nvtx::Range range(kDispatchLabel);
     if (ep_) {
       at::Tensor in = counts.contiguous();
@@ -908,20 +901,20 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
     return all_counts[static_cast<size_t>(rank * e_all + expert)];
   };
   int64_t rows = 0;
-  for (int64_t x = 0; x < e_all; ++x) rows += count(ep_ ? ep_rank_ : 0, x);
+  if (on_device) {
+    rows = pad_to_capacity_ ? e_all * expert_capacity(t) : t * dims_.router_topk;
+  } else {
+    for (int64_t x = 0; x < e_all; ++x) rows += count(ep_ ? ep_rank_ : 0, x);
+  }
   // Permute: rows in expert-major order, token order inside an expert. Padding to capacity can
   // route a token to every expert; otherwise it has at most k rows.
   const RoutedPairs pairs = routed_pairs(routing.routing_map, rows,
                                          pad_to_capacity_ ? 0 : dims_.router_topk, fused_kernels_);
-  const at::Tensor& token_of_row = pairs.token_of_row;
-  const std::optional<TokenRows>& slots = pairs.slots;
-  at::Tensor x = slots ? DispatchRowsFn::apply(h, token_of_row, slots->row_of_slot, slots->slots,
-                                               slots->padded, slots->fused)
-                       : h.index_select(0, token_of_row);
+  at::Tensor x = permute_rows(h, pairs);
   at::Tensor p = routing.probs.reshape(-1).index_select(0, pairs.flat_index);
   at::Tensor y;
   if (!ep_) {
-    y = local_experts(w, x, p, all_counts);
+    y = on_device ? local_experts(w, x, p, {}, counts) : local_experts(w, x, p, all_counts);
   } else {
     const int ep = ep_size_;
     std::vector<int64_t> in_splits(ep, 0), out_splits(ep, 0), chunk(ep * local),
@@ -966,13 +959,8 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
     if (local > 1) y = reorder_chunks(y, expert_major_sizes, inverse);
     y = AllToAllFn::apply(y, group, in_splits, out_splits, timer, combine);
   }
-  // Unpermute: each token sums its k experts' rows (the probs were applied in the experts).
   nvtx::Range range(kCombineLabel);
-  if (slots) {
-    return CombineRowsFn::apply(y, token_of_row, slots->row_of_slot, t, slots->slots, slots->padded,
-                                slots->fused);
-  }
-  return at::zeros({t, h.size(1)}, y.options()).index_add(0, token_of_row, y);
+  return unpermute_rows(y, pairs, t);
 }
 
 at::Tensor MoeModel::moe_block(const MoeBlockWeights& w, const at::Tensor& h, int64_t layer,

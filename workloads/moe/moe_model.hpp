@@ -275,10 +275,6 @@ class MoeModel final : public TrainableModel {
   // Routed experts: dispatch, the local experts, combine.
   at::Tensor routed_experts(const MoeBlockWeights& w, const at::Tensor& h,
                             const MoeRouting& routing, int64_t layer) const;
-  // routed_experts where the routed row count is known without the counts (one EP rank, the
-  // grouped GEMM, dropless or padded to capacity); `counts` [E] on the device.
-  at::Tensor routed_experts_without_sync(const MoeBlockWeights& w, const at::Tensor& h,
-                                         const MoeRouting& routing, const at::Tensor& counts) const;
   // x [R, h] in local-expert-major order, probs [R] fp32, rows_per_expert: the local experts'.
   // `device_counts` (the grouped GEMM only): the local experts' row counts as a device tensor
   // instead, rows_per_expert empty, so that nothing waits for the host.
