@@ -188,7 +188,8 @@ void BM_MoeBlockExpertsOnly(benchmark::State& state) {
   const at::Tensor probs = at::rand({rows}, kBf16.dtype(at::kFloat)).requires_grad_(true);
   const at::Tensor offs = cumulative_ends(d.num_experts, each);
   const at::Tensor probe = at::randn({rows, d.hidden}, kBf16);
-  if (fused && !moe_fused::supports(x, probs, f)) {
+  // The kernel's input is the first grouped GEMM's output, [rows, 2 f].
+  if (fused && !moe_fused::supports(at::empty({rows, 2 * f}, kBf16), probs, f)) {
     state.SkipWithError("built without the CUDA kernels");
     return;
   }
