@@ -1,7 +1,7 @@
 // The MoE model trained by the data-parallel engine with expert parallelism against one rank
 // that holds every expert (docs/moe.md, "How the tests can fail"): gloo ranks on threads, fp32,
 // three steps, losses, gradient norms and the router's expert bias within 1e-5, every weight
-// (by name, from the rank that holds it) to 1e-5 absolute. EP 2 x DP 2 and EP 4 on four ranks
+// (by name, from the rank that holds it) to 5e-5 absolute. EP 2 x DP 2 and EP 4 on four ranks
 // under DDP, the distributed optimizer, each Megatron FSDP strategy, FSDP2 and HSDP / HFSDP with
 // EP; token dropping on and off; aux-loss and aux-loss-free (expert bias) balancing; multi-latent
 // attention, with and without an MTP layer.
@@ -136,14 +136,17 @@ Trained train(const MoeSetup& setup, int world, int ep, int instances, EngineOpt
 void expect_like_reference(const Trained& got, const Trained& ref) {
   testing::expect_curve_near(got.curve, ref.curve, 1e-5);
   // Every expert is held by some rank: the union of the ranks' weights is the whole model. The
-  // weights moved by up to 3 x lr = 0.09; they agree to 1e-5 of that (a wrong routing, dispatch or
-  // reduction moves them by a learning rate; a wrong gradient scale shows in the norms, which
-  // Adam's updates hide).
+  // weights moved by up to 3 x lr = 0.09; they agree to 5e-5 (a wrong routing, dispatch or
+  // reduction moves them by a learning rate, 600 times more; a wrong gradient scale shows in the
+  // norms, which Adam's updates hide). Adam divides each gradient by its own running magnitude,
+  // so where a gradient is near zero a last-bit difference in the reduction order moves the
+  // weight by much more than the gradient's rounding. The largest difference seen was 1.46e-5,
+  // on a 2-core AMD EPYC host; the hosts before it stayed under 1e-5.
   ASSERT_EQ(got.weights.size(), ref.weights.size());
   for (const auto& [name, t] : ref.weights) {
     const auto it = got.weights.find(name);
     ASSERT_NE(it, got.weights.end()) << name;
-    EXPECT_TRUE(at::allclose(it->second, t, 0.0, 1e-5))
+    EXPECT_TRUE(at::allclose(it->second, t, 0.0, 5e-5))
         << name << " differs by " << (it->second - t).abs().max().item<double>();
   }
   ASSERT_EQ(got.expert_bias.size(), ref.expert_bias.size());
