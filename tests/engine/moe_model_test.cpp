@@ -481,6 +481,36 @@ TEST(MoeTokenDropping, PadToCapacityGivesEveryExpertCapacityRows) {
   EXPECT_TRUE(at::equal(r.routing_map.sum(0), at::full({d.num_experts}, 4, at::kLong)));
 }
 
+// Padded to capacity, the statistics count routed tokens, not the padding rows: the dropped
+// count is the hand count of routed tokens past each expert's capacity.
+TEST(MoeTokenDropping, PaddedRunsCountTheDroppedRoutedTokens) {
+  const MoeDims d = test_dims();
+  Block b = make_block(d, 35);
+  MoeRouterSettings s;
+  s.load_balancing = MoeLoadBalancing::kNone;
+  MoeModel dropless(d, s, at::kCPU), model(d, s, at::kCPU);
+  model.set_token_dropping(1.0, MoeDropPolicy::kProbs, /*pad_to_capacity=*/true);
+  const int64_t capacity = 8;  // 32 tokens x top-2 over 8 experts, factor 1
+  at::NoGradGuard no_grad;
+  const MoeRouting full = dropless.route(b.h, b.w.router, 1, 1.0);
+  int64_t want_dropped = 0, padded = 0;
+  for (int64_t x = 0; x < d.num_experts; ++x) {
+    const int64_t routed = full.routing_map.select(1, x).sum().item<int64_t>();
+    want_dropped += std::max<int64_t>(0, routed - capacity);
+    padded += std::max<int64_t>(0, capacity - routed);
+  }
+  // Some expert over its capacity and some under it: padding rows that a count of the
+  // dispatched rows would take for kept tokens.
+  ASSERT_GT(want_dropped, 0);
+  ASSERT_GT(padded, 0);
+  (void)model.moe_block(b.w, b.h, 1, 1.0);
+  const auto stats = model.take_stats();
+  EXPECT_EQ(stats[0].dropped_tokens, want_dropped);
+  EXPECT_EQ(stats[0].tokens_per_expert_kept.sum().item<int64_t>(),
+            full.routing_map.sum().item<int64_t>() - want_dropped);
+  EXPECT_LE(stats[0].tokens_per_expert_kept.max().item<int64_t>(), capacity);
+}
+
 // Padded to capacity, the grouped-GEMM path routes its E x capacity rows without reading the
 // counts on the host; it computes what the loop path (which reads them) does: output, input
 // gradient and every expert's weight gradient.

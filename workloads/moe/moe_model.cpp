@@ -705,7 +705,14 @@ MoeRouting MoeModel::route(const at::Tensor& h, const at::Tensor& router_weight,
     std::tie(out.probs, out.routing_map) = select(logits, layer);
   }
   out.tokens_before_drop = out.routing_map.sum(0);
-  if (capacity_factor_) std::tie(out.probs, out.routing_map) = drop(out.probs, out.routing_map);
+  if (capacity_factor_) {
+    const at::Tensor routed = out.routing_map;
+    std::tie(out.probs, out.routing_map) = drop(out.probs, out.routing_map);
+    out.tokens_kept =
+        (pad_to_capacity_ ? routed.logical_and(out.routing_map) : out.routing_map).sum(0);
+  } else {
+    out.tokens_kept = out.tokens_before_drop;
+  }
   const bool training = at::GradMode::is_enabled();
   if (training && router_.load_balancing != MoeLoadBalancing::kNone &&
       router_.aux_loss_coeff > 0.0) {
@@ -871,12 +878,14 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   const int64_t t = h.size(0), e_all = dims_.num_experts;
   const int64_t local = e_all / ep_size_, first = static_cast<int64_t>(ep_rank_) * local;
   MoeLayerStats& stats = stats_[static_cast<size_t>(moe_index(layer))];
-  // [E] kept tokens per expert: without dropping, the router's count before the drop.
+  // [E] rows per expert the dispatch moves: without dropping, the router's count before the
+  // drop; padded to capacity, the padding rows too.
   at::Tensor counts = capacity_factor_ || !routing.tokens_before_drop.defined()
                           ? routing.routing_map.sum(0)
                           : routing.tokens_before_drop;
+  const at::Tensor kept = routing.tokens_kept.defined() ? routing.tokens_kept : counts;
   stats.tokens_per_expert_kept =
-      stats.tokens_per_expert_kept.defined() ? stats.tokens_per_expert_kept + counts : counts;
+      stats.tokens_per_expert_kept.defined() ? stats.tokens_per_expert_kept + kept : kept;
   // On one EP rank into the grouped GEMM, the number of routed rows is known before the router
   // runs: T x k dropless (each token's k experts), E x capacity padded to capacity (each expert
   // exactly its capacity), and the GEMM reads its row ends from the device: no host sync

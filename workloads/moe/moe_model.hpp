@@ -124,6 +124,9 @@ struct MoeRouting {
   at::Tensor probs;               // [T, E] fp32: gate weight of each chosen expert, 0 elsewhere
   at::Tensor routing_map;         // [T, E] bool: chosen (and kept, with token dropping)
   at::Tensor tokens_before_drop;  // [E] int64: tokens routed to each expert before dropping
+  // [E] int64: routed tokens each expert kept. Without padding routing_map.sum(0); padded to
+  // capacity, routing_map also marks the padding rows, which are not routed tokens.
+  at::Tensor tokens_kept;
   at::Tensor aux_loss;            // fp32 scalar, detached; undefined when no aux loss was computed
 };
 
@@ -132,8 +135,8 @@ struct MoeLayerStats {
   int64_t layer = 0;                  // decoder layer index
   int64_t forwards = 0;               // forwards summed
   at::Tensor tokens_per_expert;       // [E] int64 over this rank's tokens, before dropping
-  at::Tensor tokens_per_expert_kept;  // [E] int64, after dropping
-  int64_t dropped_tokens = 0;         // sum(before) - sum(kept) (pad_to_capacity: may be < 0)
+  at::Tensor tokens_per_expert_kept;  // [E] int64 routed tokens kept (padding rows not counted)
+  int64_t dropped_tokens = 0;         // sum(before) - sum(kept)
   at::Tensor aux_loss;                // fp32 scalar, detached (sum); undefined without aux loss
   // Bytes of token rows (hidden states and probs) the all-to-alls move to (sent) and from
   // (received) other EP ranks; the rows a rank keeps for itself are not counted.
