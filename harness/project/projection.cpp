@@ -346,11 +346,12 @@ const char* const kValidationSeen[] = {
     "exact, step up to 60% short (the ranks share the cores the 1-rank run had alone)",
     "HSDP targets, gloo at 4 ranks in 2 instances on CPU (results/cpu/projection_hsdp_2026-12-05): "
     "collective order exact for outer no_shard and optim; step times not compared",
-    "published multi-GPU PyTorch FSDP runs (results/h200/projection_validation_2026-12-06): the "
+    "published multi-GPU PyTorch FSDP runs (results/h100/projection_validation_2026-12-07): the "
     "scaling ratio (tokens/s or TFLOP/s per GPU at the largest GPU count over the smallest) too "
-    "optimistic by up to 3.5% from 8 to 64 H100s, 0.2-6.6% from 8-64 to 128-512 A100s (the "
-    "published runs lose 0.2-6.3% per GPU there, the simulator almost nothing) and 10.3% on 1 to "
-    "4 H200s, from stand-in shapes; no multi-GPU run of shardbench's own measured",
+    "optimistic by 0.8-3.6% from 8 to 64 H100s, 0.2-6.6% from 8-64 to 128-512 A100s (the "
+    "published runs lose 0.2-6.3% per GPU there, the simulator almost nothing) and 8.3% on 1 to "
+    "4 H200s, from one-GPU H100 runs of the published shapes cut to 4 layers (2 for GPT-175B); "
+    "no multi-GPU run of shardbench's own measured",
 };
 
 json projected_run_json(const MeasuredRun& run, const ProjectionTarget& target,

@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""The validation table of perf-project against published multi-GPU runs, from one-GPU H100 runs
+of the published shapes: the published points of
+results/h200/projection_validation_2026-12-06/published.json beside make_projections.sh's
+projections (projections.tgz in this folder). Prints the markdown tables README.md and
+docs/projection.md quote and, with --json FILE, writes every row as JSON; the comparison with the
+earlier stand-in table reads results/h200/projection_validation_2026-12-06/validation.json.
+Python 3 standard library only. Run from the repository root:
+python3 results/h100/projection_validation_2026-12-07/table.py [--json FILE]
+
+For a point measured at GPU counts N_s < ... < N_l, with published p(N) and projected q(N) tokens/s
+per GPU (or model TFLOP/s per GPU where the source gives only those, its "metric"; the ratios are
+the same for a fixed model and per-GPU batch):
+  implementation difference  q(N_s) / p(N_s) - 1   (the one-GPU run against the published
+                                                    per-GPU figure where both start; not the
+                                                    projection's business)
+  scaling ratio              p(N_l) / p(N_s) and q(N_l) / q(N_s)
+  scaling-ratio error        (q(N_l) / q(N_s)) / (p(N_l) / p(N_s)) - 1
+  absolute error at N        q(N) / p(N) - 1 = (1 + implementation) x (1 + scaling error) - 1 at N_l
+Each point has one measured run, of one wrapper: FSDP2 for PyTorch FSDP's points, Megatron FSDP
+for Megatron-Bridge's (the runs file measured no other).
+"""
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+PUBLISHED = ROOT / "results/h200/projection_validation_2026-12-06/published.json"
+STAND_IN = ROOT / "results/h200/projection_validation_2026-12-06/validation.json"
+VARIANTS = ("base", "scale", "scale_f05")
+VARIANT_TEXT = {"base": "off", "scale": "auto + jitter", "scale_f05": "auto + jitter + F 0.5"}
+WRAPPERS = {"fsdp2": "FSDP2", "mfsdp": "Megatron FSDP"}
+# The wrapper each point's run was measured with (make_projections.sh); FSDP2 where not named.
+MEASURED_WRAPPER = {"bridge_llama3_8b_h100": "mfsdp"}
+# dense bf16, docs/projection.md's peak table (harness/measure/device_peaks.cpp)
+PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0, "a100": 312.0, "a100_40gb": 312.0}
+# Which field of a projected run stands for each published metric.
+PROJECTED_FIELD = {"tokens_per_s_per_gpu": "tokens_per_s_per_rank",
+                   "tflops_per_s_per_gpu": "tflops_per_s_per_rank"}
+UNIT = {"tokens_per_s_per_gpu": "tokens/s/GPU", "tflops_per_s_per_gpu": "TFLOP/s/GPU"}
+LABEL = {
+    "mpt13b_h100": "MPT-13B, llm-foundry, H100",
+    "mpt3b_h100": "MPT-3B, llm-foundry, H100",
+    "mpt1b_h100": "MPT-1B, llm-foundry, H100",
+    "mpt760m_h100": "MPT-760M, llm-foundry, H100",
+    "kempner_llama3_8b_h200": "Llama 3 8B shape, KempnerForge, H200 (below 8 GPUs)",
+    "bridge_llama3_8b_h100": "Llama 3 8B, Megatron-Bridge, H100, FP8",
+    "fsdp_paper_gpt175b_b1_a100": "GPT-175B, FSDP paper, A100, B = 1 (TFLOP/s)",
+    "fsdp_paper_gpt175b_b2_a100": "GPT-175B, FSDP paper, A100, B = 2 (TFLOP/s)",
+    "fsdp_paper_t5_11b_b8_a100": "T5-11B, FSDP paper, A100, B = 8 (TFLOP/s)",
+    "fsdp_paper_t5_11b_b16_a100": "T5-11B, FSDP paper, A100, B = 16 (TFLOP/s)",
+    "mpt7b_a100_40gb": "MPT-7B, llm-foundry, A100 40GB",
+    "mpt13b_a100_40gb": "MPT-13B, llm-foundry, A100 40GB",
+    "mpt3b_a100_40gb": "MPT-3B, llm-foundry, A100 40GB",
+    "mpt1b_a100_40gb": "MPT-1B, llm-foundry, A100 40GB",
+    "mpt760m_a100_40gb": "MPT-760M, llm-foundry, A100 40GB",
+    "mpt350m_a100_40gb": "MPT-350M, llm-foundry, A100 40GB",
+    "mpt125m_a100_40gb": "MPT-125M, llm-foundry, A100 40GB",
+}
+
+
+def point_rows(point, projected):
+    """Rows of one published point, one per set of scale effects, for the wrapper its run was
+    measured with. projected(wrapper, variant, n) -> the projected run's dict."""
+    ms = sorted(point["measurements"], key=lambda m: m["num_gpus"])
+    ns, nl = ms[0]["num_gpus"], ms[-1]["num_gpus"]
+    metric = point.get("metric", "tokens_per_s_per_gpu")
+    pub = {m["num_gpus"]: m[metric] for m in ms}
+    w = MEASURED_WRAPPER.get(point["id"], "fsdp2")
+    rows = []
+    for v in VARIANTS:
+        q = {m["num_gpus"]: projected(w, v, m["num_gpus"])[PROJECTED_FIELD[metric]] for m in ms}
+        tf_s = projected(w, v, ns)["tflops_per_s_per_rank"]
+        m0 = ms[0]
+        pub_tf = m0.get("tflops_per_s_per_gpu", m0.get(
+            "model_tflops_per_s_per_gpu",
+            m0.get("mfu_percent", 0) * PEAK_TFLOPS[point["gpu"]] / 100))
+        row = {
+            "point": point["id"], "wrapper": w, "variant": v, "primary": True,
+            "metric": metric,
+            "read_from_plot": any(m.get("read_from_plot", False) for m in ms),
+            "num_gpus": [m["num_gpus"] for m in ms],
+            "published_per_gpu": [pub[n] for n in pub],
+            "projected_per_gpu": [q[n] for n in pub],
+            "absolute_error": [q[n] / pub[n] - 1 for n in pub],
+            "implementation_difference": q[ns] / pub[ns] - 1,
+            "published_model_tflops_per_gpu_smallest": pub_tf,
+            "projected_model_tflops_per_gpu_smallest": tf_s,
+            "tflops_difference_smallest": tf_s / pub_tf - 1 if pub_tf else None,
+            "published_ratio": None, "projected_ratio": None, "scaling_ratio_error": None,
+        }
+        if nl != ns:
+            row["published_ratio"] = pub[nl] / pub[ns]
+            row["projected_ratio"] = q[nl] / q[ns]
+            row["scaling_ratio_error"] = row["projected_ratio"] / row["published_ratio"] - 1
+        rows.append(row)
+    return rows
+
+
+def worst(rows, min_gpus=0, past=0, upto=None, **where):
+    """The row of largest |scaling-ratio error| among those matching `where`, whose smallest GPU
+    count is at least min_gpus and whose largest is above past (and at most upto, if given)."""
+    keep = [r for r in rows if r["scaling_ratio_error"] is not None
+            and r["num_gpus"][0] >= min_gpus and r["num_gpus"][-1] > past
+            and (upto is None or r["num_gpus"][-1] <= upto)
+            and all(r[k] == v for k, v in where.items())]
+    return max(keep, key=lambda r: abs(r["scaling_ratio_error"])) if keep else None
+
+
+def pct(x):
+    return "n/a" if x is None else f"{100 * x:+.1f}%"
+
+
+def ratio(x):
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def figure(x, metric):
+    return f"{x:,.1f}" if metric == "tflops_per_s_per_gpu" else f"{x:,.0f}"
+
+
+def markdown(rows):
+    """Every row in full. ~ marks published figures read off a plot (published.json's plot_reading)."""
+    out = ["| point | wrapper | effects | GPUs | unit | published per GPU | projected per GPU "
+           "| absolute error | implementation difference | published ratio | projected ratio "
+           "| scaling-ratio error |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        mark = "~" if r["read_from_plot"] else ""
+        out.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            r["point"], WRAPPERS[r["wrapper"]], VARIANT_TEXT[r["variant"]],
+            " / ".join(str(n) for n in r["num_gpus"]), UNIT[r["metric"]],
+            " / ".join(mark + figure(x, r["metric"]) for x in r["published_per_gpu"]),
+            " / ".join(figure(x, r["metric"]) for x in r["projected_per_gpu"]),
+            " / ".join(pct(x) for x in r["absolute_error"]), pct(r["implementation_difference"]),
+            ratio(r["published_ratio"]), ratio(r["projected_ratio"]),
+            pct(r["scaling_ratio_error"])))
+    return "\n".join(out)
+
+
+def summary_markdown(rows):
+    """One line a point: smallest and largest GPU counts, effects off, and the scaling-ratio error
+    under each set of effects (docs/projection.md's table)."""
+    out = ["| published point | GPUs | published per GPU | projected (effects off) "
+           "| implementation difference | published ratio | projected ratio "
+           "| scaling-ratio error, effects off | with `auto` + jitter | with half the network as well |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    by = {(r["point"], r["variant"]): r for r in rows}
+    for pid in dict.fromkeys(r["point"] for r in rows):
+        b = by[(pid, "base")]
+        ends = [0, -1] if len(b["num_gpus"]) > 1 else [0]
+        mark = "~" if b["read_from_plot"] else ""
+        out.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            LABEL[pid], " / ".join(str(b["num_gpus"][i]) for i in ends),
+            " / ".join(mark + figure(b["published_per_gpu"][i], b["metric"]) for i in ends),
+            " / ".join(figure(b["projected_per_gpu"][i], b["metric"]) for i in ends),
+            pct(b["implementation_difference"]), ratio(b["published_ratio"]),
+            ratio(b["projected_ratio"]), pct(b["scaling_ratio_error"]),
+            pct(by[(pid, "scale")]["scaling_ratio_error"]),
+            pct(by[(pid, "scale_f05")]["scaling_ratio_error"])))
+    return "\n".join(out)
+
+
+def comparison_markdown(rows, stand_in):
+    """The scaling-ratio error and the implementation difference of each point, effects off, this
+    table's run against the stand-in table's primary wrapper (its validation.json); the change is
+    of the unrounded errors, in percentage points."""
+    old = {r["point"]: r for r in stand_in if r["primary"] and r["variant"] == "base"}
+    out = ["| published point | stand-in | scaling-ratio error, stand-in | measured shape "
+           "| change (points) | implementation difference, stand-in | measured shape |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["variant"] != "base":
+            continue
+        o = old[r["point"]]
+        change = "n/a"
+        if r["scaling_ratio_error"] is not None:
+            d = 100 * (r["scaling_ratio_error"] - o["scaling_ratio_error"])
+            change = "0.0" if abs(d) < 0.05 else f"{d:+.1f}"
+        out.append(f"| {LABEL[r['point']]} | {WRAPPERS[o['wrapper']]} | {pct(o['scaling_ratio_error'])} "
+                   f"| {pct(r['scaling_ratio_error'])} | {change} | {pct(o['implementation_difference'])} "
+                   f"| {pct(r['implementation_difference'])} |")
+    return "\n".join(out)
+
+
+def load():
+    published = json.loads(PUBLISHED.read_text())
+    tgz = tarfile.open(HERE / "projections.tgz")
+
+    def projected_for(pid):
+        def projected(w, v, n):
+            f = tgz.extractfile(f"projections/{pid}_{w}_{v}_ng{n}.json")
+            return json.load(f)["runs"][0]
+        return projected
+    rows = []
+    for p in published["points"]:
+        rows += point_rows(p, projected_for(p["id"]))
+    return rows
+
+
+DIAG_F = ("1", "0.25", "0.15", "0.1")
+DIAG_N = (8, 16, 128, 256, 512)
+
+
+def diagnostic_markdown():
+    """q(N) / q(8) of the diag_t5_fsdp2_f<F>_ng<N> projections (the T5-11B shape at batch 8)."""
+    tgz = tarfile.open(HERE / "projections.tgz")
+
+    def q(f, n):
+        run = json.load(tgz.extractfile(f"projections/diag_t5_fsdp2_f{f}_ng{n}.json"))["runs"][0]
+        return run["tflops_per_s_per_rank"]
+    out = ["| F | " + " | ".join(f"{n} GPUs" for n in DIAG_N) + " |",
+           "|---|" + "---|" * len(DIAG_N)]
+    for f in DIAG_F:
+        out.append(f"| {f} | " + " | ".join(f"{q(f, n) / q(f, 8):.3f}" for n in DIAG_N) + " |")
+    return "\n".join(out)
+
+
+def past_64(r):
+    return r["num_gpus"][-1] > 64
+
+
+def main(argv):
+    rows = load()
+    print("Summary (smallest and largest GPU count):\n")
+    print(summary_markdown(rows) + "\n")
+    for title, keep in (("up to 64 GPUs", lambda r: not past_64(r)),
+                        ("past 64 GPUs", past_64)):
+        print(f"Every set of scale effects, points {title}:\n")
+        print(markdown([r for r in rows if keep(r)]) + "\n")
+    print("Shape-independent view at the smallest GPU count (model TFLOP/s per GPU, effects off):\n")
+    print("| point | published | projected | difference |\n|---|---|---|---|")
+    for r in rows:
+        if r["variant"] == "base":
+            print(f"| {r['point']} | {r['published_model_tflops_per_gpu_smallest']:.0f} | "
+                  f"{r['projected_model_tflops_per_gpu_smallest']:.0f} | {pct(r['tflops_difference_smallest'])} |")
+    print("\nAgainst the stand-in table (effects off):\n")
+    print(comparison_markdown(rows, json.loads(STAND_IN.read_text())))
+    for label, where in (("effects off", {"variant": "base"}),
+                         ("any effects", {}),
+                         ("from 8 GPUs, effects off", {"min_gpus": 8, "variant": "base"}),
+                         ("from 8 GPUs, any effects", {"min_gpus": 8}),
+                         ("from 8 up to 64 GPUs, effects off", {"min_gpus": 8, "upto": 64, "variant": "base"}),
+                         ("from 8 up to 64 GPUs, any effects", {"min_gpus": 8, "upto": 64}),
+                         ("past 64 GPUs, effects off", {"past": 64, "variant": "base"}),
+                         ("past 64 GPUs, any effects", {"past": 64})):
+        w = worst(rows, **where)
+        print(f"\nworst scaling-ratio error ({label}): {pct(w['scaling_ratio_error'])} "
+              f"({w['point']}, {WRAPPERS[w['wrapper']]}, {VARIANT_TEXT[w['variant']]})")
+    print("\nDiagnostic: the T5-11B shape at batch 8 (FSDP2, 48 layers, A100, nvlink3 + ib_hdr) with "
+          "the network at F x its bandwidth; projected TFLOP/s per GPU over the 8-GPU figure:\n")
+    print(diagnostic_markdown())
+    if "--json" in argv:
+        Path(argv[argv.index("--json") + 1]).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
