@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The arithmetic of results/h200/projection_validation_2026-12-06/table.py on a hand-made point
 (implementation difference, scaling ratios and their error, absolute errors), and the committed
-validation.json against what table.py computes from the committed published.json and
-projections.tgz. Python 3 standard library; under a second."""
+validation.json of that folder and of results/h100/projection_validation_2026-12-07 against what
+each folder's table.py computes from its committed inputs. Python 3 standard library; under a second."""
 import importlib.util
 import json
 import sys
@@ -86,6 +86,15 @@ if committed != computed:
 # bandwidth diagnostic has its rows.
 if "| 0.15 |" not in table.diagnostic_markdown():
     failures.append("diagnostic table lacks F = 0.15")
+
+# The table from the one-GPU runs of the published shapes: its committed rows are likewise what
+# its table.py computes from the committed inputs.
+MEASURED = ROOT / "results/h100/projection_validation_2026-12-07"
+spec_m = importlib.util.spec_from_file_location("measured_table", MEASURED / "table.py")
+measured = importlib.util.module_from_spec(spec_m)
+spec_m.loader.exec_module(measured)
+if json.loads((MEASURED / "validation.json").read_text()) != json.loads(json.dumps(measured.load())):
+    failures.append(f"{MEASURED.name}/validation.json differs from its table.py's rows")
 
 for f in failures:
     print("FAIL", f)
