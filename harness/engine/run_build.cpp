@@ -127,6 +127,7 @@ EngineOptions engine_options_from(const ConfigContainer& c, const WorkerContext&
   const bool local = cuda_graph_impl(c.model.cuda_graph_impl) == CudaGraphImpl::kLocal;
   o.param_sync_in_forward = local && layer_graph_scopes(c).empty();
   o.stable_unit_weights = local && !layer_graph_scopes(c).empty();
+  o.grads_copied_on_arrival = o.stable_unit_weights;
   // The optimizer graph (validation admitted it with the whole-step graph only): the AdamW
   // scalars live on the device from the first step, so eager and replayed steps compute alike.
   o.optimizer_device_scalars = c.optimizer.optimizer_cuda_graph;

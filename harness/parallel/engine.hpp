@@ -121,6 +121,12 @@ struct EngineOptions {
   // double buffer, generalised to the schedule's peak). Gathering a unit whose buffer another
   // unit still holds throws std::logic_error: the gather schedule changed after the first step.
   bool stable_unit_weights = false;
+  // Per-layer CUDA graphs too: a part's weight gradients arrive in its backward graph's output
+  // buffers, which a later replay of another part may reuse (every part's graphs share one
+  // pool). FSDP2 with more than one rank keeps each gradient until its unit's last one arrives,
+  // then copies them all into the reduce-scatter input; with this set it copies each into its
+  // place there as it arrives (the same bytes, written one parameter at a time).
+  bool grads_copied_on_arrival = false;
   // optimizer.optimizer_cuda_graph (docs/cuda-graphs.md): every group's AdamW reads the step's
   // learning rate and bias corrections from one device tensor (FlatAdamW::use_device_scalars)
   // that stage_optimizer_step writes, so that the rest of the optimizer step
@@ -451,6 +457,7 @@ class DataParallelEngine final : public ModuleHooks {
   void launch_per_param_gather(EngineGroup& g);
   void copy_out_gathered(EngineGroup& g);
   void reduce_scatter_copy_in(EngineGroup& g);
+  void copy_in_grad(EngineGroup& g, int slot, const at::Tensor& grad);
   void gather_per_param_main_weights(EngineGroup& g, std::vector<at::Tensor>& out);
   // Starts gathers of the sharded units after `module` in `direction` (+1 forward, -1 backward)
   // within the prefetch budget and the double-buffer limit.

@@ -147,6 +147,8 @@ void DataParallelEngine::copy_out_gathered(EngineGroup& g) {
 }
 
 void DataParallelEngine::reduce_scatter_copy_in(EngineGroup& g) {
+  // EngineOptions::grads_copied_on_arrival: copy_in_grad put every grad in place already.
+  if (options_.grads_copied_on_arrival && g.grad_full_live) return;
   at::NoGradGuard no_grad;
   nvtx::Range range(kCopyIn(g), tensor_bytes(g.grad_full));
   materialize_storage(g.grad_full, static_cast<size_t>(tensor_bytes(g.grad_full)));
@@ -159,6 +161,36 @@ void DataParallelEngine::reduce_scatter_copy_in(EngineGroup& g) {
   for (auto& grad : g.unsharded_grads) {
     track_temp(-tensor_bytes(grad));
     grad = at::Tensor();
+  }
+}
+
+void DataParallelEngine::copy_in_grad(EngineGroup& g, int slot, const at::Tensor& grad) {
+  at::NoGradGuard no_grad;
+  if (!g.grad_full_live) {
+    // The first grad of the micro-batch: the padding rows must reduce to zero, as
+    // _chunk_cat's padding does.
+    materialize_storage(g.grad_full, static_cast<size_t>(tensor_bytes(g.grad_full)));
+    g.grad_full.zero_();
+    g.grad_full_live = true;
+    track_temp(tensor_bytes(g.grad_full));
+  }
+  // Where reduce_scatter_copy_in's _chunk_cat puts it: the parameter's dim-0 chunk r (chunk_rows
+  // rows of `row` elements, the last one short or empty) in rank r's row of the [dp, shard]
+  // input, at the parameter's shard offset.
+  const FlatSlot& s = g.layout.slots[static_cast<size_t>(slot)];
+  const int64_t rows = grad.dim() == 0 ? 1 : grad.size(0);
+  const int64_t row = grad.numel() / rows;
+  const int64_t chunk_rows = s.shard_numel / row;
+  const at::Tensor dst = g.grad_full.view({g.layout.dp, g.layout.shard_elems})
+                             .narrow(1, s.shard_offset, s.shard_numel)
+                             .view({g.layout.dp, chunk_rows, row});
+  const at::Tensor src = grad.reshape({rows, row});
+  const int64_t whole = rows / chunk_rows;
+  if (whole > 0) {
+    dst.narrow(0, 0, whole).copy_(src.narrow(0, 0, whole * chunk_rows).view({whole, chunk_rows, row}));
+  }
+  if (const int64_t rest = rows - whole * chunk_rows; rest > 0) {
+    dst.select(0, whole).narrow(0, 0, rest).copy_(src.narrow(0, whole * chunk_rows, rest));
   }
 }
 

@@ -344,7 +344,9 @@ void DataParallelEngine::on_grad_ready(int group, int slot, const at::Tensor& le
   // Gradient-accumulation fusion: the linear added this weight's gradient into the main grads
   // and counted it (main_grad_accumulated); autograd still runs the hook, with no gradient.
   if (!grad.defined()) return;
-  if (g.layout.per_param_dim0 && g.transient_grads) {
+  if (g.layout.per_param_dim0 && g.transient_grads && options_.grads_copied_on_arrival) {
+    copy_in_grad(g, slot, grad);
+  } else if (g.layout.per_param_dim0 && g.transient_grads) {
     // FSDP2 keeps each grad as autograd made it until the block is complete, then copies all of
     // them into the reduce-scatter input at once (reduce_scatter_copy_in).
     track_temp(tensor_bytes(grad));

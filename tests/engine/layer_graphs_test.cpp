@@ -80,6 +80,7 @@ Trained train(const Case& c, const std::optional<std::vector<LayerScope>>& scope
     o.overlap_param_gather = true;
     o.gradient_accumulation_fusion = c.wgrad_fusion;
     o.stable_unit_weights = scopes.has_value();
+    o.grads_copied_on_arrival = scopes.has_value();  // as run_build sets it with the graphs
     o.seed = testing::kThreeLayerSeed;
     o.adam.lr = 1e-3;
     DataParallelEngine engine(LlamaSpec(d), o, pgs);
