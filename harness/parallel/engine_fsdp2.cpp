@@ -187,7 +187,8 @@ void DataParallelEngine::copy_in_grad(EngineGroup& g, int slot, const at::Tensor
   const at::Tensor src = grad.reshape({rows, row});
   const int64_t whole = rows / chunk_rows;
   if (whole > 0) {
-    dst.narrow(0, 0, whole).copy_(src.narrow(0, 0, whole * chunk_rows).view({whole, chunk_rows, row}));
+    dst.narrow(0, 0, whole)
+        .copy_(src.narrow(0, 0, whole * chunk_rows).view({whole, chunk_rows, row}));
   }
   if (const int64_t rest = rows - whole * chunk_rows; rest > 0) {
     dst.select(0, whole).narrow(0, 0, rest).copy_(src.narrow(0, whole * chunk_rows, rest));

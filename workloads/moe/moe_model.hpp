@@ -127,7 +127,7 @@ struct MoeRouting {
   // [E] int64: routed tokens each expert kept. Without padding routing_map.sum(0); padded to
   // capacity, routing_map also marks the padding rows, which are not routed tokens.
   at::Tensor tokens_kept;
-  at::Tensor aux_loss;            // fp32 scalar, detached; undefined when no aux loss was computed
+  at::Tensor aux_loss;  // fp32 scalar, detached; undefined when no aux loss was computed
 };
 
 // Statistics of one MoE layer, summed over the forwards since the last take_stats().
