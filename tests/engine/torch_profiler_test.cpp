@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -83,6 +85,49 @@ TEST(TorchProfiler, WindowWritesTraceAndSummaryOnProfilingRanks) {
     EXPECT_GT(row["calls"].get<int64_t>(), 0);
     EXPECT_LE(row["total_us"].get<double>(), prev) << "sorted by time";
     prev = row["total_us"].get<double>();
+  }
+  remove_tree(dir);
+}
+
+// The MoE model's phases are user scopes in the trace (scripts/profile_ops --phases moe/), and
+// the autograd nodes made inside them have forward ops with their sequence numbers, which the
+// backward's evaluate_function scopes carry.
+TEST(TorchProfiler, MoePhasesAreUserScopesWithTheirNodesSequenceNumbers) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("shardbench_pyp_moe_" + std::to_string(getpid()));
+  remove_tree(dir);
+  int exit_code = -1;
+  const std::string out =
+      run("-m deepseek -mr deepseek_v3_tiny_cpu -ng 1 -g cpu -ms 2 -pyp true "
+          "--profiling_start_step 2 --profiling_stop_step 2 shardbench.compare_with_ddp=false "
+          "shardbench.report_path=" +
+              (dir / "report.json").string(),
+          &exit_code);
+  ASSERT_EQ(exit_code, 0) << out;
+  fs::path trace;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename().string().ends_with(".trace.json")) trace = entry.path();
+  }
+  ASSERT_FALSE(trace.empty()) << out;
+  std::ifstream tf(trace);
+  const auto t = nlohmann::json::parse(tf);
+  std::map<std::string, int> scopes;
+  std::set<int64_t> forward_seqs, backward_seqs;
+  for (const auto& ev : t["traceEvents"]) {
+    const std::string name = ev.value("name", "");
+    if (ev.value("cat", "") == "user_annotation" && name.starts_with("moe/")) ++scopes[name];
+    if (!ev.contains("args") || !ev["args"].contains("Sequence number")) continue;
+    const int64_t seq = ev["args"]["Sequence number"].get<int64_t>();
+    (name.starts_with("autograd::engine::evaluate_function") ? backward_seqs : forward_seqs)
+        .insert(seq);
+  }
+  // deepseek_v3_tiny_cpu: 3 MoE layers (and the MTP layer's), one micro-batch in the window.
+  for (const char* phase : {"moe/router", "moe/dispatch", "moe/experts", "moe/combine"}) {
+    EXPECT_GE(scopes[phase], 3) << phase;
+  }
+  ASSERT_FALSE(backward_seqs.empty());
+  for (const int64_t seq : backward_seqs) {
+    EXPECT_TRUE(forward_seqs.count(seq)) << "backward node " << seq << " has no forward op";
   }
   remove_tree(dir);
 }

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #ifdef SHARDBENCH_WITH_NCCL
@@ -53,6 +54,23 @@ const nvtx::Label kRouterLabel{"moe/router", nvtx::Color::kForward};
 const nvtx::Label kDispatchLabel{"moe/dispatch", nvtx::Color::kComm};
 const nvtx::Label kExpertsLabel{"moe/experts", nvtx::Color::kForward};
 const nvtx::Label kCombineLabel{"moe/combine", nvtx::Color::kComm};
+
+// The same phases as user scopes of the PyTorch profiler (-pyp): scripts/profile_ops --phases moe/
+// gives each its device time, forward and backward (the backward ops through the autograd
+// sequence numbers of the forward ops inside the scope; docs/moe.md, "Router and permute time").
+// Inactive, a scope costs the profiler's callback check.
+class ProfiledPhase {
+ public:
+  explicit ProfiledPhase(const char* name) { begin(name); }
+  void begin(const char* name) {
+    scope_.emplace(at::RecordScope::USER_SCOPE);
+    if (scope_->isActive()) scope_->before(name);
+  }
+  void end() { scope_.reset(); }
+
+ private:
+  std::optional<at::RecordFunction> scope_;
+};
 
 // Waits for an expert-parallel collective, the wait marked on `timer` (may be null) as exposed
 // communication and as `phase` (Phase::kMoeDispatch or kMoeCombine).
@@ -680,6 +698,7 @@ MoeRouting MoeModel::route(const at::Tensor& h, const at::Tensor& router_weight,
   if (!dims_.is_moe_layer(layer) || layer >= dims_.total_layers()) {
     refuse("MoE model: layer " + std::to_string(layer) + " is not an MoE layer");
   }
+  ProfiledPhase phase("moe/router");
   MoeRouting out;
   // Router GEMM in fp32 (moe_router_dtype fp32).
   at::Tensor logits = at::linear(h.to(at::kFloat), router_weight.to(at::kFloat));
@@ -824,6 +843,7 @@ at::Tensor MoeModel::local_experts(const MoeBlockWeights& w, const at::Tensor& x
                                    const std::vector<int64_t>& rows_per_expert,
                                    const at::Tensor& device_counts) const {
   nvtx::Range range(kExpertsLabel);
+  ProfiledPhase phase("moe/experts");
   const int64_t f = dims_.moe_ffn_hidden;
   if (experts_path(x.scalar_type()) == MoeExpertsPath::kGroupedMm && x.size(0) > 0) {
     // One grouped GEMM per linear over every local expert: x [R, h] x [e, h, 2F] with int32
@@ -877,6 +897,7 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
                                     const MoeRouting& routing, int64_t layer) const {
   const int64_t t = h.size(0), e_all = dims_.num_experts;
   const int64_t local = e_all / ep_size_, first = static_cast<int64_t>(ep_rank_) * local;
+  ProfiledPhase phase("moe/dispatch");  // until the local experts run
   MoeLayerStats& stats = stats_[static_cast<size_t>(moe_index(layer))];
   // [E] rows per expert the dispatch moves: without dropping, the router's count before the
   // drop; padded to capacity, the padding rows too.
@@ -923,6 +944,7 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   at::Tensor p = routing.probs.reshape(-1).index_select(0, pairs.flat_index);
   at::Tensor y;
   if (!ep_) {
+    phase.end();
     y = on_device ? local_experts(w, x, p, {}, counts) : local_experts(w, x, p, all_counts);
   } else {
     const int ep = ep_size_;
@@ -963,12 +985,15 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
         p = reorder_chunks(p, chunk, expert_major_order);
       }
     }
+    phase.end();
     y = local_experts(w, x, p, rows_per_expert);
+    phase.begin("moe/combine");
     nvtx::Range range(kCombineLabel);
     if (local > 1) y = reorder_chunks(y, expert_major_sizes, inverse);
     y = AllToAllFn::apply(y, group, in_splits, out_splits, timer, combine);
   }
   nvtx::Range range(kCombineLabel);
+  if (!ep_) phase.begin("moe/combine");
   return unpermute_rows(y, pairs, t);
 }
 
