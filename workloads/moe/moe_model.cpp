@@ -899,14 +899,12 @@ at::Tensor MoeModel::routed_experts(const MoeBlockWeights& w, const at::Tensor& 
   const int64_t local = e_all / ep_size_, first = static_cast<int64_t>(ep_rank_) * local;
   ProfiledPhase phase("moe/dispatch");  // until the local experts run
   MoeLayerStats& stats = stats_[static_cast<size_t>(moe_index(layer))];
-  // [E] rows per expert the dispatch moves: without dropping, the router's count before the
-  // drop; padded to capacity, the padding rows too.
-  at::Tensor counts = capacity_factor_ || !routing.tokens_before_drop.defined()
-                          ? routing.routing_map.sum(0)
-                          : routing.tokens_before_drop;
-  const at::Tensor kept = routing.tokens_kept.defined() ? routing.tokens_kept : counts;
-  stats.tokens_per_expert_kept =
-      stats.tokens_per_expert_kept.defined() ? stats.tokens_per_expert_kept + kept : kept;
+  // [E] rows per expert the dispatch moves: the routed tokens each expert kept (route() counted
+  // them), and padded to capacity the padding rows too.
+  const at::Tensor counts = pad_to_capacity_ ? routing.routing_map.sum(0) : routing.tokens_kept;
+  stats.tokens_per_expert_kept = stats.tokens_per_expert_kept.defined()
+                                     ? stats.tokens_per_expert_kept + routing.tokens_kept
+                                     : routing.tokens_kept;
   // On one EP rank into the grouped GEMM, the number of routed rows is known before the router
   // runs: T x k dropless (each token's k experts), E x capacity padded to capacity (each expert
   // exactly its capacity), and the GEMM reads its row ends from the device: no host sync
