@@ -18,8 +18,11 @@ the same for a fixed model and per-GPU batch):
   scaling-ratio error        (q(N_l) / q(N_s)) / (p(N_l) / p(N_s)) - 1
   absolute error at N        q(N) / p(N) - 1 = (1 + implementation) x (1 + scaling error) - 1 at N_l
 Each point has one measured run, of one wrapper: FSDP2 for PyTorch FSDP's points, Megatron FSDP
-for Megatron-Bridge's (the runs file measured no other).
+for Megatron-Bridge's (the runs file measured no other). The row arithmetic and the full table's
+markdown are the earlier check's (results/h200/projection_validation_2026-12-06/table.py,
+imported).
 """
+import importlib.util
 import json
 import sys
 import tarfile
@@ -27,19 +30,19 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-PUBLISHED = ROOT / "results/h200/projection_validation_2026-12-06/published.json"
-STAND_IN = ROOT / "results/h200/projection_validation_2026-12-06/validation.json"
-VARIANTS = ("base", "scale", "scale_f05")
-VARIANT_TEXT = {"base": "off", "scale": "auto + jitter", "scale_f05": "auto + jitter + F 0.5"}
-WRAPPERS = {"fsdp2": "FSDP2", "mfsdp": "Megatron FSDP"}
-# The wrapper each point's run was measured with (make_projections.sh); FSDP2 where not named.
-MEASURED_WRAPPER = {"bridge_llama3_8b_h100": "mfsdp"}
-# dense bf16, docs/projection.md's peak table (harness/measure/device_peaks.cpp)
-PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0, "a100": 312.0, "a100_40gb": 312.0}
-# Which field of a projected run stands for each published metric.
-PROJECTED_FIELD = {"tokens_per_s_per_gpu": "tokens_per_s_per_rank",
-                   "tflops_per_s_per_gpu": "tflops_per_s_per_rank"}
-UNIT = {"tokens_per_s_per_gpu": "tokens/s/GPU", "tflops_per_s_per_gpu": "TFLOP/s/GPU"}
+EARLIER = ROOT / "results/h200/projection_validation_2026-12-06"
+PUBLISHED = EARLIER / "published.json"
+STAND_IN = EARLIER / "validation.json"
+# The earlier check's table.py: its row arithmetic, constants and full-table markdown, reused.
+_spec = importlib.util.spec_from_file_location("stand_in_table", EARLIER / "table.py")
+stand_in_table = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(stand_in_table)
+VARIANTS, VARIANT_TEXT = stand_in_table.VARIANTS, stand_in_table.VARIANT_TEXT
+WRAPPERS = stand_in_table.WRAPPERS
+pct, figure, markdown = stand_in_table.pct, stand_in_table.figure, stand_in_table.markdown
+# The wrapper each point's run was measured with (make_projections.sh); FSDP2 where not named:
+# the earlier table's primary wrapper of each point.
+MEASURED_WRAPPER = stand_in_table.PRIMARY
 LABEL = {
     "mpt13b_h100": "MPT-13B, llm-foundry, H100",
     "mpt3b_h100": "MPT-3B, llm-foundry, H100",
@@ -63,40 +66,11 @@ LABEL = {
 
 def point_rows(point, projected):
     """Rows of one published point, one per set of scale effects, for the wrapper its run was
-    measured with. projected(wrapper, variant, n) -> the projected run's dict."""
-    ms = sorted(point["measurements"], key=lambda m: m["num_gpus"])
-    ns, nl = ms[0]["num_gpus"], ms[-1]["num_gpus"]
-    metric = point.get("metric", "tokens_per_s_per_gpu")
-    pub = {m["num_gpus"]: m[metric] for m in ms}
+    measured with: the earlier table's rows of that wrapper, every wrapper asked for the measured
+    run's projections. projected(wrapper, variant, n) -> the projected run's dict."""
     w = MEASURED_WRAPPER.get(point["id"], "fsdp2")
-    rows = []
-    for v in VARIANTS:
-        q = {m["num_gpus"]: projected(w, v, m["num_gpus"])[PROJECTED_FIELD[metric]] for m in ms}
-        tf_s = projected(w, v, ns)["tflops_per_s_per_rank"]
-        m0 = ms[0]
-        pub_tf = m0.get("tflops_per_s_per_gpu", m0.get(
-            "model_tflops_per_s_per_gpu",
-            m0.get("mfu_percent", 0) * PEAK_TFLOPS[point["gpu"]] / 100))
-        row = {
-            "point": point["id"], "wrapper": w, "variant": v, "primary": True,
-            "metric": metric,
-            "read_from_plot": any(m.get("read_from_plot", False) for m in ms),
-            "num_gpus": [m["num_gpus"] for m in ms],
-            "published_per_gpu": [pub[n] for n in pub],
-            "projected_per_gpu": [q[n] for n in pub],
-            "absolute_error": [q[n] / pub[n] - 1 for n in pub],
-            "implementation_difference": q[ns] / pub[ns] - 1,
-            "published_model_tflops_per_gpu_smallest": pub_tf,
-            "projected_model_tflops_per_gpu_smallest": tf_s,
-            "tflops_difference_smallest": tf_s / pub_tf - 1 if pub_tf else None,
-            "published_ratio": None, "projected_ratio": None, "scaling_ratio_error": None,
-        }
-        if nl != ns:
-            row["published_ratio"] = pub[nl] / pub[ns]
-            row["projected_ratio"] = q[nl] / q[ns]
-            row["scaling_ratio_error"] = row["projected_ratio"] / row["published_ratio"] - 1
-        rows.append(row)
-    return rows
+    return [r for r in stand_in_table.point_rows(point, lambda _, v, n: projected(w, v, n))
+            if r["wrapper"] == w]
 
 
 def worst(rows, min_gpus=0, past=0, upto=None, **where):
@@ -109,34 +83,8 @@ def worst(rows, min_gpus=0, past=0, upto=None, **where):
     return max(keep, key=lambda r: abs(r["scaling_ratio_error"])) if keep else None
 
 
-def pct(x):
-    return "n/a" if x is None else f"{100 * x:+.1f}%"
-
-
 def ratio(x):
     return "n/a" if x is None else f"{x:.3f}"
-
-
-def figure(x, metric):
-    return f"{x:,.1f}" if metric == "tflops_per_s_per_gpu" else f"{x:,.0f}"
-
-
-def markdown(rows):
-    """Every row in full. ~ marks published figures read off a plot (published.json's plot_reading)."""
-    out = ["| point | wrapper | effects | GPUs | unit | published per GPU | projected per GPU "
-           "| absolute error | implementation difference | published ratio | projected ratio "
-           "| scaling-ratio error |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        mark = "~" if r["read_from_plot"] else ""
-        out.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
-            r["point"], WRAPPERS[r["wrapper"]], VARIANT_TEXT[r["variant"]],
-            " / ".join(str(n) for n in r["num_gpus"]), UNIT[r["metric"]],
-            " / ".join(mark + figure(x, r["metric"]) for x in r["published_per_gpu"]),
-            " / ".join(figure(x, r["metric"]) for x in r["projected_per_gpu"]),
-            " / ".join(pct(x) for x in r["absolute_error"]), pct(r["implementation_difference"]),
-            ratio(r["published_ratio"]), ratio(r["projected_ratio"]),
-            pct(r["scaling_ratio_error"])))
-    return "\n".join(out)
 
 
 def summary_markdown(rows):
