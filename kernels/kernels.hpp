@@ -78,6 +78,14 @@ void router_softmax_topk_backward(const float* logits, const bool* map, const fl
                                   const float* d_scores, float* d_logits, int64_t tokens,
                                   int experts, bool pre_softmax, Stream stream);
 
+// The router GEMM's backward on tensor cores (moe_router.cu; docs/moe.md, "Router GEMM"): each
+// fp32 value g of grad [rows, cols] as the sum of three bf16 values g1 + g2 + g3 (g1 = g rounded,
+// g2 = the remainder rounded, g3 = what is left rounded), written to out [rows, 3 * cols] as
+// [g1 | g2 | g3]. The three carry g's 24 significant bits: their sum in exact arithmetic is g
+// (away from fp32's subnormal range), so a bf16 GEMM of `out` with an exact bf16 operand,
+// accumulated in fp32, is the fp32 GEMM of g up to the order of its sums.
+void split_bf16x3(const float* grad, void* out, int64_t rows, int64_t cols, Stream stream);
+
 // ---- the MoE dispatch's routed rows (moe_rows.cu) ------------------------------------------
 // From the routing map [tokens, experts] (bool, contiguous): its true pairs as `rows` rows in
 // expert-major order, tokens ascending inside an expert (at::nonzero's order over the transposed

@@ -202,6 +202,25 @@ __global__ void router_bwd_kernel(const float* __restrict__ logits, const bool* 
   }
 }
 
+// One thread per value of grad: its three bf16 parts to the three column blocks of out.
+__global__ void split_bf16x3_kernel(const float* __restrict__ grad, __nv_bfloat16* __restrict__ out,
+                                    int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = grad[i];
+    const __nv_bfloat16 g1 = __float2bfloat16_rn(g);
+    const float r1 = g - __bfloat162float(g1);  // exact: the rounding error of g1
+    const __nv_bfloat16 g2 = __float2bfloat16_rn(r1);
+    const float r2 = r1 - __bfloat162float(g2);  // exact
+    const int64_t row = i / cols, col = i - row * cols;
+    __nv_bfloat16* o = out + row * 3 * cols + col;
+    o[0] = g1;
+    o[cols] = g2;
+    o[2 * cols] = __float2bfloat16_rn(r2);
+  }
+}
+
 // Lanes hold experts in registers, P per lane: the smallest P of 1, 2, 4, 8, 16 that covers them.
 template <typename Launch>
 void dispatch_width(int experts, Launch&& launch) {
@@ -253,6 +272,18 @@ void router_softmax_topk_backward(const float* logits, const bool* map, const fl
         logits, map, d_probs, d_scores, d_logits, tokens, experts, pre_softmax);
   });
   detail::check_launch("router_softmax_topk_backward");
+}
+
+void split_bf16x3(const float* grad, void* out, int64_t rows, int64_t cols, Stream stream) {
+  if (rows < 0 || cols < 0) {
+    throw std::invalid_argument("shardbench kernel split_bf16x3: rows " + std::to_string(rows) +
+                                ", cols " + std::to_string(cols) + " (accepted: >= 0)");
+  }
+  if (rows * cols == 0) return;
+  const int blocks = detail::grid_stride_blocks(rows * cols, kThreads, 8);
+  split_bf16x3_kernel<<<blocks, kThreads, 0, stream>>>(grad, static_cast<__nv_bfloat16*>(out), rows,
+                                                       cols);
+  detail::check_launch("split_bf16x3");
 }
 
 }  // namespace shardbench::kernels

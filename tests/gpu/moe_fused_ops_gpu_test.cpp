@@ -196,7 +196,7 @@ TEST(MoeFusedOpsGpuBlock, KernelOnMatchesKernelOff) {
     model.set_fused_kernels(fused);
     const std::vector<std::string> want =
         fused ? std::vector<std::string>{"weighted_swiglu", "sum_slots", "routed_rows",
-                                         "router_softmax_topk"}
+                                         "router_gemm_bf16x3", "router_softmax_topk"}
               : std::vector<std::string>{};
     EXPECT_EQ(model.fused_kernel_names(at::kBFloat16), want);
     for (const at::Tensor& t : params) t.mutable_grad() = at::Tensor();
@@ -337,6 +337,82 @@ TEST(MoeFusedOpsGpuRouter, SoftmaxTopkMatchesTheAtenComposition) {
   EXPECT_FALSE(moe_fused::supports_router(at::zeros({4, 8}, on_gpu(at::kBFloat16)), 2));
   EXPECT_FALSE(moe_fused::supports_router(at::zeros({4, 1024}, on_gpu(at::kFloat)), 2));
   EXPECT_FALSE(moe_fused::supports_router(at::zeros({4, 8}, on_gpu(at::kFloat)), 9));
+}
+
+}  // namespace
+}  // namespace shardbench
+
+namespace shardbench {
+namespace {
+
+// The router GEMM's backward split (moe_fused::split_bf16x3): the three bf16 parts of each fp32
+// value sum to it exactly, in fp64, for values across 60 binary orders of magnitude, both signs,
+// zero, and a column count that is not a multiple of anything.
+TEST(MoeFusedOpsGpuRouterGemm, SplitCarriesEveryBitOfFp32) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
+  at::manual_seed(3);
+  const int64_t rows = 517, cols = 37;
+  const at::Tensor scale = at::pow(2.0, at::randint(-30, 30, {rows, cols}, on_gpu(at::kFloat)));
+  at::Tensor g = at::randn({rows, cols}, on_gpu(at::kFloat)) * scale;
+  g.index_put_({0}, 0.0);
+  const at::Tensor parts = moe_fused::split_bf16x3(g);
+  ASSERT_EQ(parts.sizes(), (std::vector<int64_t>{rows, 3 * cols}));
+  const at::Tensor p = parts.to(at::kDouble).view({rows, 3, cols});
+  const at::Tensor sum = p.select(1, 0) + p.select(1, 1) + p.select(1, 2);
+  EXPECT_EQ((sum - g.to(at::kDouble)).abs().max().item<double>(), 0.0);
+  // Two parts would not do: the third carries bits for most values.
+  EXPECT_GT((p.select(1, 2) != 0).sum().item<int64_t>(), rows * cols / 2);
+}
+
+// The router's logits on tensor cores (moe_fused::router_gemm) against the fp32 composition the
+// MoE model runs without it (h and the weight cast to fp32, at::linear): logits within fp32
+// rounding, and both gradients, after their one rounding to bf16, within one bf16 step of the
+// composition's at every element, for the bench recipe's 64 experts and DeepSeek-V3's 256.
+TEST(MoeFusedOpsGpuRouterGemm, MatchesTheFp32Composition) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
+  for (int64_t experts : {64, 256}) {
+    SCOPED_TRACE(std::to_string(experts) + " experts");
+    at::manual_seed(9 + experts);
+    const int64_t tokens = 1000, hidden = 512;
+    const at::Tensor h0 = at::randn({tokens, hidden}, on_gpu(at::kFloat)).to(at::kBFloat16);
+    const at::Tensor w0 =
+        (at::randn({experts, hidden}, on_gpu(at::kFloat)) * 0.02).to(at::kBFloat16);
+    const at::Tensor up = at::randn({tokens, experts}, on_gpu(at::kFloat)) * 1e-3;
+    ASSERT_TRUE(moe_fused::supports_router_gemm(h0, w0));
+    const at::Tensor h1 = h0.clone().requires_grad_(true), w1 = w0.clone().requires_grad_(true);
+    const at::Tensor got = moe_fused::router_gemm(h1, w1);
+    const at::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
+    const at::Tensor ref = at::linear(h2.to(at::kFloat), w2.to(at::kFloat));
+    EXPECT_EQ(got.scalar_type(), at::kFloat);
+    EXPECT_LT(rel_err(got, ref), 1e-6);
+    const auto g1 = torch::autograd::grad({got}, {h1, w1}, {up});
+    const auto g2 = torch::autograd::grad({ref}, {h2, w2}, {up});
+    for (int i = 0; i < 2; ++i) {
+      SCOPED_TRACE(i == 0 ? "d h" : "d weight");
+      EXPECT_EQ(g1[i].scalar_type(), at::kBFloat16);
+      const at::Tensor a = g1[i].to(at::kDouble), b = g2[i].to(at::kDouble);
+      // One bf16 step at b: 2^(exponent of |b| - 7).
+      const at::Tensor step = at::pow(2.0, at::floor(at::log2(b.abs().clamp_min(1e-30))) - 7);
+      EXPECT_EQ(((a - b).abs() > step).sum().item<int64_t>(), 0);
+      EXPECT_LT(rel_err(a, b), 1e-3);
+    }
+  }
+  EXPECT_FALSE(moe_fused::supports_router_gemm(at::zeros({4, 8}, on_gpu(at::kFloat)),
+                                               at::zeros({2, 8}, on_gpu(at::kFloat))))
+      << "fp32";
+  EXPECT_FALSE(moe_fused::supports_router_gemm(at::zeros({4, 8}, on_gpu(at::kBFloat16)),
+                                               at::zeros({2, 4}, on_gpu(at::kBFloat16))))
+      << "hidden sizes differ";
+  EXPECT_FALSE(moe_fused::supports_router_gemm(at::zeros({4, 8}, at::kBFloat16),
+                                               at::zeros({2, 8}, at::kBFloat16)))
+      << "CPU";
+  EXPECT_THROW(moe_fused::router_gemm(at::zeros({4, 8}, on_gpu(at::kFloat)),
+                                      at::zeros({2, 8}, on_gpu(at::kFloat))),
+               std::invalid_argument);
+  EXPECT_THROW(moe_fused::split_bf16x3(at::zeros({4, 8}, on_gpu(at::kBFloat16))),
+               std::invalid_argument);
 }
 
 }  // namespace

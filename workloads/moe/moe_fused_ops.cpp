@@ -35,6 +35,13 @@ bool supports_router(const at::Tensor& logits, int64_t k) {
          logits.size(1) <= kernels::kMaxRouterExperts && k >= 1 && k <= logits.size(1);
 }
 
+bool supports_router_gemm(const at::Tensor& h, const at::Tensor& weight) {
+  if (!h.defined() || !weight.defined() || !fused::built() || !h.is_cuda()) return false;
+  return h.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
+         h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1) &&
+         weight.device() == h.device();
+}
+
 bool supports_routed_rows(const at::Tensor& map) {
   if (!map.defined() || !fused::built() || !map.is_cuda()) return false;
   return map.scalar_type() == at::kBool && map.dim() == 2 && map.is_contiguous() &&
@@ -75,6 +82,17 @@ at::Tensor sum_slots(const at::Tensor& rows, const at::Tensor& row_of_slot, int6
                      fused::kdtype(rows), tokens, slots, rows.size(1), rows.size(0),
                      fused::stream_of(rows));
   return out;
+}
+
+at::Tensor split_bf16x3(const at::Tensor& g) {
+  if (!g.defined() || !g.is_cuda() || g.scalar_type() != at::kFloat || g.dim() != 2 ||
+      !g.is_contiguous()) {
+    throw std::invalid_argument("fused op: split_bf16x3 needs a contiguous 2-D fp32 CUDA tensor");
+  }
+  at::Tensor parts = at::empty({g.size(0), 3 * g.size(1)}, g.options().dtype(at::kBFloat16));
+  kernels::split_bf16x3(g.data_ptr<float>(), parts.data_ptr(), g.size(0), g.size(1),
+                        fused::stream_of(g));
+  return parts;
 }
 
 namespace {
@@ -162,10 +180,47 @@ struct RouterSoftmaxTopkFn : torch::autograd::Function<RouterSoftmaxTopkFn> {
   }
 };
 
+struct RouterGemmFn : torch::autograd::Function<RouterGemmFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight) {
+    if (!supports_router_gemm(h, weight)) {
+      throw std::invalid_argument(
+          "fused op: router_gemm needs 2-D bf16 CUDA h [tokens, hidden] and weight [experts, "
+          "hidden] on the same device");
+    }
+    ctx->save_for_backward({h, weight});
+    return at::mm(h, weight.t(), at::kFloat);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& h = saved[0];
+    const at::Tensor& weight = saved[1];
+    const int64_t experts = weight.size(0);
+    const at::Tensor g = grads[0].to(at::kFloat).contiguous();
+    // [g1 | g2 | g3], g = g1 + g2 + g3: each GEMM below takes the three parts at once.
+    const at::Tensor parts = split_bf16x3(g);
+    at::Tensor d_h, d_weight;
+    if (ctx->needs_input_grad(0)) {
+      // sum_p g_p @ W as one GEMM over [g1 | g2 | g3] and [W; W; W].
+      d_h = at::mm(parts, weight.repeat({3, 1}), at::kFloat).to(h.scalar_type());
+    }
+    if (ctx->needs_input_grad(1)) {
+      d_weight = at::mm(parts.t(), h, at::kFloat)
+                     .view({3, experts, h.size(1)})
+                     .sum(0)
+                     .to(weight.scalar_type());
+    }
+    return {d_h, d_weight};
+  }
+};
+
 }  // namespace
 
 at::Tensor weighted_swiglu(const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn) {
   return WeightedSwigluFn::apply(gate_up, probs, ffn);
+}
+
+at::Tensor router_gemm(const at::Tensor& h, const at::Tensor& weight) {
+  return RouterGemmFn::apply(h, weight);
 }
 
 RouterOutputs router_softmax_topk(const at::Tensor& logits, int64_t k, bool pre_softmax) {
@@ -184,6 +239,14 @@ at::Tensor sum_slots(const at::Tensor&, const at::Tensor&, int64_t, int64_t) {
 }
 
 RouterOutputs router_softmax_topk(const at::Tensor&, int64_t, bool) {
+  throw std::logic_error("shardbench was built without its CUDA kernels (no nvcc at configure)");
+}
+
+at::Tensor router_gemm(const at::Tensor&, const at::Tensor&) {
+  throw std::logic_error("shardbench was built without its CUDA kernels (no nvcc at configure)");
+}
+
+at::Tensor split_bf16x3(const at::Tensor&) {
   throw std::logic_error("shardbench was built without its CUDA kernels (no nvcc at configure)");
 }
 

@@ -54,6 +54,26 @@ struct RouterOutputs {
 };
 RouterOutputs router_softmax_topk(const at::Tensor& logits, int64_t k, bool pre_softmax);
 
+// True when router_gemm() takes (h, weight): the kernels built, h a 2-D bf16 CUDA tensor
+// [tokens, hidden], weight bf16 [experts, hidden] on the same device.
+bool supports_router_gemm(const at::Tensor& h, const at::Tensor& weight);
+
+// The router's logits in fp32 (moe_router_dtype fp32) from bf16 h and weight on tensor cores:
+// Megatron-LM's RouterGatingLinearFunction (megatron/core/transformer/moe/moe_utils.py) casts
+// both to fp32 and multiplies on fp32 (SIMT) kernels, forward and backward. bf16 values are exact
+// in fp32 and so are their products, so a bf16 GEMM accumulating in fp32 gives the same logits up
+// to the order of the sums. Backward splits the fp32 incoming gradient into three bf16 parts
+// (kernels::split_bf16x3) that carry all of its bits, so both gradients are bf16 GEMMs with fp32
+// accumulation too: h's gradient rounded to bf16 once and the weight's once, as Megatron casts
+// its fp32 results (docs/moe.md, "Router GEMM"). Returns [tokens, experts] fp32. Throws
+// std::invalid_argument where supports_router_gemm() is false.
+at::Tensor router_gemm(const at::Tensor& h, const at::Tensor& weight);
+
+// The router GEMM backward's split of a contiguous 2-D fp32 CUDA tensor g [rows, cols] into
+// [g1 | g2 | g3] bf16 [rows, 3 * cols] with g = g1 + g2 + g3 (kernels::split_bf16x3). Throws
+// std::invalid_argument for another tensor, std::logic_error without the kernels.
+at::Tensor split_bf16x3(const at::Tensor& g);
+
 // True when routed_rows() takes `map`: the kernels built, a contiguous 2-D bool CUDA tensor of
 // at most kernels::kMaxRouterExperts experts.
 bool supports_routed_rows(const at::Tensor& map);

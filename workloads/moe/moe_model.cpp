@@ -700,8 +700,11 @@ MoeRouting MoeModel::route(const at::Tensor& h, const at::Tensor& router_weight,
   }
   ProfiledPhase phase("moe/router");
   MoeRouting out;
-  // Router GEMM in fp32 (moe_router_dtype fp32).
-  at::Tensor logits = at::linear(h.to(at::kFloat), router_weight.to(at::kFloat));
+  // Router GEMM in fp32 (moe_router_dtype fp32). With bf16 h and weight the kernels' path runs it
+  // on tensor cores, the same logits up to the order of the sums (docs/moe.md, "Router GEMM").
+  at::Tensor logits = fused_kernels_ && moe_fused::supports_router_gemm(h, router_weight)
+                          ? moe_fused::router_gemm(h, router_weight)
+                          : at::linear(h.to(at::kFloat), router_weight.to(at::kFloat));
   if (router_.force_load_balancing) {
     // Random logits forward, the real logits' gradient backward (straight-through). Each EP
     // rank draws its own, as Megatron's per-rank generator does.
@@ -885,6 +888,7 @@ std::vector<std::string> MoeModel::fused_kernel_names(at::ScalarType dtype) cons
   names.push_back("weighted_swiglu");
   names.push_back("sum_slots");
   if (dims_.num_experts <= kernels::kMaxRouterExperts) names.push_back("routed_rows");
+  if (dtype == at::kBFloat16) names.push_back("router_gemm_bf16x3");
   if (router_.score_function == MoeRouterScore::kSoftmax && router_.num_groups == 0 &&
       dims_.num_experts <= kernels::kMaxRouterExperts) {
     names.push_back("router_softmax_topk");
