@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include "tests/moe_test_dims.hpp"
 #include "workloads/llama/fused_ops.hpp"
@@ -25,6 +26,39 @@ TEST(MoeFusedFallback, SupportsNoCpuTensor) {
   EXPECT_FALSE(moe_fused::supports(g.to(at::kBFloat16), p, 8));
   EXPECT_FALSE(fused::supports(at::kFloat, at::Device(at::kCPU)));
   EXPECT_FALSE(fused::supports(at::kBFloat16, at::Device(at::kCPU)));
+  EXPECT_FALSE(moe_fused::supports_router_gemm(at::zeros({4, 8}, at::kBFloat16),
+                                               at::zeros({2, 8}, at::kBFloat16)));
+}
+
+// The router GEMM's autograd function (moe_fused::router_gemm) on CPU, where its GEMMs run on
+// fp32 copies and its split as ATen ops: the GPU path's plumbing (the [g1 | g2 | g3] parts against
+// [W; W; W], the weight's three blocks summed, the dtypes) gives the fp32 composition's logits
+// and, after their rounding to bf16, gradients within one bf16 step at every element.
+TEST(MoeFusedFallback, RouterGemmStepsMatchTheFp32CompositionOnCpu) {
+  at::manual_seed(4);
+  const int64_t tokens = 300, hidden = 96, experts = 24;
+  const at::Tensor h0 = at::randn({tokens, hidden}, kF32).to(at::kBFloat16);
+  const at::Tensor w0 = (at::randn({experts, hidden}, kF32) * 0.02).to(at::kBFloat16);
+  const at::Tensor up = at::randn({tokens, experts}, kF32) * 1e-3;
+  const at::Tensor h1 = h0.clone().requires_grad_(true), w1 = w0.clone().requires_grad_(true);
+  const at::Tensor got = moe_fused::router_gemm(h1, w1);
+  const at::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
+  const at::Tensor ref = at::linear(h2.to(at::kFloat), w2.to(at::kFloat));
+  ASSERT_EQ(got.scalar_type(), at::kFloat);
+  ASSERT_EQ(got.sizes(), ref.sizes());
+  EXPECT_LT((got - ref).abs().max().item<double>(), 1e-6 * ref.abs().max().item<double>());
+  const auto g1 = torch::autograd::grad({got}, {h1, w1}, {up});
+  const auto g2 = torch::autograd::grad({ref}, {h2, w2}, {up});
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(i == 0 ? "d h" : "d weight");
+    ASSERT_EQ(g1[i].scalar_type(), at::kBFloat16);
+    ASSERT_EQ(g1[i].sizes(), g2[i].sizes());
+    const at::Tensor a = g1[i].to(at::kDouble), b = g2[i].to(at::kDouble);
+    const at::Tensor step = at::pow(2.0, at::floor(at::log2(b.abs().clamp_min(1e-30))) - 7);
+    EXPECT_EQ(((a - b).abs() > step).sum().item<int64_t>(), 0);
+    EXPECT_GT(b.abs().max().item<double>(), 0.0);
+  }
+  EXPECT_THROW(moe_fused::router_gemm(h0.to(at::kFloat), w0.to(at::kFloat)), std::invalid_argument);
 }
 
 TEST(MoeFusedFallback, KernelSwitchOnCpuRunsAtenBitForBit) {

@@ -35,17 +35,77 @@ bool supports_router(const at::Tensor& logits, int64_t k) {
          logits.size(1) <= kernels::kMaxRouterExperts && k >= 1 && k <= logits.size(1);
 }
 
-bool supports_router_gemm(const at::Tensor& h, const at::Tensor& weight) {
-  if (!h.defined() || !weight.defined() || !fused::built() || !h.is_cuda()) return false;
-  return h.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
-         h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1) &&
-         weight.device() == h.device();
-}
-
 bool supports_routed_rows(const at::Tensor& map) {
   if (!map.defined() || !fused::built() || !map.is_cuda()) return false;
   return map.scalar_type() == at::kBool && map.dim() == 2 && map.is_contiguous() &&
          map.size(1) >= 1 && map.size(1) <= kernels::kMaxRouterExperts;
+}
+
+namespace {
+
+bool router_gemm_operands(const at::Tensor& h, const at::Tensor& weight) {
+  return h.defined() && weight.defined() && h.scalar_type() == at::kBFloat16 &&
+         weight.scalar_type() == at::kBFloat16 && h.dim() == 2 && weight.dim() == 2 &&
+         h.size(1) == weight.size(1) && weight.device() == h.device();
+}
+
+// bf16 a @ b accumulated and returned in fp32: cuBLAS's tensor-core GEMM through at::mm's
+// out_dtype on CUDA; on CPU (tests) the same product from fp32 copies, exact operands either way.
+at::Tensor mm_fp32(const at::Tensor& a, const at::Tensor& b) {
+  return a.is_cuda() ? at::mm(a, b, at::kFloat) : at::mm(a.to(at::kFloat), b.to(at::kFloat));
+}
+
+// split_bf16x3 as ATen ops, for CPU tensors (tests): the kernel's arithmetic, one op at a time.
+at::Tensor split_bf16x3_aten(const at::Tensor& g) {
+  const at::Tensor g1 = g.to(at::kBFloat16);
+  const at::Tensor r1 = g - g1.to(at::kFloat);
+  const at::Tensor g2 = r1.to(at::kBFloat16);
+  const at::Tensor g3 = (r1 - g2.to(at::kFloat)).to(at::kBFloat16);
+  return at::cat({g1, g2, g3}, 1);
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct RouterGemmFn : torch::autograd::Function<RouterGemmFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight) {
+    if (!router_gemm_operands(h, weight)) {
+      throw std::invalid_argument(
+          "fused op: router_gemm needs 2-D bf16 h [tokens, hidden] and weight [experts, hidden] "
+          "on the same device");
+    }
+    ctx->save_for_backward({h, weight});
+    return mm_fp32(h, weight.t());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& h = saved[0];
+    const at::Tensor& weight = saved[1];
+    const int64_t experts = weight.size(0);
+    const at::Tensor g = grads[0].to(at::kFloat).contiguous();
+    // [g1 | g2 | g3], g = g1 + g2 + g3: each GEMM below takes the three parts at once.
+    const at::Tensor parts = g.is_cuda() ? split_bf16x3(g) : split_bf16x3_aten(g);
+    at::Tensor d_h, d_weight;
+    if (ctx->needs_input_grad(0)) {
+      // sum_p g_p @ W as one GEMM over [g1 | g2 | g3] and [W; W; W].
+      d_h = mm_fp32(parts, weight.repeat({3, 1})).to(h.scalar_type());
+    }
+    if (ctx->needs_input_grad(1)) {
+      d_weight =
+          mm_fp32(parts.t(), h).view({3, experts, h.size(1)}).sum(0).to(weight.scalar_type());
+    }
+    return {d_h, d_weight};
+  }
+};
+
+}  // namespace
+
+bool supports_router_gemm(const at::Tensor& h, const at::Tensor& weight) {
+  return fused::built() && h.defined() && h.is_cuda() && router_gemm_operands(h, weight);
+}
+
+at::Tensor router_gemm(const at::Tensor& h, const at::Tensor& weight) {
+  return RouterGemmFn::apply(h, weight);
 }
 
 #ifdef SHARDBENCH_CUDA_KERNELS
@@ -180,47 +240,10 @@ struct RouterSoftmaxTopkFn : torch::autograd::Function<RouterSoftmaxTopkFn> {
   }
 };
 
-struct RouterGemmFn : torch::autograd::Function<RouterGemmFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight) {
-    if (!supports_router_gemm(h, weight)) {
-      throw std::invalid_argument(
-          "fused op: router_gemm needs 2-D bf16 CUDA h [tokens, hidden] and weight [experts, "
-          "hidden] on the same device");
-    }
-    ctx->save_for_backward({h, weight});
-    return at::mm(h, weight.t(), at::kFloat);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& h = saved[0];
-    const at::Tensor& weight = saved[1];
-    const int64_t experts = weight.size(0);
-    const at::Tensor g = grads[0].to(at::kFloat).contiguous();
-    // [g1 | g2 | g3], g = g1 + g2 + g3: each GEMM below takes the three parts at once.
-    const at::Tensor parts = split_bf16x3(g);
-    at::Tensor d_h, d_weight;
-    if (ctx->needs_input_grad(0)) {
-      // sum_p g_p @ W as one GEMM over [g1 | g2 | g3] and [W; W; W].
-      d_h = at::mm(parts, weight.repeat({3, 1}), at::kFloat).to(h.scalar_type());
-    }
-    if (ctx->needs_input_grad(1)) {
-      d_weight = at::mm(parts.t(), h, at::kFloat)
-                     .view({3, experts, h.size(1)})
-                     .sum(0)
-                     .to(weight.scalar_type());
-    }
-    return {d_h, d_weight};
-  }
-};
-
 }  // namespace
 
 at::Tensor weighted_swiglu(const at::Tensor& gate_up, const at::Tensor& probs, int64_t ffn) {
   return WeightedSwigluFn::apply(gate_up, probs, ffn);
-}
-
-at::Tensor router_gemm(const at::Tensor& h, const at::Tensor& weight) {
-  return RouterGemmFn::apply(h, weight);
 }
 
 RouterOutputs router_softmax_topk(const at::Tensor& logits, int64_t k, bool pre_softmax) {
@@ -239,10 +262,6 @@ at::Tensor sum_slots(const at::Tensor&, const at::Tensor&, int64_t, int64_t) {
 }
 
 RouterOutputs router_softmax_topk(const at::Tensor&, int64_t, bool) {
-  throw std::logic_error("shardbench was built without its CUDA kernels (no nvcc at configure)");
-}
-
-at::Tensor router_gemm(const at::Tensor&, const at::Tensor&) {
   throw std::logic_error("shardbench was built without its CUDA kernels (no nvcc at configure)");
 }
 

@@ -65,8 +65,9 @@ bool supports_router_gemm(const at::Tensor& h, const at::Tensor& weight);
 // to the order of the sums. Backward splits the fp32 incoming gradient into three bf16 parts
 // (kernels::split_bf16x3) that carry all of its bits, so both gradients are bf16 GEMMs with fp32
 // accumulation too: h's gradient rounded to bf16 once and the weight's once, as Megatron casts
-// its fp32 results (docs/moe.md, "Router GEMM"). Returns [tokens, experts] fp32. Throws
-// std::invalid_argument where supports_router_gemm() is false.
+// its fp32 results (docs/moe.md, "Router GEMM"). Returns [tokens, experts] fp32. On CPU tensors
+// (tests; the model takes it on a GPU only) the same steps run as ATen ops on fp32 copies. Throws
+// std::invalid_argument unless h and weight are 2-D bf16 of the same hidden size on one device.
 at::Tensor router_gemm(const at::Tensor& h, const at::Tensor& weight);
 
 // The router GEMM backward's split of a contiguous 2-D fp32 CUDA tensor g [rows, cols] into
