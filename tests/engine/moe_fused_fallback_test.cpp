@@ -1,6 +1,7 @@
 // The MoE model's weighted SwiGLU kernel (workloads/moe/moe_fused_ops.hpp) where it does not
 // apply: on CPU the kernel is never taken, so the block with shardbench.fused_kernels on computes
 // exactly what it computes with it off (ATen's composition), bit for bit, and lists no kernel.
+// And the router GEMM's autograd function, which runs its steps on CPU tensors too.
 #include <gtest/gtest.h>
 
 #include <string>
