@@ -25,21 +25,21 @@ imported).
 import importlib.util
 import json
 import sys
-import tarfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 EARLIER = ROOT / "results/h200/projection_validation_2026-12-06"
-PUBLISHED = EARLIER / "published.json"
 STAND_IN = EARLIER / "validation.json"
-# The earlier check's table.py: its row arithmetic, constants and full-table markdown, reused.
+# The earlier check's table.py: its row arithmetic, constants, full-table markdown, projection
+# loading and diagnostic table, reused.
 _spec = importlib.util.spec_from_file_location("stand_in_table", EARLIER / "table.py")
 stand_in_table = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(stand_in_table)
 VARIANTS, VARIANT_TEXT = stand_in_table.VARIANTS, stand_in_table.VARIANT_TEXT
 WRAPPERS = stand_in_table.WRAPPERS
 pct, figure, markdown = stand_in_table.pct, stand_in_table.figure, stand_in_table.markdown
+past_64 = stand_in_table.past_64
 # The wrapper each point's run was measured with (make_projections.sh); FSDP2 where not named:
 # the earlier table's primary wrapper of each point.
 MEASURED_WRAPPER = stand_in_table.PRIMARY
@@ -133,40 +133,12 @@ def comparison_markdown(rows, stand_in):
 
 
 def load():
-    published = json.loads(PUBLISHED.read_text())
-    tgz = tarfile.open(HERE / "projections.tgz")
-
-    def projected_for(pid):
-        def projected(w, v, n):
-            f = tgz.extractfile(f"projections/{pid}_{w}_{v}_ng{n}.json")
-            return json.load(f)["runs"][0]
-        return projected
-    rows = []
-    for p in published["points"]:
-        rows += point_rows(p, projected_for(p["id"]))
-    return rows
-
-
-DIAG_F = ("1", "0.25", "0.15", "0.1")
-DIAG_N = (8, 16, 128, 256, 512)
+    return stand_in_table.load(HERE, point_rows)
 
 
 def diagnostic_markdown():
     """q(N) / q(8) of the diag_t5_fsdp2_f<F>_ng<N> projections (the T5-11B shape at batch 8)."""
-    tgz = tarfile.open(HERE / "projections.tgz")
-
-    def q(f, n):
-        run = json.load(tgz.extractfile(f"projections/diag_t5_fsdp2_f{f}_ng{n}.json"))["runs"][0]
-        return run["tflops_per_s_per_rank"]
-    out = ["| F | " + " | ".join(f"{n} GPUs" for n in DIAG_N) + " |",
-           "|---|" + "---|" * len(DIAG_N)]
-    for f in DIAG_F:
-        out.append(f"| {f} | " + " | ".join(f"{q(f, n) / q(f, 8):.3f}" for n in DIAG_N) + " |")
-    return "\n".join(out)
-
-
-def past_64(r):
-    return r["num_gpus"][-1] > 64
+    return stand_in_table.diagnostic_markdown(HERE)
 
 
 def main(argv):
@@ -178,11 +150,7 @@ def main(argv):
         print(f"Every set of scale effects, points {title}:\n")
         print(markdown([r for r in rows if keep(r)]) + "\n")
     print("Shape-independent view at the smallest GPU count (model TFLOP/s per GPU, effects off):\n")
-    print("| point | published | projected | difference |\n|---|---|---|---|")
-    for r in rows:
-        if r["variant"] == "base":
-            print(f"| {r['point']} | {r['published_model_tflops_per_gpu_smallest']:.0f} | "
-                  f"{r['projected_model_tflops_per_gpu_smallest']:.0f} | {pct(r['tflops_difference_smallest'])} |")
+    print(stand_in_table.shape_independent_markdown(rows))
     print("\nAgainst the stand-in table (effects off):\n")
     print(comparison_markdown(rows, json.loads(STAND_IN.read_text())))
     for label, where in (("effects off", {"variant": "base"}),

@@ -16,6 +16,7 @@
 # number of micro-batches per GPU (-gb = the report's micro-batch x GPUs x accumulation steps).
 # Run from the repository root after building: results/h200/projection_validation_2026-12-06/make_projections.sh
 set -euo pipefail
+. results/h200/projection_validation_2026-12-06/pack_projections.sh  # effect_flags, pack_projections
 D=results/h200/projection_validation_2026-12-06
 M=results/h200/projection_models_2026-12-05
 R=results/h200/projection_70b_recompute_2026-12-05
@@ -50,11 +51,7 @@ project() {
     [ "$gpu" != h200 ] && kernels=(--kernels "$kern")
     for n in $ns; do
       for v in base scale scale_f05; do
-        case $v in
-          base) fx=() ;;
-          scale) fx=(--nccl_algo auto --jitter normal) ;;
-          scale_f05) fx=(--nccl_algo auto --jitter normal --inter_node_efficiency 0.5) ;;
-        esac
+        effect_flags "$v"
         "$PP" "$rep" -ng "$n" -gn "$gn" -g "$gpu" --interconnect "$ic" -gb $((mb * n * ga)) \
           "${layers[@]}" "${kernels[@]}" "${fx[@]}" \
           -o "$T/projections/${point}_${w}_${v}_ng${n}.json" > /dev/null
@@ -94,19 +91,5 @@ for f in 1 0.25 0.15 0.1; do
   done
 done
 
-# Each run's per-collective timeline (`collectives`: launch, start and end of every collective of a
-# step) is most of a projection's bytes and is not read by table.py; the packed copies replace it
-# with its length (`collectives_dropped`). Rerun the command above without this step to see it.
-python3 - "$T/projections" <<'PY'
-import json, sys
-from pathlib import Path
-for f in sorted(Path(sys.argv[1]).glob("*.json")):
-    doc = json.loads(f.read_text())
-    for run in doc["runs"]:
-        run["collectives_dropped"] = len(run.pop("collectives", []))
-    f.write_text(json.dumps(doc, indent=1) + "\n")
-PY
-
-tar --sort=name --mtime=2026-12-06 --owner=0 --group=0 --numeric-owner -C "$T" -cf - projections |
-  gzip -n > "$D/projections.tgz.tmp"
-mv "$D/projections.tgz.tmp" "$D/projections.tgz"
+# Drop each run's per-collective timeline and pack (pack_projections.sh).
+pack_projections "$T" "$D/projections.tgz" 2026-12-06

@@ -108,9 +108,12 @@ def markdown(rows):
     return "\n".join(out)
 
 
-def load():
+def load(folder=HERE, rows_of=None):
+    """The rows of every published point (this folder's published.json) from the projections in
+    folder/projections.tgz, by rows_of(point, projected) (default: point_rows)."""
+    rows_of = rows_of or point_rows
     published = json.loads((HERE / "published.json").read_text())
-    tgz = tarfile.open(HERE / "projections.tgz")
+    tgz = tarfile.open(folder / "projections.tgz")
 
     def projected_for(pid):
         def projected(w, v, n):
@@ -119,7 +122,7 @@ def load():
         return projected
     rows = []
     for p in published["points"]:
-        rows += point_rows(p, projected_for(p["id"]))
+        rows += rows_of(p, projected_for(p["id"]))
     return rows
 
 
@@ -127,11 +130,12 @@ DIAG_F = ("1", "0.25", "0.15", "0.1")
 DIAG_N = (8, 16, 128, 256, 512)
 
 
-def diagnostic_markdown():
-    """q(N) / q(8) of the diag_t5_fsdp2_f<F>_ng<N> projections: a bandwidth shortfall (F < 1)
-    shows from the first inter-node ring (16 GPUs) on; it stays flat past that while the
-    communication stays hidden, and grows with N only once it is exposed (F = 0.1)."""
-    tgz = tarfile.open(HERE / "projections.tgz")
+def diagnostic_markdown(folder=HERE):
+    """q(N) / q(8) of the diag_t5_fsdp2_f<F>_ng<N> projections in folder/projections.tgz: a
+    bandwidth shortfall (F < 1) shows from the first inter-node ring (16 GPUs) on; it stays flat
+    past that while the communication stays hidden, and grows with N only once it is exposed
+    (F = 0.1)."""
+    tgz = tarfile.open(folder / "projections.tgz")
 
     def q(f, n):
         run = json.load(tgz.extractfile(f"projections/diag_t5_fsdp2_f{f}_ng{n}.json"))["runs"][0]
@@ -140,6 +144,16 @@ def diagnostic_markdown():
            "|---|" + "---|" * len(DIAG_N)]
     for f in DIAG_F:
         out.append(f"| {f} | " + " | ".join(f"{q(f, n) / q(f, 8):.3f}" for n in DIAG_N) + " |")
+    return "\n".join(out)
+
+
+def shape_independent_markdown(rows):
+    """Published against projected model TFLOP/s per GPU at the smallest GPU count, effects off."""
+    out = ["| point | published | projected | difference |\n|---|---|---|---|"]
+    for r in rows:
+        if r["variant"] == "base":
+            out.append(f"| {r['point']} | {r['published_model_tflops_per_gpu_smallest']:.0f} | "
+                       f"{r['projected_model_tflops_per_gpu_smallest']:.0f} | {pct(r['tflops_difference_smallest'])} |")
     return "\n".join(out)
 
 
@@ -157,11 +171,7 @@ def main(argv):
         print(f"\nThe other wrapper, points {title}:\n")
         print(markdown([r for r in rows if not r["primary"] and keep(r)]) + "\n")
     print("\nShape-independent view at the smallest GPU count (model TFLOP/s per GPU, primary wrapper, effects off):\n")
-    print("| point | published | projected | difference |\n|---|---|---|---|")
-    for r in primary:
-        if r["variant"] == "base":
-            print(f"| {r['point']} | {r['published_model_tflops_per_gpu_smallest']:.0f} | "
-                  f"{r['projected_model_tflops_per_gpu_smallest']:.0f} | {pct(r['tflops_difference_smallest'])} |")
+    print(shape_independent_markdown(primary))
     for label, where in (("primary, effects off", {"primary": True, "variant": "base"}),
                          ("primary, any effects", {"primary": True}),
                          ("any wrapper, any effects", {}),
