@@ -6,7 +6,7 @@
 // three rows, no rows, and a non-contiguous incoming gradient. Then the MoE block with the
 // kernel on and off. Runs on the GPU machine (label "gpu").
 #include <gtest/gtest.h>
-
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -367,8 +367,14 @@ TEST(MoeFusedOpsGpuRouterGemm, SplitCarriesEveryBitOfFp32) {
 
 // The router's logits on tensor cores (moe_fused::router_gemm) against the fp32 composition the
 // MoE model runs without it (h and the weight cast to fp32, at::linear): logits within fp32
-// rounding, and both gradients, after their one rounding to bf16, within one bf16 step of the
-// composition's at every element, for the bench recipe's 64 experts and DeepSeek-V3's 256.
+// rounding, and both gradients, after their one rounding to bf16, at every element within one
+// bf16 step plus the two sides' fp32 summation bound (2 K 2^-24 sum |terms|: both sum the same
+// exact products in other orders), for the bench recipe's 64 experts and DeepSeek-V3's 256.
+// The summation term covers elements whose sum cancels to far below its terms; on an H100 a few
+// dozen of the 512,000 elements of d h were more than one bf16 step apart for that reason.
+// Fewer than 1% of the elements may differ at all, and the whole within 5e-4: taking the
+// gradient's first bf16 part alone moves about 42% of them, 2.6e-3 in all (the same GEMMs in
+// fp32 on a CPU).
 TEST(MoeFusedOpsGpuRouterGemm, MatchesTheFp32Composition) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (!fused::built()) GTEST_SKIP() << "built without the CUDA kernels";
@@ -389,14 +395,22 @@ TEST(MoeFusedOpsGpuRouterGemm, MatchesTheFp32Composition) {
     EXPECT_LT(rel_err(got, ref), 1e-6);
     const auto g1 = torch::autograd::grad({got}, {h1, w1}, {up});
     const auto g2 = torch::autograd::grad({ref}, {h2, w2}, {up});
+    // Each gradient element's sum of |terms|, and the number of terms K: d h sums over the
+    // experts, d weight over the tokens.
+    const at::Tensor up_abs = up.abs().to(at::kDouble);
+    const at::Tensor abs_terms[2] = {at::mm(up_abs, w0.abs().to(at::kDouble)),
+                                     at::mm(up_abs.t(), h0.abs().to(at::kDouble))};
+    const double terms[2] = {static_cast<double>(experts), static_cast<double>(tokens)};
     for (int i = 0; i < 2; ++i) {
       SCOPED_TRACE(i == 0 ? "d h" : "d weight");
       EXPECT_EQ(g1[i].scalar_type(), at::kBFloat16);
       const at::Tensor a = g1[i].to(at::kDouble), b = g2[i].to(at::kDouble);
       // One bf16 step at b: 2^(exponent of |b| - 7).
       const at::Tensor step = at::pow(2.0, at::floor(at::log2(b.abs().clamp_min(1e-30))) - 7);
-      EXPECT_EQ(((a - b).abs() > step).sum().item<int64_t>(), 0);
-      EXPECT_LT(rel_err(a, b), 1e-3);
+      const at::Tensor bound = step + 2.0 * terms[i] * std::ldexp(1.0, -24) * abs_terms[i];
+      EXPECT_EQ(((a - b).abs() > bound).sum().item<int64_t>(), 0);
+      EXPECT_LT((a != b).to(at::kDouble).mean().item<double>(), 0.01);
+      EXPECT_LT(rel_err(a, b), 5e-4);
     }
   }
   EXPECT_FALSE(moe_fused::supports_router_gemm(at::zeros({4, 8}, on_gpu(at::kFloat)),
