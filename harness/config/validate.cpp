@@ -522,17 +522,6 @@ void layer_graph_rules(const ConfigContainer& c, int64_t num_gpus) {
            "attention's K/V all-gather over the context-parallel group is not built into the "
            "attn graph (accepted: 1)");
   }
-  // FSDP2 over more than one rank: on 2 and 4 NCCL ranks sharing an H100 the graphed runs'
-  // gradient norms left the eager runs' at the first replayed step (2.3e-5 relative), the same
-  // with CUDA_LAUNCH_BLOCKING=1 (results/h100/cuda_graphs_2026-12-07). Megatron FSDP, DDP and
-  // FSDP2 on one rank matched bit for bit.
-  if (wrapper_of(c) == Wrapper::kTorchFsdp2 && num_gpus > 1) {
-    refuse("dist.use_torch_fsdp2=true on " + std::to_string(num_gpus) + " ranks",
-           "FSDP2's per-layer graphs over more than one rank trained differently from its eager "
-           "steps in the parity test (gradient norms off from the first replayed step), a "
-           "difference not yet explained (accepted: one rank, Megatron FSDP or DDP, or "
-           "cuda_graph_scope=full_iteration)");
-  }
   // The fused weight-gradient GEMMs accumulate inside the backward graph, into the buffer the
   // engine handed out at capture: persistent, except Megatron FSDP's unsharded grads of a
   // micro-batch when grads are sharded over more than one rank.

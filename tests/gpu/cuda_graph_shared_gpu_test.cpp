@@ -64,18 +64,17 @@ struct GraphCase {
 };
 
 // The cases both graph kinds run: each Megatron FSDP strategy with the DDP baseline (distributed
-// optimizer), and FSDP2 where `fsdp2`, the double buffer in bf16, and plain DDP in fp32.
+// optimizer) and FSDP2 in the same report, the double buffer in bf16, and plain DDP in fp32.
 // `no_fusion_where`: extra arguments for the cases whose grads are sharded over the ranks (the
 // per-layer graphs turn the megatron_fsdp set's gradient-accumulation fusion off there:
-// validation refuses it, layer_graph_rules). The per-layer graphs leave FSDP2 out: validation
-// refuses it over more than one rank (it did not match its eager steps here).
-std::vector<GraphCase> wrapper_cases(const std::string& no_fusion_where, bool fsdp2) {
+// validation refuses it, layer_graph_rules).
+std::vector<GraphCase> wrapper_cases(const std::string& no_fusion_where) {
   std::vector<GraphCase> c;
   for (const char* strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
     const bool sharded_grads = std::string(strategy).rfind("optim_grads", 0) == 0;
     c.push_back({strategy, kFp32 + (sharded_grads ? no_fusion_where : "") +
                                "--use_megatron_fsdp true " +
-                               (fsdp2 ? "--compare_wrappers torch_fsdp2 " : "") +
+                               "--compare_wrappers torch_fsdp2 "
                                "model.init_model_with_meta_device=false "
                                "ddp.data_parallel_sharding_strategy=" +
                                std::string(strategy)});
@@ -90,7 +89,7 @@ std::vector<GraphCase> wrapper_cases(const std::string& no_fusion_where, bool fs
 
 const std::vector<GraphCase>& graph_cases() {
   static const std::vector<GraphCase> cases = [] {
-    std::vector<GraphCase> c = wrapper_cases("", /*fsdp2=*/true);
+    std::vector<GraphCase> c = wrapper_cases("");
     // The same with the optimizer captured.
     const size_t n = c.size();
     for (size_t i = 0; i < n; ++i) c.push_back({"opt_" + c[i].name, c[i].args, true});
@@ -106,14 +105,13 @@ const std::vector<GraphCase>& graph_cases() {
   return cases;
 }
 
-// The per-layer cases: each Megatron FSDP strategy with the DDP baseline (the
+// The per-layer cases: each Megatron FSDP strategy with the DDP baseline and FSDP2 (the
 // megatron_fsdp set's gradient-accumulation fusion off where the grads are sharded over the
 // ranks: validation refuses it there, layer_graph_rules), the double buffer in bf16, and DDP
 // with and without the distributed optimizer, the fusion on in bf16.
 const std::vector<GraphCase>& layer_graph_cases() {
   static const std::vector<GraphCase> cases = [] {
-    std::vector<GraphCase> c =
-        wrapper_cases("model.gradient_accumulation_fusion=false ", /*fsdp2=*/false);
+    std::vector<GraphCase> c = wrapper_cases("model.gradient_accumulation_fusion=false ");
     c.push_back({"ddp_bf16_wgrad_fusion", "model.gradient_accumulation_fusion=true"});
     return c;
   }();
