@@ -15,6 +15,8 @@ checked on a machine without a GPU:
   no command names a GPU;
 - --render of both GPU JSONs makes one page with a section each;
 - --time-budget: a cell that would start after it is not run, and the JSON and page list it;
+- --resume completes that grid: the earlier cell kept as it was, only the cells left out run; an
+  earlier run with another step count, world size or row set is refused naming the field;
 - scripts/gpu_compat_matrix runs both GPU grids into RESULTS, five files, one page;
 - bad input (--gpu on CPU, a grid without base_cuda, a bad on_device) exits 2 naming it.
 
@@ -293,6 +295,40 @@ def fake_checks(tmp, schema):
           and not validate(mt, schema, schema) and "3 more cell(s) not run: the time budget" in md,
           "--time-budget 1 with 1.5 s cells: the first cell runs, the other 3 are listed as not "
           "run: %r" % (mt or {}).get("not_run"))
+
+    # --resume: the budget-cut grid completed by a second run, which keeps the first run's cell
+    # as it was and runs only the three it left out (5 invocations: the checkpoint cells save,
+    # then resume).
+    budget_json = os.path.join(tmp, "budget", "compat_matrix.json")
+    r, mr, argvs = fake_run(tmp, "resumed", ["--device", "cuda", "--rows", "baseline,checkpoint",
+                                             "--columns", "ddp,fsdp_optim", "--resume",
+                                             budget_json])
+    kept = (mt or {}).get("cells", [{}])[0]
+    md = open(os.path.join(tmp, "resumed", "compat_matrix.md")).read() if mr else ""
+    check(r.returncode == 0 and mr is not None and len(mr["cells"]) == 4 and not mr["not_run"]
+          and mr["cells"][0] == kept and mr["resumed_from"]["cells"] == 1
+          and mr["resumed_from"]["out_dirs"] == [mt["out_dir"]]
+          and {tuple(c["rows"]) + (c["column"],) for c in mr["cells"][1:]}
+          == {("baseline", "fsdp_optim"), ("checkpoint", "ddp"), ("checkpoint", "fsdp_optim")}
+          and len(argvs) == 5 and not any("/budget/" in " ".join(a) for a in argvs)
+          and not validate(mr, schema, schema) and "1 cell(s) come from those runs" in md,
+          "--resume: the earlier run's cell is kept as it was, the 3 it left out run now (%d "
+          "invocations), the JSON validates and the page says so: %r (exit %d: %s)" % (
+              len(argvs), (mr or {}).get("resumed_from"), r.returncode, r.stderr[-600:]))
+    for flag_args, field in ((["--steps", "4"], "steps"), (["--world", "2"], "world"),
+                             (["--rows", "baseline"], "rows")):
+        args = ["--device", "cuda", "--rows", "baseline,checkpoint", "--columns",
+                "ddp,fsdp_optim", "--resume", budget_json]
+        for i in range(0, len(flag_args), 2):
+            if flag_args[i] in args:
+                args[args.index(flag_args[i]) + 1] = flag_args[i + 1]
+            else:
+                args += flag_args[i:i + 2]
+        r, _, argvs = fake_run(tmp, "resume_" + field, args)
+        check(r.returncode == 2 and ("--resume %s: %s is" % (budget_json, field)) in r.stderr
+              and "accepted: a matrix written with the same " + field in r.stderr and not argvs,
+              "--resume of a run with another %s exits 2 naming it, running nothing: %r"
+              % (field, r.stderr.strip()[-300:]))
 
     # scripts/gpu_compat_matrix, as on a GPU machine but with the fake perf-launch: both grids,
     # at most 6 files in RESULTS, one page with both sections.
