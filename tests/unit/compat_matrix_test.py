@@ -16,7 +16,8 @@ checked on a machine without a GPU:
 - --render of both GPU JSONs makes one page with a section each;
 - --time-budget: a cell that would start after it is not run, and the JSON and page list it;
 - --resume completes that grid: the earlier cell kept as it was, only the cells left out run; an
-  earlier run with another step count, world size or row set is refused naming the field;
+  earlier run with another step count, world size or row set is refused naming the field; its
+  code fingerprint ignores results, docs and markdown and follows every other tracked file;
 - scripts/gpu_compat_matrix runs both GPU grids into RESULTS, five files, one page;
 - bad input (--gpu on CPU, a grid without base_cuda, a bad on_device) exits 2 naming it.
 
@@ -397,6 +398,48 @@ def error_line_checks():
           "the first error line skips the functional-run banner: %r" % got)
 
 
+def code_fingerprint_checks():
+    # --resume's code_sha256 on a scratch repository: results, docs and markdown, committed or
+    # not, leave it as it is; a change to any other tracked file, committed or not, moves it.
+    from importlib.machinery import SourceFileLoader
+    cm = SourceFileLoader("compat_matrix", os.path.join(ROOT, "scripts", "compat_matrix")).load_module()
+    repo = tempfile.mkdtemp(prefix="compat_matrix_fp.")
+    try:
+        def git(*args):
+            subprocess.run(["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t"]
+                           + list(args), check=True, capture_output=True)
+
+        def write(path, text):
+            os.makedirs(os.path.dirname(os.path.join(repo, path)), exist_ok=True)
+            with open(os.path.join(repo, path), "w") as f:
+                f.write(text)
+
+        git("init", "-q")
+        for path in ("engine.cpp", "scripts/grid.json", "docs/a.md", "results/r/report.json",
+                     "README.md", "scripts/notes.md"):
+            write(path, path + "\n")
+        git("add", "-A")
+        git("commit", "-q", "-m", "a")
+        base = cm.code_fingerprint(repo)
+        write("docs/a.md", "more prose\n")
+        write("results/r/report.json", "{}\n")
+        write("README.md", "another front page\n")
+        write("scripts/notes.md", "a note beside the code\n")
+        prose_dirty = cm.code_fingerprint(repo)
+        git("commit", "-q", "-am", "b")
+        prose_committed = cm.code_fingerprint(repo)
+        write("scripts/grid.json", "changed\n")
+        code_dirty = cm.code_fingerprint(repo)
+        git("commit", "-q", "-am", "c")
+        code_committed = cm.code_fingerprint(repo)
+        check(base is not None and base == prose_dirty == prose_committed
+              and len({base, code_dirty, code_committed}) == 3,
+              "code_sha256: unchanged by results, docs and markdown (committed or not), moved by "
+              "a grid change, uncommitted and committed")
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
+
+
 def main():
     if len(sys.argv) not in (1, 2):
         print(__doc__)
@@ -404,6 +447,7 @@ def main():
     with open(SCHEMA) as f:
         schema = json.load(f)
     error_line_checks()
+    code_fingerprint_checks()
     tmp = tempfile.mkdtemp(prefix="compat_matrix_test.")
     try:
         fake_checks(tmp, schema)
