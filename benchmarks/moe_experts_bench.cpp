@@ -128,18 +128,20 @@ void BM_MoeBlock(benchmark::State& state) {
   for (size_t i = 0; i < specs.size(); ++i) {
     // Only the block's layer is initialised (on the host, as a run does); the embedding, the
     // output layer and the final norm, which the block never reads, are left as allocated.
-    at::Tensor leaf = at::empty(specs[i].shape, kBf16);
+    at::Tensor values;
     if (specs[i].layer == layer) {
       at::Tensor p = at::empty(specs[i].shape, at::TensorOptions().dtype(at::kFloat));
       spec.init_param_part(specs[i], static_cast<int64_t>(i), 1, 1, 0, p);
-      leaf = p.to(kBf16);
+      values = p.to(kBf16);
     }
+    at::Tensor leaf;
     if (flat) {
-      at::Tensor view = at::empty({0}, kBf16);
-      view.set_(buffer.storage(), offset, specs[i].shape);
-      view.copy_(leaf);
-      leaf = view;
+      leaf = at::empty({0}, kBf16);
+      leaf.set_(buffer.storage(), offset, specs[i].shape);
+      if (values.defined()) leaf.copy_(values);
       offset += specs[i].numel();
+    } else {
+      leaf = values.defined() ? values : at::empty(specs[i].shape, kBf16);
     }
     params.push_back(leaf.requires_grad_(true));
   }

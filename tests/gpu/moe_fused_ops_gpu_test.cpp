@@ -6,6 +6,7 @@
 // three rows, no rows, and a non-contiguous incoming gradient. Then the MoE block with the
 // kernel on and off. Runs on the GPU machine (label "gpu").
 #include <gtest/gtest.h>
+
 #include <cmath>
 #include <string>
 #include <vector>
