@@ -247,6 +247,11 @@ def fake_checks(tmp, schema):
     worlds = {tuple(c["rows"]): c["world"] for c in m2["cells"] if c["kind"] == "single"}
     check(worlds.get(("baseline",)) == 2 and worlds.get(("tp_sp",)) == 4
           and worlds.get(("moe_ep2",)) == 2, "cuda world 2: 2 ranks, 4 for TP 2: %r" % worlds)
+    # On CUDA, -tp 2 alone would set CUDA_DEVICE_MAX_CONNECTIONS=1 as upstream does, which Megatron
+    # FSDP refuses: the GPU row asks for 32, as a user running TP with FSDP does.
+    tp = [a for a in argvs if "-tp" in a]
+    check(bool(tp) and all("env.CUDA_DEVICE_MAX_CONNECTIONS=32" in a for a in tp),
+          "cuda world 2: every TP 2 command sets env.CUDA_DEVICE_MAX_CONNECTIONS=32: %r" % tp[:2])
     moe = [a for a in argvs if "-ep" in a]
     check(bool(moe) and all(flag(a, "-mr") == "moe_bench_3b" and flag(a, "-m") == "moe"
                             and "model.hidden_size=256" in a and "-sl" in a for a in moe),
@@ -352,11 +357,11 @@ def fake_checks(tmp, schema):
         check(ws1["world"] == 1 and ws1["gpu"] == "h200" and ws1["time_budget_s"] == 150
               and [x["id"] for x in ws1["skipped_rows"]] == ["tp_sp"] and sh["world"] == 2
               and sh["time_budget_s"] == 210 and len(sh["cells"]) == 4
-              and ws1["jobs"] == 8 and sh["jobs"] == 4
+              and ws1["jobs"] == 8 and sh["jobs"] == 2
               and "## One GPU, world size 1" in md and "## 2 ranks sharing one GPU" in md
               and "with 8 cells at a time other cells' kernels shared the GPU" in md,
               "scripts/gpu_compat_matrix: world 1 (-g h200, TP skipped; 8 cells at a time, said) "
-              "and 2 ranks sharing (4 cells at a time), each with its time budget, on one page")
+              "and 2 ranks sharing (2 cells at a time), each with its time budget, on one page")
     r = subprocess.run([os.path.join(ROOT, "scripts", "gpu_compat_matrix")], capture_output=True,
                        text=True, timeout=60, env=dict(os.environ, GPU="h100", GRIDS="1 3"))
     check(r.returncode == 2 and "GRIDS='1 3'" in r.stderr and "accepted: 1, shared" in r.stderr,
