@@ -17,7 +17,7 @@ checked on a machine without a GPU:
 - --time-budget: a cell that would start after it is not run, and the JSON and page list it;
 - --resume completes that grid: the earlier cell kept as it was, only the cells left out run; an
   earlier run with another step count, world size or row set is refused naming the field; its
-  code fingerprint ignores results, docs and markdown and follows every other tracked file;
+  code fingerprint ignores results, docs, tests, benchmarks and markdown and follows every other tracked file;
 - scripts/gpu_compat_matrix runs both GPU grids into RESULTS, five files, one page;
 - bad input (--gpu on CPU, a grid without base_cuda, a bad on_device) exits 2 naming it.
 
@@ -404,8 +404,8 @@ def error_line_checks():
 
 
 def code_fingerprint_checks():
-    # --resume's code_sha256 on a scratch repository: results, docs and markdown, committed or
-    # not, leave it as it is; a change to any other tracked file, committed or not, moves it.
+    # --resume's code_sha256 on a scratch repository: results, docs, tests, benchmarks and
+    # markdown, committed or not, leave it as it is; a change to any other tracked file, committed or not, moves it.
     from importlib.machinery import SourceFileLoader
     cm = SourceFileLoader("compat_matrix", os.path.join(ROOT, "scripts", "compat_matrix")).load_module()
     repo = tempfile.mkdtemp(prefix="compat_matrix_fp.")
@@ -421,7 +421,8 @@ def code_fingerprint_checks():
 
         git("init", "-q")
         for path in ("engine.cpp", "scripts/grid.json", "docs/a.md", "results/r/report.json",
-                     "README.md", "scripts/notes.md"):
+                     "README.md", "scripts/notes.md", "tests/unit/a_test.cpp",
+                     "benchmarks/b_bench.cpp"):
             write(path, path + "\n")
         git("add", "-A")
         git("commit", "-q", "-m", "a")
@@ -430,6 +431,8 @@ def code_fingerprint_checks():
         write("results/r/report.json", "{}\n")
         write("README.md", "another front page\n")
         write("scripts/notes.md", "a note beside the code\n")
+        write("tests/unit/a_test.cpp", "a looser tolerance\n")
+        write("benchmarks/b_bench.cpp", "another size\n")
         prose_dirty = cm.code_fingerprint(repo)
         git("commit", "-q", "-am", "b")
         prose_committed = cm.code_fingerprint(repo)
@@ -439,7 +442,8 @@ def code_fingerprint_checks():
         code_committed = cm.code_fingerprint(repo)
         check(base is not None and base == prose_dirty == prose_committed
               and len({base, code_dirty, code_committed}) == 3,
-              "code_sha256: unchanged by results, docs and markdown (committed or not), moved by "
+              "code_sha256: unchanged by results, docs, tests, benchmarks and markdown (committed or "
+              "not), moved by "
               "a grid change, uncommitted and committed")
     finally:
         shutil.rmtree(repo, ignore_errors=True)
