@@ -17,7 +17,7 @@ checked on a machine without a GPU:
 - --time-budget: a cell that would start after it is not run, and the JSON and page list it;
 - --resume completes that grid: the earlier cell kept as it was, only the cells left out run; an
   earlier run with another step count, world size or row set is refused naming the field; its
-  code fingerprint ignores results, docs and markdown and follows every other tracked file;
+  code fingerprint ignores results, docs, tests, benchmarks and markdown and follows every other tracked file;
 - scripts/gpu_compat_matrix runs both GPU grids into RESULTS, five files, one page;
 - bad input (--gpu on CPU, a grid without base_cuda, a bad on_device) exits 2 naming it.
 
@@ -247,6 +247,11 @@ def fake_checks(tmp, schema):
     worlds = {tuple(c["rows"]): c["world"] for c in m2["cells"] if c["kind"] == "single"}
     check(worlds.get(("baseline",)) == 2 and worlds.get(("tp_sp",)) == 4
           and worlds.get(("moe_ep2",)) == 2, "cuda world 2: 2 ranks, 4 for TP 2: %r" % worlds)
+    # On CUDA, -tp 2 alone would set CUDA_DEVICE_MAX_CONNECTIONS=1 as upstream does, which Megatron
+    # FSDP refuses: the GPU row asks for 32, as a user running TP with FSDP does.
+    tp = [a for a in argvs if "-tp" in a]
+    check(bool(tp) and all("env.CUDA_DEVICE_MAX_CONNECTIONS=32" in a for a in tp),
+          "cuda world 2: every TP 2 command sets env.CUDA_DEVICE_MAX_CONNECTIONS=32: %r" % tp[:2])
     moe = [a for a in argvs if "-ep" in a]
     check(bool(moe) and all(flag(a, "-mr") == "moe_bench_3b" and flag(a, "-m") == "moe"
                             and "model.hidden_size=256" in a and "-sl" in a for a in moe),
@@ -352,11 +357,11 @@ def fake_checks(tmp, schema):
         check(ws1["world"] == 1 and ws1["gpu"] == "h200" and ws1["time_budget_s"] == 150
               and [x["id"] for x in ws1["skipped_rows"]] == ["tp_sp"] and sh["world"] == 2
               and sh["time_budget_s"] == 210 and len(sh["cells"]) == 4
-              and ws1["jobs"] == 8 and sh["jobs"] == 4
+              and ws1["jobs"] == 8 and sh["jobs"] == 2
               and "## One GPU, world size 1" in md and "## 2 ranks sharing one GPU" in md
               and "with 8 cells at a time other cells' kernels shared the GPU" in md,
               "scripts/gpu_compat_matrix: world 1 (-g h200, TP skipped; 8 cells at a time, said) "
-              "and 2 ranks sharing (4 cells at a time), each with its time budget, on one page")
+              "and 2 ranks sharing (2 cells at a time), each with its time budget, on one page")
     r = subprocess.run([os.path.join(ROOT, "scripts", "gpu_compat_matrix")], capture_output=True,
                        text=True, timeout=60, env=dict(os.environ, GPU="h100", GRIDS="1 3"))
     check(r.returncode == 2 and "GRIDS='1 3'" in r.stderr and "accepted: 1, shared" in r.stderr,
@@ -399,8 +404,8 @@ def error_line_checks():
 
 
 def code_fingerprint_checks():
-    # --resume's code_sha256 on a scratch repository: results, docs and markdown, committed or
-    # not, leave it as it is; a change to any other tracked file, committed or not, moves it.
+    # --resume's code_sha256 on a scratch repository: results, docs, tests, benchmarks and
+    # markdown, committed or not, leave it as it is; a change to any other tracked file, committed or not, moves it.
     from importlib.machinery import SourceFileLoader
     cm = SourceFileLoader("compat_matrix", os.path.join(ROOT, "scripts", "compat_matrix")).load_module()
     repo = tempfile.mkdtemp(prefix="compat_matrix_fp.")
@@ -416,7 +421,8 @@ def code_fingerprint_checks():
 
         git("init", "-q")
         for path in ("engine.cpp", "scripts/grid.json", "docs/a.md", "results/r/report.json",
-                     "README.md", "scripts/notes.md"):
+                     "README.md", "scripts/notes.md", "tests/unit/a_test.cpp",
+                     "benchmarks/b_bench.cpp"):
             write(path, path + "\n")
         git("add", "-A")
         git("commit", "-q", "-m", "a")
@@ -425,6 +431,8 @@ def code_fingerprint_checks():
         write("results/r/report.json", "{}\n")
         write("README.md", "another front page\n")
         write("scripts/notes.md", "a note beside the code\n")
+        write("tests/unit/a_test.cpp", "a looser tolerance\n")
+        write("benchmarks/b_bench.cpp", "another size\n")
         prose_dirty = cm.code_fingerprint(repo)
         git("commit", "-q", "-am", "b")
         prose_committed = cm.code_fingerprint(repo)
@@ -434,7 +442,8 @@ def code_fingerprint_checks():
         code_committed = cm.code_fingerprint(repo)
         check(base is not None and base == prose_dirty == prose_committed
               and len({base, code_dirty, code_committed}) == 3,
-              "code_sha256: unchanged by results, docs and markdown (committed or not), moved by "
+              "code_sha256: unchanged by results, docs, tests, benchmarks and markdown (committed or "
+              "not), moved by "
               "a grid change, uncommitted and committed")
     finally:
         shutil.rmtree(repo, ignore_errors=True)
