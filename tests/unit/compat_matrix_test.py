@@ -17,7 +17,8 @@ checked on a machine without a GPU:
 - --time-budget: a cell that would start after it is not run, and the JSON and page list it;
 - --resume completes that grid: the earlier cell kept as it was, only the cells left out run; an
   earlier run with another step count, world size or row set is refused naming the field; its
-  code fingerprint ignores results, docs, tests, benchmarks and markdown and follows every other tracked file;
+  code fingerprint ignores results, docs, tests, benchmarks and markdown and follows every
+  other tracked file;
 - scripts/gpu_compat_matrix runs both GPU grids into RESULTS, five files, one page;
 - bad input (--gpu on CPU, a grid without base_cuda, a bad on_device) exits 2 naming it.
 
@@ -405,7 +406,8 @@ def error_line_checks():
 
 def code_fingerprint_checks():
     # --resume's code_sha256 on a scratch repository: results, docs, tests, benchmarks and
-    # markdown, committed or not, leave it as it is; a change to any other tracked file, committed or not, moves it.
+    # markdown, committed or not, leave it as it is; a change to any other tracked file,
+    # committed or not, moves it.
     from importlib.machinery import SourceFileLoader
     cm = SourceFileLoader("compat_matrix", os.path.join(ROOT, "scripts", "compat_matrix")).load_module()
     repo = tempfile.mkdtemp(prefix="compat_matrix_fp.")
@@ -443,8 +445,7 @@ def code_fingerprint_checks():
         check(base is not None and base == prose_dirty == prose_committed
               and len({base, code_dirty, code_committed}) == 3,
               "code_sha256: unchanged by results, docs, tests, benchmarks and markdown (committed or "
-              "not), moved by "
-              "a grid change, uncommitted and committed")
+              "not), moved by a grid change, uncommitted and committed")
     finally:
         shutil.rmtree(repo, ignore_errors=True)
 
