@@ -498,6 +498,7 @@ int run(int argc, char** argv) {
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 0);
   setenv("NVSHMEM_DISABLE_NVLS", "1", 0);
   at::set_num_threads(1);  // the ranks' threads share the cores with gloo's
+  prepare_thread_ranks();  // the ranks are threads of this process
 
   create_world(size);
   if (register_cases(sizes) == 0) {

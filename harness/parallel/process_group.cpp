@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -165,6 +166,14 @@ void ProcessGroup::barrier() {
 void ProcessGroup::shutdown() { backend_->shutdown(); }
 
 void ProcessGroup::abort() { backend_->abort(); }
+
+void prepare_thread_ranks() {
+  // torch 2.11's FlightRecorderDetail.hpp, recordWithResetEnabled: the first record of each
+  // process group inserts into a map outside the recorder's mutex, so concurrent first
+  // collectives of groups on different threads corrupt it (a SIGSEGV in
+  // ProcessGroupGloo::enqueue). The recorder reads this once, when the first group records.
+  setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
+}
 
 void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
   if (!work) return;

@@ -103,4 +103,10 @@ class PeerFailedError : public std::runtime_error {
 // Waits for `work` (null-safe) and rethrows its error with the collective's name.
 void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
 
+// Call before the first collective when ranks are threads of one process (the engine tests, the
+// collectives benchmark). It turns off c10d's FlightRecorder, a process-wide singleton that
+// threads sharing it can corrupt (docs/testing.md). A TORCH_FR_BUFFER_SIZE the caller exported
+// wins. perf-launch runs one process per rank and does not call it.
+void prepare_thread_ranks();
+
 }  // namespace shardbench

@@ -30,8 +30,9 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
-#include "harness/parallel/engine.hpp"
 #include "harness/config/parallel_layout.hpp"
+#include "harness/parallel/engine.hpp"
+#include "harness/parallel/process_group.hpp"
 
 namespace shardbench::testing {
 
@@ -157,12 +158,7 @@ inline void log_mesh_retry(int attempt, const std::vector<std::string>& errors) 
 inline void run_on_ranks_with(int world, const std::function<void(int, ProcessGroups&)>& fn,
                               const GroupFactory& factory) {
   at::set_num_threads(1);
-  // Ranks that are threads of one process share c10d's FlightRecorder singleton, whose first
-  // record of each process group inserts into a map outside its mutex (torch 2.11,
-  // FlightRecorderDetail.hpp, recordWithResetEnabled): concurrent first collectives of different
-  // groups corrupt it (seen as a SIGSEGV in ProcessGroupGloo::enqueue). perf-launch runs one
-  // process per rank and never shares it. Read once, when the first group records.
-  setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
+  prepare_thread_ranks();  // the ranks below are threads of this process
   // The ranks share one HashStore instead of a TCPStore on a loopback port, because a port can be
   // taken over: perf-launch (started by the e2e tests, next to this process under ctest -j) picks
   // MASTER_PORT by binding port 0 and closing the socket, and its rank 0 binds that port again
